@@ -1,0 +1,5 @@
+"""crop_gym: multi-job placement of deep-learning training jobs on GPU clusters as Gymnasium envs."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

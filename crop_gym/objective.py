@@ -1,0 +1,415 @@
+"""Cluster state and the objective F: the cluster's expected effective GPUs (DESIGN §2.5).
+
+For every placed job ``j``:
+
+* ideal time ``T*_j``: the same job on a compact placement (fewest servers) of healthy reference GPUs
+  in an empty cluster;
+* normalised throughput ``η_j = min(1, T*_j / T_j)``;
+* survival ``s_j = Π_{g∈P_j} (1-π_g) · Π_{e∈spanned(P_j)} (1-π_e)``;
+* value ``v_j = w_j · k_j · η_j · s_j`` (GPU units) and ``F = Σ_j v_j``.
+
+:class:`ClusterState` holds the placed jobs as preallocated numpy arrays ("slots") and keeps link loads,
+iteration times and values up to date incrementally: adding or removing one job only recomputes the
+jobs that share one of its inter-server links. :meth:`ClusterState.evaluate` recomputes everything from
+scratch (vectorised) and is what the incremental path is tested against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.devices import Health
+from crop_gym.errors import ConfigError
+from crop_gym.jobs import Job
+from crop_gym.perf import PerfConfig, PlacementStats, comm_time, iteration_time, placement_stats
+from crop_gym.topology import Topology
+
+__all__ = ["ClusterMetrics", "ClusterState", "ideal_time"]
+
+
+def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
+    """``T*``: iteration time of ``job`` on a compact placement of healthy reference GPUs, alone."""
+    gpus = topology.compact_placement(job.num_gpus)
+    healthy = Health.healthy(topology)
+    st = placement_stats(topology, healthy, gpus)
+    b_inter = float(topology.link_bw[st.inter_links].min()) if len(st.inter_links) else np.inf
+    comm = comm_time(perf.allreduce, job.grad_bytes, st.k, st.g, st.s, st.b_intra, b_inter, st.a_intra, st.a_inter)
+    return float(iteration_time(job.compute_time, comm, perf.overlap))
+
+
+@dataclass(frozen=True)
+class ClusterMetrics:
+    """Summary of a cluster state (DESIGN §2.5).
+
+    Attributes:
+        F: Expected effective GPUs.
+        jobs_placed: Number of placed jobs.
+        gpus_busy: GPUs held by jobs.
+        utilization: ``gpus_busy`` / number of GPUs.
+        comm_overhead: GPU-weighted share of iteration time spent communicating,
+            ``Σ k_j C_j / T_j / Σ k_j`` (0 with no job).
+    """
+
+    F: float
+    jobs_placed: int
+    gpus_busy: int
+    utilization: float
+    comm_overhead: float
+
+
+class ClusterState:
+    """The mutable state of a cluster: health, placed jobs, link loads, per-job times and values.
+
+    Args:
+        topology: The compiled cluster.
+        health: Device health; healthy if ``None``.
+        perf: Iteration-time options.
+
+    Example:
+        >>> from crop_gym.topology import make_topology
+        >>> from crop_gym.jobs import Job
+        >>> state = ClusterState(make_topology("testbed-8"))
+        >>> _ = state.add(Job("a", "resnet50", 4, 128), np.arange(4))
+        >>> round(state.F, 6)
+        4.0
+    """
+
+    _INIT_SLOTS = 64
+    _INIT_LINKS = 8
+
+    def __init__(self, topology: Topology, health: Health | None = None, perf: PerfConfig | None = None) -> None:
+        self.topology = topology
+        self.perf = perf if perf is not None else PerfConfig()
+        self.gpu_owner = np.full(topology.num_gpus, -1, dtype=np.int32)
+        self.link_load = np.zeros(topology.num_nodes, dtype=np.int32)
+        self._mark = np.zeros(topology.num_nodes, dtype=bool)
+        self._tstar_cache: dict[tuple[str, int, float], float] = {}
+        self.version = 0
+        self._alloc(self._INIT_SLOTS, self._INIT_LINKS)
+        self.jobs: dict[str, int] = {}
+        self._slot_job: list[Job | None] = [None] * self._INIT_SLOTS
+        self._slot_stats: list[PlacementStats | None] = [None] * self._INIT_SLOTS
+        self._free_slots: list[int] = list(range(self._INIT_SLOTS - 1, -1, -1))
+        self._F = 0.0
+        self.set_health(health if health is not None else Health.healthy(topology))
+
+    # ------------------------------------------------------------------ storage
+    _FLOAT_FIELDS = ("M", "k", "g", "s", "b_intra", "a_intra", "a_inter", "t", "tstar", "wsurv", "surv", "T", "C", "eta", "value")
+
+    def _alloc(self, slots: int, width: int) -> None:
+        self._active = np.zeros(slots, dtype=bool)
+        self._links = np.zeros((slots, width), dtype=np.int32)
+        for name in self._FLOAT_FIELDS:
+            setattr(self, f"_{name}", np.zeros(slots))
+
+    def _grow(self, slots: int, width: int) -> None:
+        old = {name: getattr(self, f"_{name}") for name in ("active", "links", *self._FLOAT_FIELDS)}
+        n_old, w_old = old["links"].shape
+        self._alloc(slots, width)
+        self._active[:n_old] = old["active"]
+        self._links[:n_old, :w_old] = old["links"]
+        for name in self._FLOAT_FIELDS:
+            getattr(self, f"_{name}")[:n_old] = old[name]
+        if slots > n_old:
+            self._slot_job.extend([None] * (slots - n_old))
+            self._slot_stats.extend([None] * (slots - n_old))
+            self._free_slots = list(range(slots - 1, n_old - 1, -1)) + self._free_slots
+
+    # --------------------------------------------------------------- properties
+    @property
+    def health(self) -> Health:
+        """Current device health."""
+        return self._health
+
+    @property
+    def F(self) -> float:
+        """Objective: expected effective GPUs of the placed jobs."""
+        return self._F
+
+    @property
+    def free_mask(self) -> NDArray[np.bool_]:
+        """``bool[G]``: GPUs that are free and usable."""
+        return (self.gpu_owner < 0) & self._usable
+
+    @property
+    def num_free(self) -> int:
+        """Free usable GPUs."""
+        return int(self.free_mask.sum())
+
+    @property
+    def eff_bandwidth(self) -> NDArray[np.float64]:
+        """``float64[N]``: ``ρ_e · B_e`` per link (root: inf)."""
+        return self._eff_bw
+
+    def placed_jobs(self) -> list[Job]:
+        """The placed jobs, in slot order."""
+        return [self._slot_job[s] for s in sorted(self.jobs.values())]  # type: ignore[misc]
+
+    def placement(self, job_id: str) -> NDArray[np.int32]:
+        """Sorted GPU indices of a placed job."""
+        st = self._slot_stats[self.jobs[job_id]]
+        assert st is not None
+        return st.gpus
+
+    def job_record(self, job_id: str) -> dict[str, float]:
+        """Per-job model outputs: ``T``, ``C``, ``eta``, ``survival``, ``value``, ``T_star``."""
+        s = self.jobs[job_id]
+        return {
+            "T": float(self._T[s]),
+            "C": float(self._C[s]),
+            "eta": float(self._eta[s]),
+            "survival": float(self._surv[s]),
+            "value": float(self._value[s]),
+            "T_star": float(self._tstar[s]),
+        }
+
+    def iteration_times(self) -> dict[str, float]:
+        """Current iteration time ``T_j`` of every placed job (seconds)."""
+        return {jid: float(self._T[s]) for jid, s in self.jobs.items()}
+
+    def metrics(self) -> ClusterMetrics:
+        """Summary metrics of the current state."""
+        rows = self._active
+        k = self._k[rows]
+        busy = int((self.gpu_owner >= 0).sum())
+        ksum = float(k.sum())
+        comm = float((k * self._C[rows] / self._T[rows]).sum() / ksum) if ksum > 0 else 0.0
+        return ClusterMetrics(
+            F=self._F,
+            jobs_placed=len(self.jobs),
+            gpus_busy=busy,
+            utilization=busy / self.topology.num_gpus,
+            comm_overhead=comm,
+        )
+
+    # ------------------------------------------------------------------- health
+    def set_health(self, health: Health) -> None:
+        """Replace the device health and recompute every placed job.
+
+        Raises:
+            ConfigError: If a placed job holds a GPU that the new health marks failed (remove the job
+                first, as the simulator does on a failure).
+        """
+        self._health = health
+        self._usable = health.usable
+        self._eff_bw = self.topology.link_bw * health.link_degradation
+        self._eff_bw.setflags(write=False)
+        for jid, s in self.jobs.items():
+            st = self._slot_stats[s]
+            assert st is not None
+            if not self._usable[st.gpus].all():
+                raise ConfigError(f"job {jid} holds a failed GPU; remove it before marking the GPU failed")
+            self._write_stats(s, placement_stats(self.topology, health, st.gpus), self._slot_job[s])  # type: ignore[arg-type]
+        self.version += 1
+        self.evaluate()
+
+    # ------------------------------------------------------------- evaluation
+    def _rows_values(self, rows: Any, load: NDArray[np.int32]) -> tuple[Any, Any, Any]:
+        """(T, C, value) of slot rows under link loads ``load``."""
+        links = self._links[rows]
+        share = self._eff_bw[links] / np.maximum(load[links], 1)
+        b_inter = share.min(axis=1)
+        C = comm_time(
+            self.perf.allreduce,
+            self._M[rows],
+            self._k[rows],
+            self._g[rows],
+            self._s[rows],
+            self._b_intra[rows],
+            b_inter,
+            self._a_intra[rows],
+            self._a_inter[rows],
+        )
+        T = iteration_time(self._t[rows], C, self.perf.overlap)
+        value = self._wsurv[rows] * np.minimum(1.0, self._tstar[rows] / T)
+        return T, C, value
+
+    def _store_rows(self, rows: Any, load: NDArray[np.int32]) -> None:
+        T, C, value = self._rows_values(rows, load)
+        self._T[rows] = T
+        self._C[rows] = C
+        self._eta[rows] = np.minimum(1.0, self._tstar[rows] / T)
+        self._value[rows] = value
+
+    def evaluate(self) -> float:
+        """Recompute link loads, every job's time and value, and F from scratch; return F."""
+        rows = np.flatnonzero(self._active)
+        load = np.bincount(self._links[rows].ravel(), minlength=self.topology.num_nodes).astype(np.int32)
+        load[0] = 0
+        self.link_load[:] = load
+        if len(rows):
+            self._store_rows(rows, self.link_load)
+        self._F = float(self._value[rows].sum())
+        return self._F
+
+    def _affected(self, links: NDArray[np.int32]) -> NDArray[np.intp]:
+        """Active slots whose inter-server links intersect ``links``."""
+        if len(links) == 0 or not self.jobs:
+            return np.empty(0, dtype=np.intp)
+        self._mark[links] = True
+        hit = self._mark[self._links].any(axis=1) & self._active
+        self._mark[links] = False
+        return np.flatnonzero(hit)
+
+    def _tstar_of(self, job: Job) -> float:
+        key = (job.model, job.num_gpus, float(job.batch_size))
+        v = self._tstar_cache.get(key)
+        if v is None:
+            v = ideal_time(self.topology, job, self.perf)
+            self._tstar_cache[key] = v
+        return v
+
+    def _write_stats(self, s: int, st: PlacementStats, job: Job) -> None:
+        n_links = len(st.inter_links)
+        if n_links > self._links.shape[1]:
+            self._grow(len(self._active), max(n_links, 2 * self._links.shape[1]))
+        self._slot_stats[s] = st
+        self._links[s] = 0
+        self._links[s, :n_links] = st.inter_links
+        self._M[s] = job.grad_bytes
+        self._k[s] = st.k
+        self._g[s] = st.g
+        self._s[s] = st.s
+        self._b_intra[s] = st.b_intra
+        self._a_intra[s] = st.a_intra
+        self._a_inter[s] = st.a_inter
+        self._t[s] = job.compute_time * st.slowdown
+        self._tstar[s] = self._tstar_of(job)
+        self._surv[s] = st.survival
+        self._wsurv[s] = job.weight * st.k * st.survival
+
+    # --------------------------------------------------------------- mutation
+    def check_placement(self, job: Job, gpus: NDArray[np.integer[Any]]) -> NDArray[np.int32]:
+        """Validate a placement and return it as sorted ``int32``.
+
+        Raises:
+            ConfigError: If the job is already placed, the GPU count is not ``job.num_gpus``, a GPU
+                index is out of range or repeated, or a GPU is busy or failed.
+        """
+        p = np.sort(np.asarray(gpus, dtype=np.int32))
+        if job.job_id in self.jobs:
+            raise ConfigError(f"job {job.job_id} is already placed")
+        if len(p) != job.num_gpus:
+            raise ConfigError(f"job {job.job_id} needs {job.num_gpus} GPUs, got {len(p)}")
+        if len(p) and (p[0] < 0 or p[-1] >= self.topology.num_gpus):
+            raise ConfigError(f"GPU index outside [0, {self.topology.num_gpus - 1}] in {p.tolist()}")
+        if np.any(p[1:] == p[:-1]):
+            raise ConfigError(f"repeated GPU in placement {p.tolist()}")
+        if not self.free_mask[p].all():
+            bad = p[~self.free_mask[p]].tolist()
+            raise ConfigError(f"job {job.job_id}: GPUs {bad} are busy or failed")
+        return p
+
+    def stats_for(self, gpus: NDArray[np.integer[Any]]) -> PlacementStats:
+        """Contention-independent facts of a placement under the current health."""
+        return placement_stats(self.topology, self._health, gpus)
+
+    def add(self, job: Job, gpus: NDArray[np.integer[Any]], stats: PlacementStats | None = None) -> float:
+        """Place ``job`` on ``gpus`` and update everything it touches.
+
+        Args:
+            job: The job (its ``job_id`` must not be placed yet).
+            gpus: Its GPUs (exactly ``job.num_gpus``, free and usable).
+            stats: Precomputed :meth:`stats_for` of ``gpus`` (optional, saves time).
+
+        Returns:
+            The change of F.
+        """
+        p = self.check_placement(job, gpus)
+        st = stats if stats is not None else placement_stats(self.topology, self._health, p)
+        if not self._free_slots:
+            self._grow(2 * len(self._active), self._links.shape[1])
+        s = self._free_slots.pop()
+        self._write_stats(s, st, job)
+        self._slot_job[s] = job
+        self._active[s] = True
+        self.jobs[job.job_id] = s
+        self.gpu_owner[p] = s
+        inter = st.inter_links
+        self.link_load[inter] += 1
+        self._value[s] = 0.0
+        rows = self._affected(inter)
+        if not np.any(rows == s):
+            rows = np.append(rows, s)
+        before = float(self._value[rows].sum())
+        self._store_rows(rows, self.link_load)
+        delta = float(self._value[rows].sum()) - before
+        self._F += delta
+        self.version += 1
+        return delta
+
+    def remove(self, job_id: str) -> float:
+        """Remove a placed job; return the change of F.
+
+        Raises:
+            KeyError: If the job is not placed.
+        """
+        s = self.jobs.pop(job_id)
+        st = self._slot_stats[s]
+        assert st is not None
+        inter = st.inter_links
+        old_value = float(self._value[s])
+        self._active[s] = False
+        self._value[s] = 0.0
+        self.gpu_owner[st.gpus] = -1
+        self.link_load[inter] -= 1
+        rows = self._affected(inter)
+        before = float(self._value[rows].sum())
+        if len(rows):
+            self._store_rows(rows, self.link_load)
+        delta = float(self._value[rows].sum()) - before - old_value
+        self._F += delta
+        self._links[s] = 0
+        self._slot_job[s] = None
+        self._slot_stats[s] = None
+        self._free_slots.append(s)
+        self.version += 1
+        return delta
+
+    def gain(self, job: Job, gpus: NDArray[np.integer[Any]] | None = None, stats: PlacementStats | None = None) -> float:
+        """ΔF of placing ``job`` on ``gpus`` without changing the state.
+
+        Includes the job's own value and the change it causes to the jobs sharing its links.
+        Pass ``stats`` (from :meth:`stats_for`) instead of ``gpus`` to save recomputation. The
+        placement is not validated (use :meth:`check_placement`).
+        """
+        st = stats if stats is not None else placement_stats(self.topology, self._health, np.asarray(gpus))
+        inter = st.inter_links
+        rows = self._affected(inter)
+        load = self.link_load
+        if len(inter):
+            load = load.copy()
+            load[inter] += 1
+        # The new job's own value.
+        share = self._eff_bw[inter] / load[inter] if len(inter) else np.empty(0)
+        b_inter = float(share.min()) if len(share) else np.inf
+        C = comm_time(self.perf.allreduce, job.grad_bytes, st.k, st.g, st.s, st.b_intra, b_inter, st.a_intra, st.a_inter)
+        T = iteration_time(job.compute_time * st.slowdown, C, self.perf.overlap)
+        own = job.weight * st.k * st.survival * min(1.0, self._tstar_of(job) / float(T))
+        if len(rows) == 0:
+            return own
+        _, _, new_vals = self._rows_values(rows, load)
+        return own + float(new_vals.sum() - self._value[rows].sum())
+
+    # ------------------------------------------------------------------- copying
+    def copy(self) -> ClusterState:
+        """An independent copy (arrays copied; jobs, stats and the ideal-time cache shared)."""
+        new = object.__new__(ClusterState)
+        new.__dict__.update(self.__dict__)
+        for name in ("gpu_owner", "link_load", "_mark", "_active", "_links", *(f"_{f}" for f in self._FLOAT_FIELDS)):
+            setattr(new, name, getattr(self, name).copy())
+        new.jobs = dict(self.jobs)
+        new._slot_job = list(self._slot_job)
+        new._slot_stats = list(self._slot_stats)
+        new._free_slots = list(self._free_slots)
+        return new
+
+    def __repr__(self) -> str:
+        return (
+            f"ClusterState(topology={self.topology.name!r}, jobs={len(self.jobs)}, "
+            f"free={self.num_free}/{self.topology.num_gpus}, F={self._F:.4f})"
+        )

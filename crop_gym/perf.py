@@ -1,0 +1,186 @@
+"""Iteration-time model of a placed data-parallel job (DESIGN §2.4).
+
+For a placement ``P`` (``k`` GPUs on ``s`` servers, at most ``g`` of them on one server):
+
+* *spanned links*: the tree links whose subtree holds some but not all of ``P`` (a DFS-ordered ring
+  crosses each exactly once per direction). GPU links are *intra* links; the others *inter* links.
+* Contention: ``n_e`` jobs span link ``e``; each gets ``ρ_e B_e / n_e``. ``b_intra`` and ``b_inter``
+  are the minima of that share over the job's spanned intra and inter links (``inf`` if none).
+* Communication, ring all-reduce (DESIGN's reference)::
+
+      C = 2(k-1)/k · M / min(b_intra, b_inter) + 2(k-1) · max(a_intra, a_inter)
+
+* Communication, hierarchical all-reduce (intra-server reduce-scatter, inter-server ring of the
+  server shards, intra-server all-gather)::
+
+      C = 2(g-1)/g · M / b_intra + 2(s-1)/s · M / b_inter + 2(g-1) · a_intra + 2(s-1) · a_inter
+
+  where ``a_intra`` / ``a_inter`` are the largest latencies among the spanned intra / inter links.
+  Both reduce to the same ring when the job is on one server or has one GPU per server.
+* Compute: ``t = max_{g in P} σ_g · t_c / speed_g``.
+* Iteration time with overlap φ: ``T = (1-φ)(t + C) + φ · max(t, C)``.
+
+Every function here is vectorised over jobs (numpy arrays of equal shape).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.devices import Health
+from crop_gym.errors import ConfigError, check_range
+from crop_gym.jobs import calibration_data
+from crop_gym.topology import Topology
+
+__all__ = [
+    "ALLREDUCE_ALGORITHMS",
+    "PerfConfig",
+    "PlacementStats",
+    "comm_time",
+    "iteration_time",
+    "placement_stats",
+]
+
+AllReduce = Literal["ring", "hierarchical"]
+ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring", "hierarchical")
+FloatLike = Any  # float or NDArray[np.float64]
+
+
+def _default_allreduce() -> AllReduce:
+    algo = calibration_data().get("allreduce", "ring")
+    return "hierarchical" if algo == "hierarchical" else "ring"
+
+
+@dataclass(frozen=True)
+class PerfConfig:
+    """Options of the iteration-time model.
+
+    Attributes:
+        allreduce: ``"ring"`` or ``"hierarchical"``; the default is the calibrated choice
+            (docs/MODEL.md says why).
+        overlap: φ in [0, 1], the fraction of communication hidden behind compute.
+    """
+
+    allreduce: str = ""
+    overlap: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.allreduce == "":
+            object.__setattr__(self, "allreduce", _default_allreduce())
+        if self.allreduce not in ALLREDUCE_ALGORITHMS:
+            raise ConfigError(
+                f"allreduce={self.allreduce!r} is not one of {', '.join(ALLREDUCE_ALGORITHMS)}"
+            )
+        check_range("overlap", self.overlap, 0.0, 1.0)
+
+
+def comm_time(
+    allreduce: str,
+    grad_bytes: FloatLike,
+    k: FloatLike,
+    g: FloatLike,
+    s: FloatLike,
+    b_intra: FloatLike,
+    b_inter: FloatLike,
+    a_intra: FloatLike,
+    a_inter: FloatLike,
+) -> Any:
+    """All-reduce time of ``grad_bytes`` (vectorised over jobs).
+
+    Args:
+        allreduce: ``"ring"`` or ``"hierarchical"``.
+        grad_bytes: Gradient size ``M`` in bytes.
+        k: GPUs of the job.
+        g: Most GPUs of the job on one server.
+        s: Servers spanned.
+        b_intra: Bottleneck bandwidth over the spanned intra-server links (``inf`` if none).
+        b_inter: Bottleneck bandwidth over the spanned inter-server links (``inf`` if none).
+        a_intra: Largest latency over the spanned intra-server links (0 if none).
+        a_inter: Largest latency over the spanned inter-server links (0 if none).
+
+    Returns:
+        Seconds per iteration spent in the all-reduce.
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if allreduce == "ring":
+            b = np.minimum(b_intra, b_inter)
+            steps = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0)
+            return np.where(steps > 0, steps / k * grad_bytes / b + steps * np.maximum(a_intra, a_inter), 0.0)
+        gf = np.asarray(g, dtype=np.float64)
+        sf = np.asarray(s, dtype=np.float64)
+        intra = np.where(gf > 1, 2.0 * (gf - 1.0) / gf * grad_bytes / b_intra + 2.0 * (gf - 1.0) * a_intra, 0.0)
+        inter = np.where(sf > 1, 2.0 * (sf - 1.0) / sf * grad_bytes / b_inter + 2.0 * (sf - 1.0) * a_inter, 0.0)
+        return intra + inter
+
+
+def iteration_time(compute: FloatLike, comm: FloatLike, overlap: float = 0.0) -> Any:
+    """``T = (1-φ)(t + C) + φ·max(t, C)`` (vectorised)."""
+    if overlap == 0.0:
+        return compute + comm
+    return (1.0 - overlap) * (compute + comm) + overlap * np.maximum(compute, comm)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class PlacementStats:
+    """Contention-independent facts of one placement, computed once when it is made.
+
+    Attributes:
+        gpus: Sorted GPU indices (the DFS ring order).
+        inter_links: Spanned inter-server links (their bandwidth share depends on contention).
+        k: GPUs.
+        g: Most GPUs on one server.
+        s: Servers spanned.
+        b_intra: Bottleneck ``ρ·B`` over the spanned GPU links (``inf`` if none; never shared).
+        a_intra: Largest latency over spanned GPU links.
+        a_inter: Largest latency over spanned inter-server links.
+        slowdown: ``max σ_g / speed_g`` over the placement (multiplies the reference compute time).
+        survival: Probability that no GPU or spanned link of the placement fails.
+    """
+
+    gpus: NDArray[np.int32]
+    inter_links: NDArray[np.int32]
+    k: int
+    g: int
+    s: int
+    b_intra: float
+    a_intra: float
+    a_inter: float
+    slowdown: float
+    survival: float
+
+
+def placement_stats(topology: Topology, health: Health, gpus: NDArray[np.integer[Any]]) -> PlacementStats:
+    """Compute the contention-independent facts of placing a job on ``gpus``.
+
+    Args:
+        topology: The cluster.
+        health: Device health (σ, ρ, π).
+        gpus: GPU indices (any order, distinct).
+    """
+    p = np.sort(np.asarray(gpus, dtype=np.int32))
+    k = len(p)
+    links = topology.spanned_links(p)
+    intra_mask = topology.is_intra[links]
+    intra, inter = links[intra_mask], links[~intra_mask]
+    servers, per_server = np.unique(topology.gpu_server[p], return_counts=True)
+    b_intra = float((topology.link_bw[intra] * health.link_degradation[intra]).min()) if len(intra) else np.inf
+    a_intra = float(topology.link_lat[intra].max()) if len(intra) else 0.0
+    a_inter = float(topology.link_lat[inter].max()) if len(inter) else 0.0
+    slowdown = float((health.gpu_slowdown[p] / topology.gpu_speed[p]).max())
+    survival = float(np.prod(1.0 - health.gpu_fail_prob[p]) * np.prod(1.0 - health.link_fail_prob[links]))
+    return PlacementStats(
+        gpus=p,
+        inter_links=inter,
+        k=k,
+        g=int(per_server.max()),
+        s=len(servers),
+        b_intra=b_intra,
+        a_intra=a_intra,
+        a_inter=a_inter,
+        slowdown=slowdown,
+        survival=survival,
+    )

@@ -1,0 +1,102 @@
+"""One entry point for every workload source: :func:`load_workload`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from importlib import resources
+
+from crop_gym.errors import ConfigError, TraceFormatError
+from crop_gym.workloads._table import read_header
+from crop_gym.workloads.elasticflow import ELASTICFLOW_COLUMNS, load_elasticflow
+from crop_gym.workloads.generic_csv import GENERIC_COLUMNS, load_generic_csv
+from crop_gym.workloads.pollux import POLLUX_COLUMNS, load_pollux
+from crop_gym.workloads.registry import bundled_names, bundled_resource, resolve_bundled
+from crop_gym.workloads.workload import Workload
+
+__all__ = ["FORMATS", "detect_format", "load_workload"]
+
+_Loader = Callable[..., Workload]
+
+#: Loaders by format name (``"generic"`` is an alias of ``"csv"``).
+FORMATS: dict[str, _Loader] = {
+    "elasticflow": load_elasticflow,
+    "pollux": load_pollux,
+    "csv": load_generic_csv,
+    "generic": load_generic_csv,
+}
+
+_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("elasticflow", ELASTICFLOW_COLUMNS),
+    ("pollux", POLLUX_COLUMNS),
+    ("csv", GENERIC_COLUMNS),
+)
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """Guess a file's format from its header.
+
+    A format is chosen when its distinctive columns are present (``submission_time`` for
+    ElasticFlow, ``application`` for Pollux, ``arrival_s`` for the generic format); the loader then
+    checks that every required column is there.
+
+    Raises:
+        TraceFormatError: If the header matches no format (line 1, field ``header``).
+    """
+    header = set(read_header(path))
+    for fmt, marker in (
+        ("elasticflow", "submission_time"),
+        ("pollux", "application"),
+        ("csv", "arrival_s"),
+    ):
+        if marker in header:
+            return fmt
+    expected = "; ".join(f"{fmt}: {','.join(cols)}" for fmt, cols in _SIGNATURES)
+    raise TraceFormatError(
+        f"cannot tell the format from the header (expected {expected}); pass format=",
+        path=os.fspath(path),
+        line=1,
+        field="header",
+    )
+
+
+def load_workload(
+    spec: str | os.PathLike[str],
+    format: str | None = None,
+    model_map: Mapping[str, str] | None = None,
+) -> Workload:
+    """Load a workload from a file or a bundled trace.
+
+    Args:
+        spec: A file path, or a bundled trace name such as ``"elasticflow:cluster10"``,
+            ``"elasticflow:195job"`` or the bare ``"cluster10"``. An existing file wins over a bare
+            bundled name.
+        format: ``"elasticflow"``, ``"pollux"`` or ``"csv"`` (alias ``"generic"``); detected from the
+            header when ``None``.
+        model_map: ``{trace name: known name}`` for models (applications, for Pollux) that the zoo
+            does not know; an unknown name without a mapping is refused.
+
+    Returns:
+        The workload: jobs sorted by arrival, first arrival at 0.
+
+    Raises:
+        TraceFormatError: On malformed input, naming the file, line and field.
+        ConfigError: On an unknown format or a bad ``model_map`` target.
+        FileNotFoundError: If ``spec`` is neither a file nor a bundled trace.
+    """
+    if format is not None and format not in FORMATS:
+        raise ConfigError(f"unknown workload format {format!r}; use one of {', '.join(FORMATS)}")
+    path = os.fspath(spec)
+    if not os.path.exists(path):
+        trace = resolve_bundled(path)
+        if trace is None:
+            raise FileNotFoundError(
+                f"no such file or bundled trace: {path!r} (bundled: {', '.join(bundled_names())})"
+            )
+        loader = FORMATS[format or trace.format]
+        with resources.as_file(bundled_resource(trace)) as real:
+            workload: Workload = loader(real, model_map=model_map, name=trace.name)
+        return workload
+    fmt = format or detect_format(path)
+    workload = FORMATS[fmt](path, model_map=model_map)
+    return workload
