@@ -78,7 +78,9 @@ def load_elasticflow(
     check_unique_ids(table, job_ids, "job_id")
     arrival = number_column(table, "submission_time", minimum=0, what="submit time")
     iterations = number_column(table, "num_iteration", positive=True, what="iterations")
-    models = map_names(table, "model_name", string_column(table, "model_name"), MODEL_ZOO, model_map)
+    models = map_names(
+        table, "model_name", string_column(table, "model_name"), MODEL_ZOO, model_map
+    )
     deadline = number_column(table, "deadline", minimum=0, what="absolute deadline")
     late = deadline < arrival
     if late.any():

@@ -134,7 +134,9 @@ def load_pollux(
     )
     gpus = number_column(table, "num_replicas", integer=True, positive=True, what="GPUs per job")
     batch = number_column(table, "batch_size", integer=True, positive=True, what="global batch")
-    per_app = {a: (apps[a].model, apps[a].samples, apps[a].epochs) for a in dict.fromkeys(app_names)}
+    per_app = {
+        a: (apps[a].model, apps[a].samples, apps[a].epochs) for a in dict.fromkeys(app_names)
+    }
     samples = np.array([per_app[a][1] for a in app_names], dtype=np.float64)
     epochs = np.array([per_app[a][2] for a in app_names], dtype=np.float64)
     iterations = epochs * np.ceil(samples / batch)

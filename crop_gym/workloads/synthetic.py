@@ -109,7 +109,9 @@ class SyntheticConfig:
             raise ConfigError(f"SyntheticConfig.num_jobs={self.num_jobs!r} must be an integer >= 1")
         check_range("SyntheticConfig.arrival_rate", self.arrival_rate, 0, low_inclusive=False)
         if len(self.gpu_counts) != len(self.gpu_probs) or not self.gpu_counts:
-            raise ConfigError("SyntheticConfig.gpu_counts and gpu_probs must be non-empty, same length")
+            raise ConfigError(
+                "SyntheticConfig.gpu_counts and gpu_probs must be non-empty, same length"
+            )
         for k in self.gpu_counts:
             if int(k) != k or k < 1:
                 raise ConfigError(f"SyntheticConfig.gpu_counts: {k!r} is not an integer >= 1")
@@ -118,7 +120,9 @@ class SyntheticConfig:
         if self.max_gpus is not None:
             check_range("SyntheticConfig.max_gpus", self.max_gpus, 1)
         if sum(p for k, p in zip(self.gpu_counts, self.gpu_probs) if self._fits(k)) <= 0:
-            raise ConfigError("SyntheticConfig: no GPU count with positive probability fits max_gpus")
+            raise ConfigError(
+                "SyntheticConfig: no GPU count with positive probability fits max_gpus"
+            )
         if not self.model_mix:
             raise ConfigError("SyntheticConfig.model_mix is empty")
         for model, w in self.model_mix:
@@ -134,7 +138,9 @@ class SyntheticConfig:
                     raise ConfigError(f"SyntheticConfig: batch {b!r} is not an integer >= 1")
         if not self.default_batch_sizes:
             raise ConfigError("SyntheticConfig.default_batch_sizes is empty")
-        check_range("SyntheticConfig.duration_median_s", self.duration_median_s, 0, low_inclusive=False)
+        check_range(
+            "SyntheticConfig.duration_median_s", self.duration_median_s, 0, low_inclusive=False
+        )
         check_range("SyntheticConfig.duration_sigma", self.duration_sigma, 0)
         check_range("SyntheticConfig.min_duration_s", self.min_duration_s, 0, low_inclusive=False)
         check_range("SyntheticConfig.max_duration_s", self.max_duration_s, self.min_duration_s)
@@ -173,7 +179,8 @@ def generate_synthetic(config: SyntheticConfig, rng: np.random.Generator) -> Wor
 
     counts = np.array([k for k in config.gpu_counts if config._fits(k)], dtype=np.float64)
     probs = np.array(
-        [p for k, p in zip(config.gpu_counts, config.gpu_probs) if config._fits(k)], dtype=np.float64
+        [p for k, p in zip(config.gpu_counts, config.gpu_probs) if config._fits(k)],
+        dtype=np.float64,
     )
     gpus = rng.choice(counts, size=n, p=probs / probs.sum())
 

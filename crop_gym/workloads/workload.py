@@ -8,6 +8,7 @@ source has them) are aligned with ``jobs``.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -105,7 +106,7 @@ class Workload:
             raise ConfigError(
                 f"Workload {self.name}: first arrival is {arrivals[0]!r}, expected 0 (rebase it)"
             )
-        if any(b < a for a, b in zip(arrivals, arrivals[1:])):
+        if any(b < a for a, b in itertools.pairwise(arrivals)):
             raise ConfigError(f"Workload {self.name}: jobs are not sorted by arrival")
         if len({j.job_id for j in jobs}) != len(jobs):
             raise ConfigError(f"Workload {self.name}: job ids are not unique")

@@ -1,0 +1,322 @@
+"""Scenarios: typed, validated descriptions of a static placement problem, and their seeded sampler.
+
+A :class:`Scenario` names a topology preset, an abnormality profile, a workload source, the size of the
+pending queue and the background load. :class:`ScenarioSampler` turns it into a
+:class:`PlacementInstance` (a :class:`~crop_gym.objective.ClusterState` with background jobs already
+placed, plus a queue of pending jobs) from a ``numpy.random.Generator`` — the environment passes its
+``np_random``; nothing here touches the global RNG.
+
+Scenarios load from TOML, YAML or JSON files with the same field names, e.g.::
+
+    name = "my-scenario"
+    cluster = "leafspine-64"
+    workload = "elasticflow:cluster10"
+    queue_size = 16
+    background_load = 0.3
+
+    [abnormal]
+    profile = "mild"
+    slow_gpu_frac = 0.1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from crop_gym.candidates import candidate_placements
+from crop_gym.devices import PROFILES, AbnormalityProfile, get_profile
+from crop_gym.errors import ConfigError, check_range
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState
+from crop_gym.perf import PerfConfig
+from crop_gym.topology import PRESETS, Topology, make_topology
+
+__all__ = [
+    "SCENARIOS",
+    "PlacementInstance",
+    "Scenario",
+    "ScenarioSampler",
+    "get_scenario",
+]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A static placement problem family.
+
+    Attributes:
+        name: Scenario name.
+        cluster: Topology preset name (see :data:`crop_gym.topology.PRESETS`).
+        abnormal: Abnormality profile (a preset from :data:`crop_gym.devices.PROFILES`, possibly with
+            overridden fields).
+        workload: Where jobs come from: a bundled trace (``"elasticflow:cluster10"``), a file path,
+            or ``"synthetic"`` (the seeded synthetic generator's defaults).
+        workload_format: Format of a workload file (``elasticflow``, ``pollux``, ``csv``) or ``None``
+            to infer it.
+        queue_size: Pending jobs ``K`` in each instance (>= 1).
+        background_load: Fraction of GPUs held by already-running background jobs, in [0, 0.95].
+        max_job_gpus: Largest job drawn into the queue or the background (0 = half the cluster).
+        allreduce: All-reduce algorithm (``""`` = the calibrated default).
+        overlap: Communication/compute overlap φ in [0, 1].
+        max_candidates: Candidate placements per job size (>= 1).
+        observation_noise: Noise of the health signal agents observe (0 = true state).
+    """
+
+    name: str = "custom"
+    cluster: str = "leafspine-64"
+    abnormal: AbnormalityProfile = field(default_factory=lambda: PROFILES["mild"])
+    workload: str = "elasticflow:cluster10"
+    workload_format: str | None = None
+    queue_size: int = 16
+    background_load: float = 0.3
+    max_job_gpus: int = 0
+    allreduce: str = ""
+    overlap: float = 0.0
+    max_candidates: int = 8
+    observation_noise: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.cluster not in PRESETS:
+            raise ConfigError(f"scenario {self.name}: cluster={self.cluster!r} is not a preset ({', '.join(PRESETS)})")
+        if not isinstance(self.abnormal, AbnormalityProfile):
+            raise ConfigError(f"scenario {self.name}: abnormal must be an AbnormalityProfile")
+        for name, lo in (("queue_size", 1), ("max_candidates", 1), ("max_job_gpus", 0)):
+            v = getattr(self, name)
+            if int(v) != v:
+                raise ConfigError(f"scenario {self.name}: {name}={v!r} must be an integer")
+            check_range(f"scenario {self.name}: {name}", v, lo)
+        check_range(f"scenario {self.name}: background_load", self.background_load, 0.0, 0.95)
+        check_range(f"scenario {self.name}: observation_noise", self.observation_noise, 0.0, 10.0)
+        PerfConfig(self.allreduce, self.overlap)  # validates both
+
+    @property
+    def perf(self) -> PerfConfig:
+        """The iteration-time options."""
+        return PerfConfig(self.allreduce, self.overlap)
+
+    @property
+    def topology(self) -> Topology:
+        """The compiled topology (cached per preset)."""
+        return make_topology(self.cluster)
+
+    @property
+    def job_size_limit(self) -> int:
+        """Largest job size drawn (``max_job_gpus`` or half the cluster)."""
+        return self.max_job_gpus or max(1, self.topology.num_gpus // 2)
+
+    def replace(self, **changes: Any) -> Scenario:
+        """A copy with some fields changed (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ files
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>") -> Scenario:
+        """Build from a mapping with the field names; ``abnormal`` is a profile name or a table
+        ``{"profile": name, field: value, ...}``.
+
+        Raises:
+            ConfigError: Naming ``source`` and the field for an unknown or invalid field.
+        """
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"{source}: unknown field(s) {unknown}; fields: {sorted(known)}")
+        kwargs = dict(data)
+        ab = kwargs.get("abnormal")
+        try:
+            if isinstance(ab, str):
+                kwargs["abnormal"] = get_profile(ab)
+            elif isinstance(ab, Mapping):
+                ab = dict(ab)
+                base = ab.pop("profile", "none")
+                for key in ("slow_factor", "gpu_fail_prob", "degradation", "link_fail_prob"):
+                    if key in ab:
+                        ab[key] = tuple(ab[key])
+                kwargs["abnormal"] = get_profile(base, **ab)
+            elif ab is not None:
+                raise ConfigError(f"field 'abnormal' must be a profile name or a table, got {ab!r}")
+            return cls(**kwargs)
+        except (ConfigError, TypeError, ValueError) as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> Scenario:
+        """Load a scenario from a ``.toml``, ``.yaml``/``.yml`` or ``.json`` file.
+
+        Raises:
+            ConfigError: For an unreadable file, a syntax error (with the parser's line) or an invalid
+                field (naming the file and the field).
+        """
+        p = Path(path)
+        text = p.read_text()
+        suffix = p.suffix.lower()
+        try:
+            if suffix == ".toml":
+                import tomllib
+
+                data = tomllib.loads(text)
+            elif suffix in (".yaml", ".yml"):
+                import yaml
+
+                data = yaml.safe_load(text)
+            elif suffix == ".json":
+                data = json.loads(text)
+            else:
+                raise ConfigError(f"{p}: unknown scenario file type {suffix!r} (use .toml, .yaml or .json)")
+        except ConfigError:
+            raise
+        except Exception as exc:  # parser errors carry the line number in their message
+            raise ConfigError(f"{p}: cannot parse: {exc}") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{p}: the top level must be a table/mapping")
+        data = dict(data)
+        data.setdefault("name", p.stem)
+        return cls.from_dict(data, source=str(p))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain mapping that :meth:`from_dict` reads back."""
+        d = dataclasses.asdict(self)
+        ab = dataclasses.asdict(self.abnormal)
+        ab["profile"] = ab.pop("name")
+        base = dataclasses.asdict(PROFILES.get(ab["profile"], AbnormalityProfile()))
+        d["abnormal"] = {"profile": ab["profile"]} | {k: v for k, v in ab.items() if k != "profile" and base.get(k) != v}
+        if ab["profile"] not in PROFILES:
+            d["abnormal"]["profile"] = "none"
+        return d
+
+
+#: Built-in scenarios.
+SCENARIOS: dict[str, Scenario] = {
+    "default": Scenario(name="default"),
+    "testbed-8": Scenario(
+        name="testbed-8",
+        cluster="testbed-8",
+        abnormal=PROFILES["testbed"],
+        workload="elasticflow:195job",
+        queue_size=4,
+        background_load=0.0,
+        max_job_gpus=4,
+    ),
+    "default-none": Scenario(name="default-none", abnormal=PROFILES["none"]),
+    "default-severe": Scenario(name="default-severe", abnormal=PROFILES["severe"]),
+    "n64g8": Scenario(name="n64g8", cluster="n64g8", workload="elasticflow:cluster01", queue_size=64, max_job_gpus=64),
+    "n128g8": Scenario(name="n128g8", cluster="n128g8", workload="elasticflow:cluster04", queue_size=200, max_job_gpus=64),
+    "pollux-16x4": Scenario(name="pollux-16x4", cluster="pollux-16x4", queue_size=16, max_job_gpus=16),
+}
+
+
+def get_scenario(name_or_path: str | Path | Scenario) -> Scenario:
+    """A built-in scenario by name, or one loaded from a file.
+
+    Raises:
+        ConfigError: If it is neither a built-in name nor an existing file.
+    """
+    if isinstance(name_or_path, Scenario):
+        return name_or_path
+    key = str(name_or_path)
+    if key in SCENARIOS:
+        return SCENARIOS[key]
+    if Path(key).is_file():
+        return Scenario.from_file(key)
+    raise ConfigError(f"unknown scenario {key!r}: not a built-in ({', '.join(SCENARIOS)}) nor a file")
+
+
+@cache
+def _workload_jobs(spec: str, fmt: str | None) -> tuple[Job, ...]:
+    from crop_gym.workloads import load_workload
+
+    if spec == "synthetic":
+        from crop_gym.workloads import SyntheticConfig, generate_synthetic
+
+        return tuple(generate_synthetic(SyntheticConfig(), np.random.default_rng(0)).jobs)
+    return tuple(load_workload(spec, format=fmt).jobs)
+
+
+@dataclass(eq=False)
+class PlacementInstance:
+    """One static placement problem.
+
+    Attributes:
+        state: The cluster, with background jobs placed.
+        queue: Pending jobs, in queue order.
+        scenario: The scenario it was drawn from.
+    """
+
+    state: ClusterState
+    queue: tuple[Job, ...]
+    scenario: Scenario
+
+    @property
+    def initial_F(self) -> float:
+        """F of the background jobs alone."""
+        return self.state.F
+
+
+class ScenarioSampler:
+    """Seeded generator of :class:`PlacementInstance` for a :class:`Scenario`.
+
+    The topology and workload are loaded once; each :meth:`sample` draws health, background jobs
+    (placed on random compact candidates) and a queue of pending jobs.
+
+    Args:
+        scenario: The scenario (or its name / file path).
+    """
+
+    def __init__(self, scenario: Scenario | str | Path) -> None:
+        self.scenario = get_scenario(scenario)
+        self.topology = self.scenario.topology
+        jobs = _workload_jobs(self.scenario.workload, self.scenario.workload_format)
+        limit = self.scenario.job_size_limit
+        self._pool = tuple(j for j in jobs if j.num_gpus <= limit)
+        if not self._pool:
+            raise ConfigError(
+                f"scenario {self.scenario.name}: no job of workload {self.scenario.workload!r} "
+                f"fits max_job_gpus={limit}"
+            )
+
+    @property
+    def pool(self) -> tuple[Job, ...]:
+        """The jobs queues are drawn from (the workload's jobs of at most ``job_size_limit`` GPUs)."""
+        return self._pool
+
+    def _draw(self, rng: np.random.Generator, n: int, prefix: str) -> list[Job]:
+        idx = rng.integers(0, len(self._pool), size=n)
+        return [
+            dataclasses.replace(self._pool[i], job_id=f"{prefix}{t}", arrival=0.0, deadline=None)
+            for t, i in enumerate(idx)
+        ]
+
+    def sample(self, rng: np.random.Generator) -> PlacementInstance:
+        """Draw one instance.
+
+        Args:
+            rng: Random generator (e.g. the environment's ``np_random``).
+        """
+        sc = self.scenario
+        health = sc.abnormal.sample(self.topology, rng)
+        state = ClusterState(self.topology, health, sc.perf)
+        target = int(round(sc.background_load * self.topology.num_gpus))
+        busy, t, misses = 0, 0, 0
+        while busy < target and misses < 20:
+            (job,) = self._draw(rng, 1, "bg")
+            job = dataclasses.replace(job, job_id=f"bg{t}")
+            t += 1
+            if job.num_gpus > target - busy:
+                misses += 1
+                continue
+            cands = candidate_placements(state, job.num_gpus, robust=False, max_candidates=sc.max_candidates)
+            if len(cands) == 0:
+                misses += 1
+                continue
+            state.add(job, cands.gpus[rng.integers(len(cands))])
+            busy += job.num_gpus
+        queue = tuple(self._draw(rng, sc.queue_size, "q"))
+        return PlacementInstance(state=state, queue=queue, scenario=sc)
