@@ -1,0 +1,726 @@
+"""Calibration of the performance model against measured data (DESIGN §2.6).
+
+Two data sets, both bundled with the package:
+
+* **ElasticFlow A100 throughput profiles** (``data/profiles/throughputs_A100/*.csv``): iterations per
+  second of 7 models per global batch ``B`` and GPU count ``k`` (1-8 GPUs inside one 8-GPU server;
+  16, 32, 64 GPUs on 2, 4, 8 servers). These are *fitted*.
+* **Chronus placement sensitivity** (``data/chronus/model_info.json``): relative throughput of a job of
+  ``k`` GPUs spread over ``s`` servers, against the same job on one server. This is a *check* of the
+  fitted link parameters (it was measured on other hardware, so only the ordering is compared
+  strictly; the absolute error is reported for information).
+
+The prediction of a profile point is the model of :mod:`crop_gym.perf` with the packed placement
+``g = min(k, 8)`` GPUs per server on ``s = ceil(k / 8)`` servers, healthy devices and no contention::
+
+    T(B, k) = t0 + per_sample * B / k + comm_time(allreduce, M, k, g, s, B_intra, B_inter, a_intra, a_inter)
+
+Free parameters: per measured model ``t0 >= 0`` and ``per_sample >= 0``; shared ``intra_bandwidth``,
+``inter_bandwidth``, ``intra_latency`` and ``inter_latency`` (positive, fitted in log space). The fit
+minimises the squared *log* error of the iteration time (so errors are relative) with
+:func:`scipy.optimize.least_squares` from fixed starting points, so it is deterministic.
+
+Physical ordering constraints (documented in docs/MODEL.md): the network is no faster than the
+intra-server interconnect (``inter_bandwidth <= intra_bandwidth / min_bandwidth_ratio``), and a
+network hop costs at least ``min_latency_ratio`` times an intra-server hop
+(``inter_latency >= min_latency_ratio * intra_latency``). The profiles hardly constrain how the
+per-step latency splits between the two levels (all their multi-server points are packed), and
+without the constraint the hierarchical fit makes spreading a job over servers *faster*, which
+contradicts Chronus.
+
+Run it with ``crop-gym calibrate``; ``crop-gym calibrate --write`` regenerates
+``crop_gym/data/calibration.json``, which the package reads as its defaults.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.errors import ConfigError
+from crop_gym.jobs import _FACTS, MODEL_ZOO
+from crop_gym.perf import ALLREDUCE_ALGORITHMS, comm_time
+
+__all__ = [
+    "CHRONUS_LOCAL_BATCH",
+    "GPUS_PER_SERVER",
+    "LINK_KEYS",
+    "MEDIAN_ERROR_TARGET",
+    "RANK_AGREEMENT_TARGET",
+    "CalibrationResult",
+    "ChronusComparison",
+    "ModelFit",
+    "ProfilePoint",
+    "calibration_json",
+    "chronus_check",
+    "choose_default",
+    "fit_all",
+    "fit_calibration",
+    "load_chronus",
+    "load_profiles",
+    "model_coefficients",
+    "predict_iteration_time",
+    "profile_placement",
+]
+
+#: GPUs per server in the ElasticFlow A100 profiles (columns 1-8 inside one server).
+GPUS_PER_SERVER = 8
+#: Per-GPU batch assumed for the Chronus jobs (their batch sizes are not in model_info.json).
+CHRONUS_LOCAL_BATCH = 32.0
+#: Targets that decide the default all-reduce algorithm.
+MEDIAN_ERROR_TARGET = 0.15
+RANK_AGREEMENT_TARGET = 0.9
+#: Keys of the link parameters, in the order of the fitted vector.
+LINK_KEYS: tuple[str, ...] = ("intra_bandwidth", "inter_bandwidth", "intra_latency", "inter_latency")
+
+_PROFILE_DIR = "data/profiles/throughputs_A100"
+_CHRONUS_FILE = "data/chronus/model_info.json"
+# Units of the fitted vector: t0 and per_sample in ms; bandwidth in GB/s and latency in µs (logs).
+_MS = 1e-3
+_GBPS = 1e9
+_US = 1e-6
+# Bounds of the link parameters (log space): 10 MB/s .. 10 TB/s, 1 ns .. 100 ms.
+_BW_BOUNDS = (1e7, 1e13)
+_LAT_BOUNDS = (1e-9, 1e-1)
+# Fixed starting points of the link parameters: (intra GB/s, inter GB/s, intra µs, inter µs).
+_STARTS: tuple[tuple[float, float, float, float], ...] = (
+    (50.0, 10.0, 10.0, 50.0),
+    (10.0, 1.0, 1.0, 100.0),
+    (200.0, 100.0, 100.0, 1000.0),
+)
+# Relative difference below which two predicted throughputs count as tied.
+_TIE_RTOL = 1e-9
+
+
+# --------------------------------------------------------------------------------------- data
+@dataclass(frozen=True, slots=True)
+class ProfilePoint:
+    """One measured point of an ElasticFlow throughput profile.
+
+    Attributes:
+        model: Model name (file stem).
+        batch: Global batch size ``B``.
+        gpus: GPU count ``k``.
+        throughput: Measured iterations per second.
+    """
+
+    model: str
+    batch: int
+    gpus: int
+    throughput: float
+
+    @property
+    def iteration_time(self) -> float:
+        """Measured seconds per iteration (``1 / throughput``)."""
+        return 1.0 / self.throughput
+
+
+def _parse_measured(text: str) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+def load_profiles(models: Iterable[str] | None = None) -> tuple[ProfilePoint, ...]:
+    """Read the bundled ElasticFlow A100 profiles.
+
+    Empty, ``nan`` and ``0`` cells are "not measured" and skipped.
+
+    Args:
+        models: Models to read (file stems); default all bundled profiles.
+
+    Returns:
+        Every measured point, sorted by model, batch and GPU count.
+
+    Raises:
+        ConfigError: If a requested model has no bundled profile or a header is malformed.
+    """
+    folder = resources.files("crop_gym").joinpath(_PROFILE_DIR)
+    available = sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".csv"))
+    wanted = available if models is None else list(models)
+    points: list[ProfilePoint] = []
+    for model in wanted:
+        if model not in available:
+            raise ConfigError(f"no bundled profile for {model!r}; profiles: {', '.join(available)}")
+        rows = list(csv.reader(folder.joinpath(f"{model}.csv").read_text().splitlines()))
+        header = [h.strip() for h in rows[0]]
+        if not header or header[0] != "global_batch_size":
+            raise ConfigError(f"{_PROFILE_DIR}/{model}.csv: header must start with global_batch_size")
+        gpu_counts = [int(h) for h in header[1:]]
+        for row in rows[1:]:
+            if not row or not row[0].strip():
+                continue
+            batch = int(float(row[0]))
+            for k, cell in zip(gpu_counts, row[1:]):
+                value = _parse_measured(cell)
+                if value is not None:
+                    points.append(ProfilePoint(model, batch, k, value))
+    points.sort(key=lambda p: (p.model, p.batch, p.gpus))
+    return tuple(points)
+
+
+def load_chronus() -> dict[str, dict[int, dict[int, float]]]:
+    """Read the bundled Chronus placement sensitivity.
+
+    Returns:
+        ``{model: {job_gpus: {servers_spanned: relative_throughput}}}`` with integer keys.
+    """
+    text = resources.files("crop_gym").joinpath(_CHRONUS_FILE).read_text()
+    raw: dict[str, dict[str, dict[str, float]]] = json.loads(text)
+    return {
+        model: {int(k): {int(s): float(v) for s, v in by_s.items()} for k, by_s in by_k.items()}
+        for model, by_k in raw.items()
+    }
+
+
+# -------------------------------------------------------------------------------- prediction
+def profile_placement(k: Any, gpus_per_server: int = GPUS_PER_SERVER) -> tuple[Any, Any]:
+    """The packed placement of a profile point: ``(g, s) = (min(k, 8), ceil(k / 8))``.
+
+    Args:
+        k: GPU count(s) (scalar or array).
+        gpus_per_server: Server size.
+
+    Returns:
+        GPUs per server ``g`` and servers spanned ``s`` (float arrays).
+    """
+    kf = np.asarray(k, dtype=np.float64)
+    return np.minimum(kf, gpus_per_server), np.ceil(kf / gpus_per_server)
+
+
+def predict_iteration_time(
+    allreduce: str,
+    t0: Any,
+    per_sample: Any,
+    grad_bytes: Any,
+    local_batch: Any,
+    k: Any,
+    g: Any,
+    s: Any,
+    links: Mapping[str, float],
+) -> Any:
+    """Iteration time of a job on a healthy, uncontended placement (vectorised).
+
+    ``t0 + per_sample * local_batch + comm_time(...)`` where a job of more than one GPU spans its GPU
+    links (bandwidth ``intra_bandwidth``, latency ``intra_latency``) and, on more than one server,
+    its server links (``inter_bandwidth``, ``inter_latency``), exactly as
+    :func:`crop_gym.perf.placement_stats` finds on a two-level tree.
+
+    Args:
+        allreduce: ``"ring"`` or ``"hierarchical"``.
+        t0: Fixed compute time per iteration (s).
+        per_sample: Compute time per local sample (s).
+        grad_bytes: Gradient size ``M`` (bytes).
+        local_batch: Per-GPU batch.
+        k: GPUs.
+        g: GPUs per server (most on one server).
+        s: Servers spanned.
+        links: The four :data:`LINK_KEYS`.
+
+    Returns:
+        Seconds per iteration.
+    """
+    kf = np.asarray(k, dtype=np.float64)
+    sf = np.asarray(s, dtype=np.float64)
+    multi_gpu, multi_server = kf > 1, sf > 1
+    b_intra = np.where(multi_gpu, links["intra_bandwidth"], np.inf)
+    b_inter = np.where(multi_server, links["inter_bandwidth"], np.inf)
+    a_intra = np.where(multi_gpu, links["intra_latency"], 0.0)
+    a_inter = np.where(multi_server, links["inter_latency"], 0.0)
+    comm = comm_time(allreduce, grad_bytes, kf, g, sf, b_intra, b_inter, a_intra, a_inter)
+    return t0 + per_sample * np.asarray(local_batch, dtype=np.float64) + comm
+
+
+def model_coefficients(
+    name: str, fitted: Mapping[str, Mapping[str, float]]
+) -> tuple[float, float, float]:
+    """``(t0, per_sample, grad_bytes)`` of a zoo model under a set of fitted coefficients.
+
+    A measured model takes its fitted values; an unmeasured one is scaled from its base model by
+    GMACs per sample, the same rule :mod:`crop_gym.jobs` applies to the shipped calibration.
+
+    Raises:
+        ConfigError: If the model is not in the zoo or its base was not fitted.
+    """
+    if name not in MODEL_ZOO:
+        raise ConfigError(f"unknown model {name!r}")
+    spec = MODEL_ZOO[name]
+    if name in fitted:
+        return float(fitted[name]["t0"]), float(fitted[name]["per_sample"]), spec.grad_bytes
+    base = _FACTS[name][2] if name in _FACTS else None
+    if base is None or base not in fitted:
+        raise ConfigError(f"model {name!r} is neither fitted nor scaled from a fitted model")
+    ratio = spec.gmacs / MODEL_ZOO[base].gmacs
+    return float(fitted[base]["t0"]), float(fitted[base]["per_sample"]) * ratio, spec.grad_bytes
+
+
+# ------------------------------------------------------------------------------------ results
+@dataclass(frozen=True, slots=True)
+class ModelFit:
+    """Fitted coefficients and fit errors of one measured model.
+
+    Attributes:
+        model: Model name.
+        points: Measured (batch, GPUs) points.
+        t0: Fitted fixed compute time per iteration (s).
+        per_sample: Fitted compute time per local sample (s).
+        median_abs_rel_error: Median of ``|T_pred / T_meas - 1|`` over its points.
+        max_abs_rel_error: Largest ``|T_pred / T_meas - 1|``.
+    """
+
+    model: str
+    points: int
+    t0: float
+    per_sample: float
+    median_abs_rel_error: float
+    max_abs_rel_error: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChronusComparison:
+    """Predicted against measured relative throughput of one Chronus (model, job size).
+
+    Attributes:
+        model: Model name.
+        gpus: Job size ``k``.
+        servers: Servers spanned, ascending (1 included).
+        measured: Measured throughput relative to one server, per entry of ``servers``.
+        predicted: Predicted ``T(1 server) / T(s servers)``, per entry of ``servers``.
+        order_matches: Whether the predicted order over ``servers`` equals the measured one.
+    """
+
+    model: str
+    gpus: int
+    servers: tuple[int, ...]
+    measured: tuple[float, ...]
+    predicted: tuple[float, ...]
+    order_matches: bool
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """Outcome of :func:`fit_calibration` for one all-reduce algorithm.
+
+    Attributes:
+        allreduce: ``"ring"`` or ``"hierarchical"``.
+        links: Fitted ``intra_bandwidth``, ``inter_bandwidth`` (bytes/s), ``intra_latency``,
+            ``inter_latency`` (s).
+        models: Per measured model, its :class:`ModelFit`.
+        points: The profile points that were fitted.
+        predicted: Predicted iteration time of each point (s).
+        median_abs_rel_error: Median of ``|T_pred / T_meas - 1|`` over every point.
+        mean_abs_rel_error: Mean of the same.
+        max_abs_rel_error: Largest of the same.
+        chronus: Per Chronus (model, job size), the comparison.
+        chronus_rank_agreement: Fraction of Chronus (model, job size) pairs whose predicted order
+            over servers spanned matches the measured one (predicted ties count as mismatches).
+        chronus_mean_abs_error: Mean ``|predicted - measured|`` relative throughput over the
+            spread (``s > 1``) Chronus points; informational (other hardware).
+        cost: Final least-squares cost (half the sum of squared log errors).
+        options: Settings of the fit (constraints, Chronus local batch).
+    """
+
+    allreduce: str
+    links: dict[str, float]
+    models: dict[str, ModelFit]
+    points: tuple[ProfilePoint, ...]
+    predicted: tuple[float, ...]
+    median_abs_rel_error: float
+    mean_abs_rel_error: float
+    max_abs_rel_error: float
+    chronus: tuple[ChronusComparison, ...]
+    chronus_rank_agreement: float
+    chronus_mean_abs_error: float
+    cost: float
+    options: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def coefficients(self) -> dict[str, dict[str, float]]:
+        """``{model: {"t0": ..., "per_sample": ...}}`` as stored in calibration.json."""
+        return {m: {"t0": f.t0, "per_sample": f.per_sample} for m, f in self.models.items()}
+
+    @property
+    def meets_targets(self) -> bool:
+        """Median error <= 15% and Chronus rank agreement >= 0.9."""
+        return (
+            self.median_abs_rel_error <= MEDIAN_ERROR_TARGET
+            and self.chronus_rank_agreement >= RANK_AGREEMENT_TARGET
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (no per-point arrays except the Chronus comparison)."""
+        return {
+            "allreduce": self.allreduce,
+            "links": dict(self.links),
+            "models": self.coefficients,
+            "median_abs_rel_error": self.median_abs_rel_error,
+            "mean_abs_rel_error": self.mean_abs_rel_error,
+            "max_abs_rel_error": self.max_abs_rel_error,
+            "points": len(self.points),
+            "per_model": {
+                m: {
+                    "points": f.points,
+                    "median_abs_rel_error": f.median_abs_rel_error,
+                    "max_abs_rel_error": f.max_abs_rel_error,
+                    "t0": f.t0,
+                    "per_sample": f.per_sample,
+                }
+                for m, f in self.models.items()
+            },
+            "chronus_rank_agreement": self.chronus_rank_agreement,
+            "chronus_mean_abs_error": self.chronus_mean_abs_error,
+            "chronus": [
+                {
+                    "model": c.model,
+                    "gpus": c.gpus,
+                    "servers": list(c.servers),
+                    "measured": list(c.measured),
+                    "predicted": list(c.predicted),
+                    "order_matches": c.order_matches,
+                }
+                for c in self.chronus
+            ],
+            "cost": self.cost,
+            "options": dict(self.options),
+            "meets_targets": self.meets_targets,
+        }
+
+
+# ------------------------------------------------------------------------------------ chronus
+def _order_signs(values: Sequence[float], *, rtol: float) -> list[int]:
+    signs = []
+    for i in range(len(values)):
+        for j in range(i + 1, len(values)):
+            a, b = values[i], values[j]
+            diff = a - b
+            tie = abs(diff) <= rtol * max(abs(a), abs(b))
+            signs.append(0 if tie else (1 if diff > 0 else -1))
+    return signs
+
+
+def chronus_check(
+    allreduce: str,
+    links: Mapping[str, float],
+    fitted: Mapping[str, Mapping[str, float]],
+    *,
+    local_batch: float = CHRONUS_LOCAL_BATCH,
+    data: Mapping[str, Mapping[int, Mapping[int, float]]] | None = None,
+) -> tuple[tuple[ChronusComparison, ...], float, float]:
+    """Compare predicted and measured Chronus placement sensitivity.
+
+    For each (model, job size ``k``) and servers spanned ``s``, the job has ``k / s`` GPUs on each of
+    ``s`` servers and a per-GPU batch ``local_batch``; the predicted relative throughput is
+    ``T(1 server) / T(s servers)``.
+
+    Args:
+        allreduce: ``"ring"`` or ``"hierarchical"``.
+        links: Link parameters (:data:`LINK_KEYS`).
+        fitted: Fitted coefficients of the measured models (unmeasured ones are scaled).
+        local_batch: Per-GPU batch of the Chronus jobs.
+        data: Chronus data; default the bundled file.
+
+    Returns:
+        ``(comparisons, rank_agreement, mean_abs_error)``.
+    """
+    chronus = load_chronus() if data is None else data
+    rows: list[ChronusComparison] = []
+    errors: list[float] = []
+    for model in sorted(chronus):
+        t0, per_sample, grad = model_coefficients(model, fitted)
+        for k in sorted(chronus[model]):
+            by_s = chronus[model][k]
+            servers = tuple(sorted(set(by_s) | {1}))
+            if any(k % s for s in servers):
+                raise ConfigError(f"Chronus {model} k={k}: servers {servers} do not divide the job")
+            ss = np.asarray(servers, dtype=np.float64)
+            times = predict_iteration_time(
+                allreduce, t0, per_sample, grad, local_batch, k, k / ss, ss, links
+            )
+            predicted = tuple(float(times[0] / t) for t in times)
+            measured = tuple(float(by_s.get(s, 1.0)) for s in servers)
+            match = _order_signs(predicted, rtol=_TIE_RTOL) == _order_signs(measured, rtol=0.0)
+            rows.append(ChronusComparison(model, k, servers, measured, predicted, match))
+            errors.extend(abs(p - m) for s, p, m in zip(servers, predicted, measured) if s > 1)
+    agreement = sum(r.order_matches for r in rows) / len(rows) if rows else float("nan")
+    mae = float(np.mean(errors)) if errors else float("nan")
+    return tuple(rows), agreement, mae
+
+
+# ---------------------------------------------------------------------------------------- fit
+def fit_calibration(
+    allreduce: str = "hierarchical",
+    *,
+    points: Sequence[ProfilePoint] | None = None,
+    min_latency_ratio: float = 4.0,
+    min_bandwidth_ratio: float = 1.0,
+    chronus_local_batch: float = CHRONUS_LOCAL_BATCH,
+) -> CalibrationResult:
+    """Fit compute coefficients and link parameters to the ElasticFlow A100 profiles.
+
+    Deterministic: fixed starting points (the best of :data:`_STARTS` is kept), tight tolerances,
+    finite-difference Jacobian.
+
+    Args:
+        allreduce: ``"ring"`` or ``"hierarchical"``.
+        points: Profile points to fit; default every bundled measured point.
+        min_latency_ratio: Constraint ``inter_latency >= min_latency_ratio * intra_latency``.
+        min_bandwidth_ratio: Constraint ``intra_bandwidth >= min_bandwidth_ratio * inter_bandwidth``.
+        chronus_local_batch: Per-GPU batch assumed in the Chronus check.
+
+    Returns:
+        The fitted parameters, their errors and the Chronus check.
+
+    Raises:
+        ConfigError: On an unknown algorithm, a ratio < 1, or a model outside the zoo.
+    """
+    from scipy.optimize import least_squares
+
+    if allreduce not in ALLREDUCE_ALGORITHMS:
+        raise ConfigError(f"allreduce={allreduce!r} is not one of {', '.join(ALLREDUCE_ALGORITHMS)}")
+    if not (min_latency_ratio >= 1.0 and min_bandwidth_ratio >= 1.0):
+        raise ConfigError("min_latency_ratio and min_bandwidth_ratio must be >= 1")
+    pts = tuple(load_profiles() if points is None else points)
+    if not pts:
+        raise ConfigError("no profile points to fit")
+    models = sorted({p.model for p in pts})
+    for m in models:
+        if m not in MODEL_ZOO:
+            raise ConfigError(f"profile model {m!r} is not in the model zoo")
+    nm = len(models)
+    index = {m: i for i, m in enumerate(models)}
+    mid = np.array([index[p.model] for p in pts])
+    batch = np.array([p.batch for p in pts], dtype=np.float64)
+    k = np.array([p.gpus for p in pts], dtype=np.float64)
+    measured = np.array([p.iteration_time for p in pts])
+    grad = np.array([MODEL_ZOO[p.model].grad_bytes for p in pts])
+    g, s = profile_placement(k)
+    log_measured = np.log(measured)
+
+    # x = [t0 (ms) per model, per_sample (ms) per model,
+    #      ln(intra_bw / GB/s), ln(intra_bw / inter_bw), ln(intra_lat / µs), ln(inter_lat / intra_lat)]
+    def unpack_links(x: NDArray[np.float64]) -> dict[str, float]:
+        lbw, dbw, llat, dlat = x[2 * nm : 2 * nm + 4]
+        return {
+            "intra_bandwidth": float(np.exp(lbw) * _GBPS),
+            "inter_bandwidth": float(np.exp(lbw - dbw) * _GBPS),
+            "intra_latency": float(np.exp(llat) * _US),
+            "inter_latency": float(np.exp(llat + dlat) * _US),
+        }
+
+    def predict(x: NDArray[np.float64]) -> NDArray[np.float64]:
+        t0 = x[:nm][mid] * _MS
+        per_sample = x[nm : 2 * nm][mid] * _MS
+        out: NDArray[np.float64] = predict_iteration_time(
+            allreduce, t0, per_sample, grad, batch / k, k, g, s, unpack_links(x)
+        )
+        return out
+
+    def residuals(x: NDArray[np.float64]) -> NDArray[np.float64]:
+        return np.asarray(np.log(predict(x)) - log_measured)
+
+    lo = np.concatenate(
+        [
+            np.zeros(2 * nm),
+            [
+                math.log(_BW_BOUNDS[0] / _GBPS),
+                math.log(min_bandwidth_ratio),
+                math.log(_LAT_BOUNDS[0] / _US),
+                math.log(min_latency_ratio),
+            ],
+        ]
+    )
+    hi = np.concatenate(
+        [
+            np.full(2 * nm, np.inf),
+            [
+                math.log(_BW_BOUNDS[1] / _GBPS),
+                math.log(_BW_BOUNDS[1] / _BW_BOUNDS[0]),
+                math.log(_LAT_BOUNDS[1] / _US),
+                math.log(_LAT_BOUNDS[1] / _LAT_BOUNDS[0]),
+            ],
+        ]
+    )
+    # Compute start: one-GPU points (no communication) give t0 and per_sample directly.
+    t0_start, ps_start = _single_gpu_start(models, pts)
+    best = None
+    for bw_i, bw_e, lat_i, lat_e in _STARTS:
+        links0 = [
+            math.log(bw_i),
+            math.log(max(bw_i / bw_e, min_bandwidth_ratio)),
+            math.log(lat_i),
+            math.log(max(lat_e / lat_i, min_latency_ratio)),
+        ]
+        x0 = np.clip(np.concatenate([t0_start, ps_start, links0]), lo, hi)
+        # Strictly inside the bounds, as the trust-region reflective method requires.
+        x0 = np.where(x0 <= lo, lo + 1e-3, x0)
+        res = least_squares(
+            residuals,
+            x0,
+            bounds=(lo, hi),
+            method="trf",
+            xtol=1e-14,
+            ftol=1e-14,
+            gtol=1e-14,
+            max_nfev=20000,
+        )
+        if best is None or res.cost < best.cost - 1e-15:
+            best = res
+    assert best is not None
+    x = np.asarray(best.x, dtype=np.float64)
+    links = unpack_links(x)
+    predicted = predict(x)
+    rel = np.abs(predicted / measured - 1.0)
+    fits: dict[str, ModelFit] = {}
+    for m in models:
+        sel = mid == index[m]
+        fits[m] = ModelFit(
+            model=m,
+            points=int(sel.sum()),
+            t0=float(x[index[m]] * _MS),
+            per_sample=float(x[nm + index[m]] * _MS),
+            median_abs_rel_error=float(np.median(rel[sel])),
+            max_abs_rel_error=float(rel[sel].max()),
+        )
+    coefficients = {m: {"t0": f.t0, "per_sample": f.per_sample} for m, f in fits.items()}
+    rows, agreement, mae = chronus_check(
+        allreduce, links, coefficients, local_batch=chronus_local_batch
+    )
+    return CalibrationResult(
+        allreduce=allreduce,
+        links=links,
+        models=fits,
+        points=pts,
+        predicted=tuple(float(v) for v in predicted),
+        median_abs_rel_error=float(np.median(rel)),
+        mean_abs_rel_error=float(np.mean(rel)),
+        max_abs_rel_error=float(rel.max()),
+        chronus=rows,
+        chronus_rank_agreement=float(agreement),
+        chronus_mean_abs_error=mae,
+        cost=float(best.cost),
+        options={
+            "min_latency_ratio": float(min_latency_ratio),
+            "min_bandwidth_ratio": float(min_bandwidth_ratio),
+            "chronus_local_batch": float(chronus_local_batch),
+            "gpus_per_server": float(GPUS_PER_SERVER),
+        },
+    )
+
+
+def _single_gpu_start(
+    models: Sequence[str], pts: Sequence[ProfilePoint]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Starting ``t0`` and ``per_sample`` (ms) from a line through each model's one-GPU points."""
+    t0 = np.full(len(models), 10.0)
+    ps = np.full(len(models), 1.0)
+    for i, m in enumerate(models):
+        one = [(p.batch, p.iteration_time / _MS) for p in pts if p.model == m and p.gpus == 1]
+        if len(one) >= 2:
+            b = np.array([q[0] for q in one], dtype=np.float64)
+            t = np.array([q[1] for q in one])
+            slope, intercept = np.polyfit(b, t, 1)
+            ps[i] = max(float(slope), 1e-3)
+            t0[i] = max(float(intercept), 1e-1)
+        elif one:
+            ps[i] = one[0][1] / one[0][0]
+    return t0, ps
+
+
+def fit_all(
+    algorithms: Iterable[str] = ALLREDUCE_ALGORITHMS, **kwargs: Any
+) -> dict[str, CalibrationResult]:
+    """Fit each algorithm (keyword arguments go to :func:`fit_calibration`)."""
+    return {a: fit_calibration(a, **kwargs) for a in algorithms}
+
+
+def choose_default(results: Mapping[str, CalibrationResult]) -> tuple[str, str]:
+    """Pick the default all-reduce algorithm by the evidence.
+
+    Algorithms that meet both targets (median error <= 15%, Chronus rank agreement >= 0.9) come
+    first; among them the higher rank agreement wins, then the lower median error, then ``ring``
+    (DESIGN's reference) on a tie.
+
+    Returns:
+        ``(algorithm, reason)``.
+    """
+    if not results:
+        raise ConfigError("no calibration results to choose from")
+
+    def key(a: str) -> tuple[bool, float, float, bool]:
+        r = results[a]
+        return (not r.meets_targets, -r.chronus_rank_agreement, r.median_abs_rel_error, a != "ring")
+
+    ordered = sorted(results, key=key)
+    best = results[ordered[0]]
+    parts = [
+        f"{a}: median error {results[a].median_abs_rel_error:.1%}, "
+        f"Chronus rank agreement {results[a].chronus_rank_agreement:.2f}"
+        for a in ordered
+    ]
+    verdict = "meets" if best.meets_targets else "does NOT meet"
+    reason = (
+        f"{ordered[0]} {verdict} the targets (median <= {MEDIAN_ERROR_TARGET:.0%}, rank agreement "
+        f">= {RANK_AGREEMENT_TARGET}) with the best Chronus ordering; " + "; ".join(parts)
+    )
+    if len(results) > 1 and "ring" in results:
+        reason += "; a ring cannot tell 2 servers from 4 (same links, same bottleneck)"
+    return ordered[0], reason
+
+
+def _sig(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits}g}")
+
+
+def calibration_json(results: Mapping[str, CalibrationResult], default: str, reason: str) -> dict[str, Any]:
+    """The content of ``crop_gym/data/calibration.json`` for the chosen default.
+
+    Values are rounded to 6 significant digits.
+    """
+    chosen = results[default]
+    return {
+        "comment": (
+            "Generated by `crop-gym calibrate --write` (crop_gym/calibration.py): least-squares fit "
+            "of log iteration time to the ElasticFlow A100 profiles (data/profiles/throughputs_A100), "
+            f"packed placements of {GPUS_PER_SERVER} GPUs per server, constraints inter_latency >= "
+            f"{chosen.options['min_latency_ratio']:g} x intra_latency and inter_bandwidth <= "
+            f"intra_bandwidth; checked against Chronus (data/chronus/model_info.json). "
+            f"Default all-reduce: {reason}. See docs/MODEL.md."
+        ),
+        "allreduce": default,
+        "links": {key: _sig(chosen.links[key]) for key in LINK_KEYS},
+        "models": {
+            m: {"t0": _sig(f.t0), "per_sample": _sig(f.per_sample)} for m, f in chosen.models.items()
+        },
+        "errors": {
+            a: {
+                "median_abs_rel_error": _sig(r.median_abs_rel_error, 4),
+                "mean_abs_rel_error": _sig(r.mean_abs_rel_error, 4),
+                "max_abs_rel_error": _sig(r.max_abs_rel_error, 4),
+                "points": len(r.points),
+                "chronus_rank_agreement": _sig(r.chronus_rank_agreement, 4),
+                "chronus_mean_abs_error": _sig(r.chronus_mean_abs_error, 4),
+                "per_model": {
+                    m: {
+                        "points": f.points,
+                        "median_abs_rel_error": _sig(f.median_abs_rel_error, 4),
+                        "max_abs_rel_error": _sig(f.max_abs_rel_error, 4),
+                    }
+                    for m, f in r.models.items()
+                },
+            }
+            for a, r in results.items()
+        },
+    }
