@@ -50,7 +50,9 @@ def main() -> None:
     st, jobs = populated("n128g8", 200)
     print(f"cluster: {st}")
     full = timeit(st.evaluate, 500)
-    print(f"full evaluation of F, 1,024 GPUs, {len(jobs)} jobs: {full * 1e3:.3f} ms (target <= 2 ms)")
+    print(
+        f"full evaluation of F, 1,024 GPUs, {len(jobs)} jobs: {full * 1e3:.3f} ms (target <= 2 ms)"
+    )
 
     rem, add = [], []
     for j in jobs:
@@ -63,8 +65,12 @@ def main() -> None:
         t2 = time.perf_counter()
         rem.append(t1 - t0)
         add.append(t2 - t1)
-    print(f"incremental remove: mean {np.mean(rem) * 1e3:.3f} ms, p95 {np.percentile(rem, 95) * 1e3:.3f} ms (target <= 0.2 ms)")
-    print(f"incremental add (stats given): mean {np.mean(add) * 1e3:.3f} ms, p95 {np.percentile(add, 95) * 1e3:.3f} ms")
+    print(
+        f"incremental remove: mean {np.mean(rem) * 1e3:.3f} ms, p95 {np.percentile(rem, 95) * 1e3:.3f} ms (target <= 0.2 ms)"
+    )
+    print(
+        f"incremental add (stats given): mean {np.mean(add) * 1e3:.3f} ms, p95 {np.percentile(add, 95) * 1e3:.3f} ms"
+    )
     add_full = []
     for j in jobs:
         gpus = st.placement(j.job_id)
@@ -72,7 +78,9 @@ def main() -> None:
         t0 = time.perf_counter()
         st.add(j, gpus)
         add_full.append(time.perf_counter() - t0)
-    print(f"incremental add (incl. placement stats): mean {np.mean(add_full) * 1e3:.3f} ms (target <= 0.2 ms)")
+    print(
+        f"incremental add (incl. placement stats): mean {np.mean(add_full) * 1e3:.3f} ms (target <= 0.2 ms)"
+    )
     gains = [timeit(lambda j=j: st.gain(j, st.placement(j.job_id)), 20) for j in jobs[:50]]
     print(f"gain (ΔF without mutation): mean {np.mean(gains) * 1e3:.3f} ms")
     assert abs(st.F - st.copy().evaluate()) < 1e-6
@@ -84,7 +92,9 @@ def main() -> None:
     load_workload("elasticflow:cluster04")  # warm the import
     t = time.perf_counter()
     w = load_workload("elasticflow:cluster04")
-    print(f"load elasticflow:cluster04 ({len(w.jobs)} jobs): {time.perf_counter() - t:.3f} s (target <= 1 s)")
+    print(
+        f"load elasticflow:cluster04 ({len(w.jobs)} jobs): {time.perf_counter() - t:.3f} s (target <= 1 s)"
+    )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ Candidate sets depend only on the free GPUs, the health and ``k``; they are cach
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -138,7 +139,9 @@ def _compute(state: ClusterState, k: int, robust: bool, cap: int) -> CandidateSe
         srv = np.arange(lo, hi)
         srv = srv[srv_free[srv] > 0]
         srv = srv[np.lexsort((srv, server_badness[srv], -srv_free[srv]))]
-        take = np.minimum(srv_free[srv], np.maximum(k - np.concatenate([[0], np.cumsum(srv_free[srv])[:-1]]), 0))
+        take = np.minimum(
+            srv_free[srv], np.maximum(k - np.concatenate([[0], np.cumsum(srv_free[srv])[:-1]]), 0)
+        )
         used = take > 0
         srv, take = srv[used], take[used]
         pos = np.concatenate([srv_start[s] + np.arange(t) for s, t in zip(srv, take, strict=True)])

@@ -48,7 +48,9 @@ class Health:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            a = np.array(getattr(self, f.name), dtype=bool if f.name == "gpu_failed" else np.float64)
+            a = np.array(
+                getattr(self, f.name), dtype=bool if f.name == "gpu_failed" else np.float64
+            )
             a.setflags(write=False)
             object.__setattr__(self, f.name, a)
         if len({len(self.gpu_slowdown), len(self.gpu_failed), len(self.gpu_fail_prob)}) != 1:
@@ -173,7 +175,10 @@ class AbnormalityProfile:
             check_range(f"{self.name}.abnormal_gpus", self.abnormal_gpus, 0)
         check_range(f"{self.name}.onset_rate_per_gpu_hour", self.onset_rate_per_gpu_hour, 0.0)
         check_range(
-            f"{self.name}.mean_abnormal_duration_s", self.mean_abnormal_duration_s, 0.0, low_inclusive=False
+            f"{self.name}.mean_abnormal_duration_s",
+            self.mean_abnormal_duration_s,
+            0.0,
+            low_inclusive=False,
         )
 
     def sample(self, topology: Topology, rng: np.random.Generator) -> Health:
@@ -253,7 +258,9 @@ def get_profile(name: str | AbnormalityProfile = "none", **overrides: Any) -> Ab
         try:
             base = PROFILES[name]
         except KeyError:
-            raise ConfigError(f"unknown abnormality profile {name!r}; profiles: {', '.join(PROFILES)}") from None
+            raise ConfigError(
+                f"unknown abnormality profile {name!r}; profiles: {', '.join(PROFILES)}"
+            ) from None
     if not overrides:
         return base
     fields = {f.name for f in dataclasses.fields(AbnormalityProfile)}

@@ -171,7 +171,9 @@ class Job:
     def __post_init__(self) -> None:
         get_model(self.model)
         if int(self.num_gpus) != self.num_gpus or self.num_gpus < 1:
-            raise ConfigError(f"Job {self.job_id}: num_gpus={self.num_gpus!r} must be an integer >= 1")
+            raise ConfigError(
+                f"Job {self.job_id}: num_gpus={self.num_gpus!r} must be an integer >= 1"
+            )
         check_range(f"Job {self.job_id}: batch_size", self.batch_size, 0, low_inclusive=False)
         check_range(f"Job {self.job_id}: iterations", self.iterations, 0, low_inclusive=False)
         check_range(f"Job {self.job_id}: arrival", self.arrival, 0)

@@ -37,7 +37,17 @@ def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
     healthy = Health.healthy(topology)
     st = placement_stats(topology, healthy, gpus)
     b_inter = float(topology.link_bw[st.inter_links].min()) if len(st.inter_links) else np.inf
-    comm = comm_time(perf.allreduce, job.grad_bytes, st.k, st.g, st.s, st.b_intra, b_inter, st.a_intra, st.a_inter)
+    comm = comm_time(
+        perf.allreduce,
+        job.grad_bytes,
+        st.k,
+        st.g,
+        st.s,
+        st.b_intra,
+        b_inter,
+        st.a_intra,
+        st.a_inter,
+    )
     return float(iteration_time(job.compute_time, comm, perf.overlap))
 
 
@@ -81,7 +91,28 @@ class ClusterState:
     _INIT_SLOTS = 64
     _INIT_LINKS = 8
 
-    def __init__(self, topology: Topology, health: Health | None = None, perf: PerfConfig | None = None) -> None:
+    # Per-slot arrays (one row per placed job; ``_active`` marks the used rows).
+    _active: NDArray[np.bool_]
+    _links: NDArray[np.int32]  # spanned inter-server links, root-padded
+    _M: NDArray[np.float64]  # gradient bytes
+    _k: NDArray[np.float64]  # GPUs
+    _g: NDArray[np.float64]  # most GPUs on one server
+    _s: NDArray[np.float64]  # servers spanned
+    _b_intra: NDArray[np.float64]  # bottleneck over GPU links
+    _a_intra: NDArray[np.float64]  # largest intra latency
+    _a_inter: NDArray[np.float64]  # largest inter latency
+    _t: NDArray[np.float64]  # compute time with stragglers and speeds
+    _tstar: NDArray[np.float64]  # ideal time T*
+    _wsurv: NDArray[np.float64]  # w * k * survival
+    _surv: NDArray[np.float64]  # survival
+    _T: NDArray[np.float64]  # iteration time
+    _C: NDArray[np.float64]  # communication time
+    _eta: NDArray[np.float64]  # normalised throughput
+    _value: NDArray[np.float64]  # v_j
+
+    def __init__(
+        self, topology: Topology, health: Health | None = None, perf: PerfConfig | None = None
+    ) -> None:
         self.topology = topology
         self.perf = perf if perf is not None else PerfConfig()
         self.gpu_owner = np.full(topology.num_gpus, -1, dtype=np.int32)
@@ -98,7 +129,23 @@ class ClusterState:
         self.set_health(health if health is not None else Health.healthy(topology))
 
     # ------------------------------------------------------------------ storage
-    _FLOAT_FIELDS = ("M", "k", "g", "s", "b_intra", "a_intra", "a_inter", "t", "tstar", "wsurv", "surv", "T", "C", "eta", "value")
+    _FLOAT_FIELDS = (
+        "M",
+        "k",
+        "g",
+        "s",
+        "b_intra",
+        "a_intra",
+        "a_inter",
+        "t",
+        "tstar",
+        "wsurv",
+        "surv",
+        "T",
+        "C",
+        "eta",
+        "value",
+    )
 
     def _alloc(self, slots: int, width: int) -> None:
         self._active = np.zeros(slots, dtype=bool)
@@ -202,7 +249,9 @@ class ClusterState:
             st = self._slot_stats[s]
             assert st is not None
             if not self._usable[st.gpus].all():
-                raise ConfigError(f"job {jid} holds a failed GPU; remove it before marking the GPU failed")
+                raise ConfigError(
+                    f"job {jid} holds a failed GPU; remove it before marking the GPU failed"
+                )
             self._write_stats(s, placement_stats(self.topology, health, st.gpus), self._slot_job[s])  # type: ignore[arg-type]
         self.version += 1
         self.evaluate()
@@ -238,7 +287,9 @@ class ClusterState:
     def evaluate(self) -> float:
         """Recompute link loads, every job's time and value, and F from scratch; return F."""
         rows = np.flatnonzero(self._active)
-        load = np.bincount(self._links[rows].ravel(), minlength=self.topology.num_nodes).astype(np.int32)
+        load = np.bincount(self._links[rows].ravel(), minlength=self.topology.num_nodes).astype(
+            np.int32
+        )
         load[0] = 0
         self.link_load[:] = load
         if len(rows):
@@ -296,7 +347,9 @@ class ClusterState:
         if len(p) != job.num_gpus:
             raise ConfigError(f"job {job.job_id} needs {job.num_gpus} GPUs, got {len(p)}")
         if len(p) and (p[0] < 0 or p[-1] >= self.topology.num_gpus):
-            raise ConfigError(f"GPU index outside [0, {self.topology.num_gpus - 1}] in {p.tolist()}")
+            raise ConfigError(
+                f"GPU index outside [0, {self.topology.num_gpus - 1}] in {p.tolist()}"
+            )
         if np.any(p[1:] == p[:-1]):
             raise ConfigError(f"repeated GPU in placement {p.tolist()}")
         if not self.free_mask[p].all():
@@ -308,7 +361,9 @@ class ClusterState:
         """Contention-independent facts of a placement under the current health."""
         return placement_stats(self.topology, self._health, gpus)
 
-    def add(self, job: Job, gpus: NDArray[np.integer[Any]], stats: PlacementStats | None = None) -> float:
+    def add(
+        self, job: Job, gpus: NDArray[np.integer[Any]], stats: PlacementStats | None = None
+    ) -> float:
         """Place ``job`` on ``gpus`` and update everything it touches.
 
         Args:
@@ -370,14 +425,23 @@ class ClusterState:
         self.version += 1
         return delta
 
-    def gain(self, job: Job, gpus: NDArray[np.integer[Any]] | None = None, stats: PlacementStats | None = None) -> float:
+    def gain(
+        self,
+        job: Job,
+        gpus: NDArray[np.integer[Any]] | None = None,
+        stats: PlacementStats | None = None,
+    ) -> float:
         """ΔF of placing ``job`` on ``gpus`` without changing the state.
 
         Includes the job's own value and the change it causes to the jobs sharing its links.
         Pass ``stats`` (from :meth:`stats_for`) instead of ``gpus`` to save recomputation. The
         placement is not validated (use :meth:`check_placement`).
         """
-        st = stats if stats is not None else placement_stats(self.topology, self._health, np.asarray(gpus))
+        st = (
+            stats
+            if stats is not None
+            else placement_stats(self.topology, self._health, np.asarray(gpus))
+        )
         inter = st.inter_links
         rows = self._affected(inter)
         load = self.link_load
@@ -387,7 +451,17 @@ class ClusterState:
         # The new job's own value.
         share = self._eff_bw[inter] / load[inter] if len(inter) else np.empty(0)
         b_inter = float(share.min()) if len(share) else np.inf
-        C = comm_time(self.perf.allreduce, job.grad_bytes, st.k, st.g, st.s, st.b_intra, b_inter, st.a_intra, st.a_inter)
+        C = comm_time(
+            self.perf.allreduce,
+            job.grad_bytes,
+            st.k,
+            st.g,
+            st.s,
+            st.b_intra,
+            b_inter,
+            st.a_intra,
+            st.a_inter,
+        )
         T = iteration_time(job.compute_time * st.slowdown, C, self.perf.overlap)
         own = job.weight * st.k * st.survival * min(1.0, self._tstar_of(job) / float(T))
         if len(rows) == 0:
@@ -400,7 +474,14 @@ class ClusterState:
         """An independent copy (arrays copied; jobs, stats and the ideal-time cache shared)."""
         new = object.__new__(ClusterState)
         new.__dict__.update(self.__dict__)
-        for name in ("gpu_owner", "link_load", "_mark", "_active", "_links", *(f"_{f}" for f in self._FLOAT_FIELDS)):
+        for name in (
+            "gpu_owner",
+            "link_load",
+            "_mark",
+            "_active",
+            "_links",
+            *(f"_{f}" for f in self._FLOAT_FIELDS),
+        ):
             setattr(new, name, getattr(self, name).copy())
         new.jobs = dict(self.jobs)
         new._slot_job = list(self._slot_job)

@@ -109,11 +109,17 @@ def comm_time(
         if allreduce == "ring":
             b = np.minimum(b_intra, b_inter)
             steps = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0)
-            return np.where(steps > 0, steps / k * grad_bytes / b + steps * np.maximum(a_intra, a_inter), 0.0)
+            return np.where(
+                steps > 0, steps / k * grad_bytes / b + steps * np.maximum(a_intra, a_inter), 0.0
+            )
         gf = np.asarray(g, dtype=np.float64)
         sf = np.asarray(s, dtype=np.float64)
-        intra = np.where(gf > 1, 2.0 * (gf - 1.0) / gf * grad_bytes / b_intra + 2.0 * (gf - 1.0) * a_intra, 0.0)
-        inter = np.where(sf > 1, 2.0 * (sf - 1.0) / sf * grad_bytes / b_inter + 2.0 * (sf - 1.0) * a_inter, 0.0)
+        intra = np.where(
+            gf > 1, 2.0 * (gf - 1.0) / gf * grad_bytes / b_intra + 2.0 * (gf - 1.0) * a_intra, 0.0
+        )
+        inter = np.where(
+            sf > 1, 2.0 * (sf - 1.0) / sf * grad_bytes / b_inter + 2.0 * (sf - 1.0) * a_inter, 0.0
+        )
         return intra + inter
 
 
@@ -153,7 +159,9 @@ class PlacementStats:
     survival: float
 
 
-def placement_stats(topology: Topology, health: Health, gpus: NDArray[np.integer[Any]]) -> PlacementStats:
+def placement_stats(
+    topology: Topology, health: Health, gpus: NDArray[np.integer[Any]]
+) -> PlacementStats:
     """Compute the contention-independent facts of placing a job on ``gpus``.
 
     Args:
@@ -167,11 +175,17 @@ def placement_stats(topology: Topology, health: Health, gpus: NDArray[np.integer
     intra_mask = topology.is_intra[links]
     intra, inter = links[intra_mask], links[~intra_mask]
     servers, per_server = np.unique(topology.gpu_server[p], return_counts=True)
-    b_intra = float((topology.link_bw[intra] * health.link_degradation[intra]).min()) if len(intra) else np.inf
+    b_intra = (
+        float((topology.link_bw[intra] * health.link_degradation[intra]).min())
+        if len(intra)
+        else np.inf
+    )
     a_intra = float(topology.link_lat[intra].max()) if len(intra) else 0.0
     a_inter = float(topology.link_lat[inter].max()) if len(inter) else 0.0
     slowdown = float((health.gpu_slowdown[p] / topology.gpu_speed[p]).max())
-    survival = float(np.prod(1.0 - health.gpu_fail_prob[p]) * np.prod(1.0 - health.link_fail_prob[links]))
+    survival = float(
+        np.prod(1.0 - health.gpu_fail_prob[p]) * np.prod(1.0 - health.link_fail_prob[links])
+    )
     return PlacementStats(
         gpus=p,
         inter_links=inter,

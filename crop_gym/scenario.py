@@ -85,7 +85,9 @@ class Scenario:
 
     def __post_init__(self) -> None:
         if self.cluster not in PRESETS:
-            raise ConfigError(f"scenario {self.name}: cluster={self.cluster!r} is not a preset ({', '.join(PRESETS)})")
+            raise ConfigError(
+                f"scenario {self.name}: cluster={self.cluster!r} is not a preset ({', '.join(PRESETS)})"
+            )
         if not isinstance(self.abnormal, AbnormalityProfile):
             raise ConfigError(f"scenario {self.name}: abnormal must be an AbnormalityProfile")
         for name, lo in (("queue_size", 1), ("max_candidates", 1), ("max_job_gpus", 0)):
@@ -170,7 +172,9 @@ class Scenario:
             elif suffix == ".json":
                 data = json.loads(text)
             else:
-                raise ConfigError(f"{p}: unknown scenario file type {suffix!r} (use .toml, .yaml or .json)")
+                raise ConfigError(
+                    f"{p}: unknown scenario file type {suffix!r} (use .toml, .yaml or .json)"
+                )
         except ConfigError:
             raise
         except Exception as exc:  # parser errors carry the line number in their message
@@ -187,7 +191,9 @@ class Scenario:
         ab = dataclasses.asdict(self.abnormal)
         ab["profile"] = ab.pop("name")
         base = dataclasses.asdict(PROFILES.get(ab["profile"], AbnormalityProfile()))
-        d["abnormal"] = {"profile": ab["profile"]} | {k: v for k, v in ab.items() if k != "profile" and base.get(k) != v}
+        d["abnormal"] = {"profile": ab["profile"]} | {
+            k: v for k, v in ab.items() if k != "profile" and base.get(k) != v
+        }
         if ab["profile"] not in PROFILES:
             d["abnormal"]["profile"] = "none"
         return d
@@ -207,9 +213,23 @@ SCENARIOS: dict[str, Scenario] = {
     ),
     "default-none": Scenario(name="default-none", abnormal=PROFILES["none"]),
     "default-severe": Scenario(name="default-severe", abnormal=PROFILES["severe"]),
-    "n64g8": Scenario(name="n64g8", cluster="n64g8", workload="elasticflow:cluster01", queue_size=64, max_job_gpus=64),
-    "n128g8": Scenario(name="n128g8", cluster="n128g8", workload="elasticflow:cluster04", queue_size=200, max_job_gpus=64),
-    "pollux-16x4": Scenario(name="pollux-16x4", cluster="pollux-16x4", queue_size=16, max_job_gpus=16),
+    "n64g8": Scenario(
+        name="n64g8",
+        cluster="n64g8",
+        workload="elasticflow:cluster01",
+        queue_size=64,
+        max_job_gpus=64,
+    ),
+    "n128g8": Scenario(
+        name="n128g8",
+        cluster="n128g8",
+        workload="elasticflow:cluster04",
+        queue_size=200,
+        max_job_gpus=64,
+    ),
+    "pollux-16x4": Scenario(
+        name="pollux-16x4", cluster="pollux-16x4", queue_size=16, max_job_gpus=16
+    ),
 }
 
 
@@ -226,7 +246,9 @@ def get_scenario(name_or_path: str | Path | Scenario) -> Scenario:
         return SCENARIOS[key]
     if Path(key).is_file():
         return Scenario.from_file(key)
-    raise ConfigError(f"unknown scenario {key!r}: not a built-in ({', '.join(SCENARIOS)}) nor a file")
+    raise ConfigError(
+        f"unknown scenario {key!r}: not a built-in ({', '.join(SCENARIOS)}) nor a file"
+    )
 
 
 @cache
@@ -303,7 +325,7 @@ class ScenarioSampler:
         sc = self.scenario
         health = sc.abnormal.sample(self.topology, rng)
         state = ClusterState(self.topology, health, sc.perf)
-        target = int(round(sc.background_load * self.topology.num_gpus))
+        target = round(sc.background_load * self.topology.num_gpus)
         busy, t, misses = 0, 0, 0
         while busy < target and misses < 20:
             (job,) = self._draw(rng, 1, "bg")
@@ -312,7 +334,9 @@ class ScenarioSampler:
             if job.num_gpus > target - busy:
                 misses += 1
                 continue
-            cands = candidate_placements(state, job.num_gpus, robust=False, max_candidates=sc.max_candidates)
+            cands = candidate_placements(
+                state, job.num_gpus, robust=False, max_candidates=sc.max_candidates
+            )
             if len(cands) == 0:
                 misses += 1
                 continue

@@ -132,7 +132,9 @@ class Topology:
 
     # ------------------------------------------------------------ construction
     @classmethod
-    def from_graph(cls, graph: nx.Graph, *, root: Hashable | None = None, name: str = "custom") -> Topology:
+    def from_graph(
+        cls, graph: nx.Graph, *, root: Hashable | None = None, name: str = "custom"
+    ) -> Topology:
         """Validate a networkx tree and compile it.
 
         Args:
@@ -166,7 +168,9 @@ class Topology:
         if root is None:
             root = graph.graph.get("root")
         if root is None:
-            flagged = [n for n, d in graph.nodes(data=True) if d.get("root") or d.get("kind") == "root"]
+            flagged = [
+                n for n, d in graph.nodes(data=True) if d.get("root") or d.get("kind") == "root"
+            ]
             if len(flagged) != 1:
                 raise TopologyError(
                     "cannot tell the root: set graph.graph['root'] or pass root=..., "
@@ -202,12 +206,18 @@ class Topology:
             try:
                 bw = float(bw)
             except (TypeError, ValueError):
-                raise TopologyError(f"edge ({u!r}, {v!r}) has a non-numeric bandwidth {bw!r}") from None
+                raise TopologyError(
+                    f"edge ({u!r}, {v!r}) has a non-numeric bandwidth {bw!r}"
+                ) from None
             if not (bw > 0 and math.isfinite(bw)):
-                raise TopologyError(f"edge ({u!r}, {v!r}) has bandwidth {bw!r}; it must be > 0 and finite")
+                raise TopologyError(
+                    f"edge ({u!r}, {v!r}) has bandwidth {bw!r}; it must be > 0 and finite"
+                )
             lat = float(data.get("latency", 0.0))
             if not (lat >= 0 and math.isfinite(lat)):
-                raise TopologyError(f"edge ({u!r}, {v!r}) has latency {lat!r}; it must be >= 0 and finite")
+                raise TopologyError(
+                    f"edge ({u!r}, {v!r}) has latency {lat!r}; it must be >= 0 and finite"
+                )
             link_bw[i], link_lat[i] = bw, lat
 
         children_count = np.bincount(parent[1:], minlength=n_nodes)
@@ -219,7 +229,9 @@ class Topology:
                 if i == 0 or kinds[parent[i]] != SERVER:
                     raise TopologyError(f"GPU node {n!r} must hang directly under a server node")
             elif is_leaf:
-                raise TopologyError(f"leaf node {n!r} is not a GPU (kind={und.nodes[n].get('kind')!r})")
+                raise TopologyError(
+                    f"leaf node {n!r} is not a GPU (kind={und.nodes[n].get('kind')!r})"
+                )
             elif kinds[i] == SERVER and np.any(kinds[np.flatnonzero(parent == i)] != GPU):
                 raise TopologyError(f"server node {n!r} has a child that is not a GPU")
 
@@ -240,7 +252,9 @@ class Topology:
             except (TypeError, ValueError):
                 raise TopologyError(f"GPU {order[node]!r} has a non-numeric speed {sp!r}") from None
             if not (sp > 0 and math.isfinite(sp)):
-                raise TopologyError(f"GPU {order[node]!r} has speed {sp!r}; it must be > 0 and finite")
+                raise TopologyError(
+                    f"GPU {order[node]!r} has speed {sp!r}; it must be > 0 and finite"
+                )
             gpu_speed[g] = sp
 
         # Subtree ranges: in preorder a subtree is the contiguous node range [i, i + size).
@@ -338,7 +352,10 @@ class Topology:
             if best is None or key < best:
                 best = key
                 gpus = np.concatenate(
-                    [np.arange(self.server_gpu_lo[s], self.server_gpu_hi[s]) for s in srv[order[:need]]]
+                    [
+                        np.arange(self.server_gpu_lo[s], self.server_gpu_hi[s])
+                        for s in srv[order[:need]]
+                    ]
                 )
                 best_gpus = np.sort(gpus[:k]).astype(np.int32)
         assert best_gpus is not None
@@ -410,7 +427,10 @@ def build_tree(
         if int(f) != f or f < 1:
             raise ConfigError(f"fanouts[{i}]={f!r} must be an integer >= 1")
     if kinds is None:
-        kinds = (["spine", "pod", "tor"][-(n_levels - 2) :] if n_levels > 2 else []) + ["server", "gpu"]
+        kinds = (["spine", "pod", "tor"][-(n_levels - 2) :] if n_levels > 2 else []) + [
+            "server",
+            "gpu",
+        ]
         if n_levels > 5:
             kinds = ["switch"] * (n_levels - 5) + kinds
     g = nx.DiGraph(root="root")
@@ -426,7 +446,9 @@ def build_tree(
                 attrs: dict[str, Any] = {"kind": kinds[lvl]}
                 if kinds[lvl] == "server" and server_speeds is not None:
                     if server_idx >= len(server_speeds):
-                        raise ConfigError(f"server_speeds has {len(server_speeds)} entries, too few")
+                        raise ConfigError(
+                            f"server_speeds has {len(server_speeds)} entries, too few"
+                        )
                     attrs["speed"] = float(server_speeds[server_idx])
                     server_idx += 1
                 g.add_node(node, **attrs)
@@ -437,7 +459,9 @@ def build_tree(
 
 
 def _elasticflow_spec(shape: str) -> tuple[int, int, int]:
-    text = resources.files("crop_gym").joinpath(f"data/profiles/cluster_specs/{shape}.csv").read_text()
+    text = (
+        resources.files("crop_gym").joinpath(f"data/profiles/cluster_specs/{shape}.csv").read_text()
+    )
     row = next(iter(csv.DictReader(text.splitlines())))
     return int(row["num_switch"]), int(row["num_node_p_switch"]), int(row["num_gpu_p_node"])
 
@@ -475,16 +499,45 @@ def _fattree(pods: int, tors: int, servers: int, gpus: int, oversub: float, name
 
 #: Preset name → (description, builder). ``make_topology(name)`` builds (and caches) one.
 PRESETS: dict[str, tuple[str, Any]] = {
-    "testbed-8": ("the CROP paper's testbed: 2 servers x 4 GPUs under one switch", lambda: _single_switch(2, 4, "testbed-8")),
-    "leafspine-64": ("8 servers x 8 GPUs, 2 ToRs, 2:1 oversubscribed uplinks", lambda: _leafspine(2, 4, 8, 2.0, "leafspine-64")),
-    "hetero-64": ("leafspine-64 with the second ToR's servers at 0.5x speed (older GPUs)", lambda: _leafspine(2, 4, 8, 2.0, "hetero-64").with_server_speeds({s: 0.5 for s in range(4, 8)})),
-    "pollux-16x4": ("Pollux-like: 16 servers x 4 GPUs under one switch", lambda: _single_switch(16, 4, "pollux-16x4")),
+    "testbed-8": (
+        "the CROP paper's testbed: 2 servers x 4 GPUs under one switch",
+        lambda: _single_switch(2, 4, "testbed-8"),
+    ),
+    "leafspine-64": (
+        "8 servers x 8 GPUs, 2 ToRs, 2:1 oversubscribed uplinks",
+        lambda: _leafspine(2, 4, 8, 2.0, "leafspine-64"),
+    ),
+    "hetero-64": (
+        "leafspine-64 with the second ToR's servers at 0.5x speed (older GPUs)",
+        lambda: _leafspine(2, 4, 8, 2.0, "hetero-64").with_server_speeds(
+            {s: 0.5 for s in range(4, 8)}
+        ),
+    ),
+    "pollux-16x4": (
+        "Pollux-like: 16 servers x 4 GPUs under one switch",
+        lambda: _single_switch(16, 4, "pollux-16x4"),
+    ),
     "n32g8": ("ElasticFlow n32g8: 32 servers x 8 GPUs (256 GPUs)", lambda: _elasticflow("n32g8")),
-    "n64g8": ("ElasticFlow n64g8: 2 switches x 32 servers x 8 GPUs (512 GPUs)", lambda: _elasticflow("n64g8")),
-    "n128g8": ("ElasticFlow n128g8: 128 servers x 8 GPUs (1,024 GPUs)", lambda: _elasticflow("n128g8")),
-    "n256g8": ("ElasticFlow n256g8: 8 switches x 32 servers x 8 GPUs (2,048 GPUs)", lambda: _elasticflow("n256g8")),
-    "fattree-4096": ("4 pods x 8 ToRs x 16 servers x 8 GPUs, 2:1 oversubscribed (4,096 GPUs)", lambda: _fattree(4, 8, 16, 8, 2.0, "fattree-4096")),
-    "fattree-8192": ("8 pods x 8 ToRs x 16 servers x 8 GPUs, 2:1 oversubscribed (8,192 GPUs)", lambda: _fattree(8, 8, 16, 8, 2.0, "fattree-8192")),
+    "n64g8": (
+        "ElasticFlow n64g8: 2 switches x 32 servers x 8 GPUs (512 GPUs)",
+        lambda: _elasticflow("n64g8"),
+    ),
+    "n128g8": (
+        "ElasticFlow n128g8: 128 servers x 8 GPUs (1,024 GPUs)",
+        lambda: _elasticflow("n128g8"),
+    ),
+    "n256g8": (
+        "ElasticFlow n256g8: 8 switches x 32 servers x 8 GPUs (2,048 GPUs)",
+        lambda: _elasticflow("n256g8"),
+    ),
+    "fattree-4096": (
+        "4 pods x 8 ToRs x 16 servers x 8 GPUs, 2:1 oversubscribed (4,096 GPUs)",
+        lambda: _fattree(4, 8, 16, 8, 2.0, "fattree-4096"),
+    ),
+    "fattree-8192": (
+        "8 pods x 8 ToRs x 16 servers x 8 GPUs, 2:1 oversubscribed (8,192 GPUs)",
+        lambda: _fattree(8, 8, 16, 8, 2.0, "fattree-8192"),
+    ),
 }
 
 
@@ -498,6 +551,8 @@ def make_topology(name: str) -> Topology:
     try:
         _, builder = PRESETS[name]
     except KeyError:
-        raise ConfigError(f"unknown cluster preset {name!r}; presets: {', '.join(PRESETS)}") from None
+        raise ConfigError(
+            f"unknown cluster preset {name!r}; presets: {', '.join(PRESETS)}"
+        ) from None
     topo: Topology = builder()
     return topo

@@ -33,7 +33,7 @@ def test_single_gpu_job_spans_nothing(algo: str) -> None:
     rec = st.job_record("a")
     assert rec["C"] == 0.0
     assert rec["T"] == pytest.approx(j.compute_time)
-    assert rec["eta"] == 1.0 and st.F == pytest.approx(1.0)
+    assert rec["eta"] == 1.0 and pytest.approx(1.0) == st.F
     assert st.link_load.sum() == 0
 
 
@@ -85,8 +85,17 @@ def test_hierarchical_formula_by_hand() -> None:
 
 
 def test_comm_time_vectorised_and_degenerate_cases() -> None:
-    c = comm_time("ring", np.array([1e8, 1e8]), np.array([1, 4]), np.array([1, 4]), np.array([1, 1]),
-                  np.array([np.inf, 4e9]), np.array([np.inf, np.inf]), np.zeros(2), np.zeros(2))
+    c = comm_time(
+        "ring",
+        np.array([1e8, 1e8]),
+        np.array([1, 4]),
+        np.array([1, 4]),
+        np.array([1, 1]),
+        np.array([np.inf, 4e9]),
+        np.array([np.inf, np.inf]),
+        np.zeros(2),
+        np.zeros(2),
+    )
     assert c[0] == 0.0 and c[1] == pytest.approx(1.5 * 1e8 / 4e9)
 
 
@@ -135,7 +144,7 @@ def test_value_and_F() -> None:
     rec = st.job_record("a")
     assert rec["value"] == pytest.approx(2.0 * 2 * rec["eta"] * rec["survival"])
     assert rec["eta"] == pytest.approx(rec["T_star"] / rec["T"])
-    assert st.F == pytest.approx(rec["value"])
+    assert pytest.approx(rec["value"]) == st.F
     # The ideal time is the compact placement: both GPUs on one server.
     st2 = ClusterState(t)
     st2.add(a, [0, 1])
@@ -195,7 +204,7 @@ def test_copy_is_independent() -> None:
     assert len(st.jobs) == 1 and len(c.jobs) == 2
     assert st.gpu_owner[1] == -1
     c.remove("a")
-    assert "a" in st.jobs and st.F == pytest.approx(st.evaluate())
+    assert "a" in st.jobs and pytest.approx(st.evaluate()) == st.F
 
 
 def test_slot_growth() -> None:
@@ -204,4 +213,4 @@ def test_slot_growth() -> None:
     for i in range(100):  # more jobs than the initial 64 slots; many links per job
         st.add(job(f"j{i}", 1), [i])
     st.add(job("wide", 20), np.arange(100, 160, 3)[:20])
-    assert st.F == pytest.approx(st.evaluate())
+    assert pytest.approx(st.evaluate()) == st.F

@@ -15,7 +15,9 @@ from crop_gym.topology import make_topology
 MODELS = ("resnet50", "vgg16", "bert", "gpt2", "inception3", "deepspeech2")
 
 
-def random_state(seed: int, preset: str, profile: str, algo: str, n_jobs: int) -> tuple[ClusterState, list[Job]]:
+def random_state(
+    seed: int, preset: str, profile: str, algo: str, n_jobs: int
+) -> tuple[ClusterState, list[Job]]:
     rng = np.random.default_rng(seed)
     t = make_topology(preset)
     state = ClusterState(t, PROFILES[profile].sample(t, rng), PerfConfig(algo))
@@ -26,7 +28,9 @@ def random_state(seed: int, preset: str, profile: str, algo: str, n_jobs: int) -
         if len(free) < k:
             break
         gpus = rng.choice(free, k, replace=False)
-        j = Job(f"j{i}", MODELS[int(rng.integers(len(MODELS)))], k, int(rng.choice([32, 64, 128, 256])))
+        j = Job(
+            f"j{i}", MODELS[int(rng.integers(len(MODELS)))], k, int(rng.choice([32, 64, 128, 256]))
+        )
         state.add(j, gpus)
         jobs.append(j)
     return state, jobs
@@ -51,7 +55,9 @@ def test_F_is_bounded_by_gpus(seed: int, preset: str, profile: str, algo: str, n
 
 @settings(max_examples=60, deadline=None)
 @given(**CASES)
-def test_adding_a_job_never_raises_another_jobs_eta(seed: int, preset: str, profile: str, algo: str, n_jobs: int) -> None:
+def test_adding_a_job_never_raises_another_jobs_eta(
+    seed: int, preset: str, profile: str, algo: str, n_jobs: int
+) -> None:
     state, jobs = random_state(seed, preset, profile, algo, n_jobs)
     before = {j.job_id: state.job_record(j.job_id)["eta"] for j in jobs}
     rng = np.random.default_rng(seed + 1)
@@ -66,7 +72,9 @@ def test_adding_a_job_never_raises_another_jobs_eta(seed: int, preset: str, prof
 
 @settings(max_examples=60, deadline=None)
 @given(**CASES)
-def test_incremental_equals_full_recomputation(seed: int, preset: str, profile: str, algo: str, n_jobs: int) -> None:
+def test_incremental_equals_full_recomputation(
+    seed: int, preset: str, profile: str, algo: str, n_jobs: int
+) -> None:
     state, jobs = random_state(seed, preset, profile, algo, n_jobs)
     rng = np.random.default_rng(seed)
     for j in jobs:
@@ -89,7 +97,9 @@ def test_incremental_equals_full_recomputation(seed: int, preset: str, profile: 
 
 @settings(max_examples=40, deadline=None)
 @given(**CASES)
-def test_gain_equals_add_delta(seed: int, preset: str, profile: str, algo: str, n_jobs: int) -> None:
+def test_gain_equals_add_delta(
+    seed: int, preset: str, profile: str, algo: str, n_jobs: int
+) -> None:
     state, _ = random_state(seed, preset, profile, algo, n_jobs)
     rng = np.random.default_rng(seed + 7)
     free = np.flatnonzero(state.free_mask)

@@ -48,7 +48,10 @@ def test_spanned_links() -> None:
     g0, g1, g2 = (int(x) for x in t.gpu_node[:3])
     s0, s1 = (int(x) for x in t.server_node)
     assert len(t.spanned_links(np.array([0]))) == 0  # a single GPU spans nothing
-    assert set(t.spanned_links(np.array([0, 1]))) == {g0, g1}  # inside one server: only its GPU links
+    assert set(t.spanned_links(np.array([0, 1]))) == {
+        g0,
+        g1,
+    }  # inside one server: only its GPU links
     assert set(t.spanned_links(np.array([0, 2]))) == {g0, g2, s0, s1}
     assert set(t.spanned_links(np.array([0, 1, 2, 3]))) == set(t.gpu_node) | {s0, s1}
 
@@ -58,13 +61,25 @@ def test_spanned_links() -> None:
     [
         (lambda g: g.add_edge("s0g0", "s1g0", bandwidth=1.0), "not a tree"),
         (lambda g: g.add_node("island", kind="gpu"), "not a tree"),
-        (lambda g: g.edges["sw", "s0"].update(bandwidth=0.0), r"edge \('sw', 's0'\) has bandwidth 0.0"),
+        (
+            lambda g: g.edges["sw", "s0"].update(bandwidth=0.0),
+            r"edge \('sw', 's0'\) has bandwidth 0.0",
+        ),
         (lambda g: g.edges["sw", "s0"].update(bandwidth=-5.0), r"edge \('sw', 's0'\)"),
         (lambda g: g.edges["sw", "s1"].pop("bandwidth"), r"edge \('sw', 's1'\) has no 'bandwidth'"),
         (lambda g: g.edges["s0", "s0g1"].update(latency=-1.0), "latency"),
-        (lambda g: (g.add_node("x", kind="switch"), g.add_edge("s0g0", "x", bandwidth=1.0)), "GPU node 's0g0' is not a leaf"),
-        (lambda g: (g.add_node("y", kind="switch"), g.add_edge("sw", "y", bandwidth=1.0)), "leaf node 'y' is not a GPU"),
-        (lambda g: (g.add_node("z", kind="gpu"), g.add_edge("sw", "z", bandwidth=1.0)), "GPU node 'z' must hang directly under a server"),
+        (
+            lambda g: (g.add_node("x", kind="switch"), g.add_edge("s0g0", "x", bandwidth=1.0)),
+            "GPU node 's0g0' is not a leaf",
+        ),
+        (
+            lambda g: (g.add_node("y", kind="switch"), g.add_edge("sw", "y", bandwidth=1.0)),
+            "leaf node 'y' is not a GPU",
+        ),
+        (
+            lambda g: (g.add_node("z", kind="gpu"), g.add_edge("sw", "z", bandwidth=1.0)),
+            "GPU node 'z' must hang directly under a server",
+        ),
         (lambda g: g.nodes["s0"].update(speed=0.0), "speed"),
     ],
 )
@@ -96,14 +111,33 @@ def test_presets_build(name: str) -> None:
 
 
 def test_preset_sizes() -> None:
-    sizes = {n: make_topology(n).num_gpus for n in ("testbed-8", "leafspine-64", "pollux-16x4", "n32g8", "n64g8", "n128g8", "fattree-8192")}
-    assert sizes == {"testbed-8": 8, "leafspine-64": 64, "pollux-16x4": 64, "n32g8": 256, "n64g8": 512, "n128g8": 1024, "fattree-8192": 8192}
+    sizes = {
+        n: make_topology(n).num_gpus
+        for n in (
+            "testbed-8",
+            "leafspine-64",
+            "pollux-16x4",
+            "n32g8",
+            "n64g8",
+            "n128g8",
+            "fattree-8192",
+        )
+    }
+    assert sizes == {
+        "testbed-8": 8,
+        "leafspine-64": 64,
+        "pollux-16x4": 64,
+        "n32g8": 256,
+        "n64g8": 512,
+        "n128g8": 1024,
+        "fattree-8192": 8192,
+    }
     assert make_topology("testbed-8").num_servers == 2
 
 
 def test_leafspine_oversubscription() -> None:
     t = make_topology("leafspine-64")
-    tor = [i for i, n in enumerate(t.node_names) if n == "tor0"][0]
+    tor = next(i for i, n in enumerate(t.node_names) if n == "tor0")
     srv_bw = t.link_bw[t.server_node[0]]
     assert t.link_bw[tor] == pytest.approx(4 * srv_bw / 2.0)
 
