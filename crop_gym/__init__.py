@@ -3,3 +3,7 @@
 from __future__ import annotations
 
 __version__ = "0.1.0"
+
+from crop_gym.envs.registration import register_envs as _register_envs
+
+_register_envs()

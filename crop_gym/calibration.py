@@ -60,8 +60,8 @@ __all__ = [
     "ModelFit",
     "ProfilePoint",
     "calibration_json",
-    "chronus_check",
     "choose_default",
+    "chronus_check",
     "fit_all",
     "fit_calibration",
     "load_chronus",
@@ -79,7 +79,12 @@ CHRONUS_LOCAL_BATCH = 32.0
 MEDIAN_ERROR_TARGET = 0.15
 RANK_AGREEMENT_TARGET = 0.9
 #: Keys of the link parameters, in the order of the fitted vector.
-LINK_KEYS: tuple[str, ...] = ("intra_bandwidth", "inter_bandwidth", "intra_latency", "inter_latency")
+LINK_KEYS: tuple[str, ...] = (
+    "intra_bandwidth",
+    "inter_bandwidth",
+    "intra_latency",
+    "inter_latency",
+)
 
 _PROFILE_DIR = "data/profiles/throughputs_A100"
 _CHRONUS_FILE = "data/chronus/model_info.json"
@@ -158,7 +163,9 @@ def load_profiles(models: Iterable[str] | None = None) -> tuple[ProfilePoint, ..
         rows = list(csv.reader(folder.joinpath(f"{model}.csv").read_text().splitlines()))
         header = [h.strip() for h in rows[0]]
         if not header or header[0] != "global_batch_size":
-            raise ConfigError(f"{_PROFILE_DIR}/{model}.csv: header must start with global_batch_size")
+            raise ConfigError(
+                f"{_PROFILE_DIR}/{model}.csv: header must start with global_batch_size"
+            )
         gpu_counts = [int(h) for h in header[1:]]
         for row in rows[1:]:
             if not row or not row[0].strip():
@@ -329,6 +336,8 @@ class CalibrationResult:
             over servers spanned matches the measured one (predicted ties count as mismatches).
         chronus_mean_abs_error: Mean ``|predicted - measured|`` relative throughput over the
             spread (``s > 1``) Chronus points; informational (other hardware).
+        chronus_spearman: Spearman rank correlation of predicted and measured relative
+            throughput over all spread Chronus points, across models and job sizes; informational.
         cost: Final least-squares cost (half the sum of squared log errors).
         options: Settings of the fit (constraints, Chronus local batch).
     """
@@ -344,6 +353,7 @@ class CalibrationResult:
     chronus: tuple[ChronusComparison, ...]
     chronus_rank_agreement: float
     chronus_mean_abs_error: float
+    chronus_spearman: float
     cost: float
     options: dict[str, float] = field(default_factory=dict)
 
@@ -382,6 +392,7 @@ class CalibrationResult:
             },
             "chronus_rank_agreement": self.chronus_rank_agreement,
             "chronus_mean_abs_error": self.chronus_mean_abs_error,
+            "chronus_spearman": self.chronus_spearman,
             "chronus": [
                 {
                     "model": c.model,
@@ -476,22 +487,35 @@ def fit_calibration(
     Args:
         allreduce: ``"ring"`` or ``"hierarchical"``.
         points: Profile points to fit; default every bundled measured point.
-        min_latency_ratio: Constraint ``inter_latency >= min_latency_ratio * intra_latency``.
-        min_bandwidth_ratio: Constraint ``intra_bandwidth >= min_bandwidth_ratio * inter_bandwidth``.
+        min_latency_ratio: Constraint ``inter_latency >= min_latency_ratio * intra_latency``
+            (0: unconstrained).
+        min_bandwidth_ratio: Constraint ``intra_bandwidth >= min_bandwidth_ratio * inter_bandwidth``
+            (0: unconstrained).
         chronus_local_batch: Per-GPU batch assumed in the Chronus check.
 
     Returns:
         The fitted parameters, their errors and the Chronus check.
 
     Raises:
-        ConfigError: On an unknown algorithm, a ratio < 1, or a model outside the zoo.
+        ConfigError: On an unknown algorithm, a negative ratio, or a model outside the zoo.
     """
     from scipy.optimize import least_squares
+    from scipy.stats import spearmanr
 
     if allreduce not in ALLREDUCE_ALGORITHMS:
-        raise ConfigError(f"allreduce={allreduce!r} is not one of {', '.join(ALLREDUCE_ALGORITHMS)}")
-    if not (min_latency_ratio >= 1.0 and min_bandwidth_ratio >= 1.0):
-        raise ConfigError("min_latency_ratio and min_bandwidth_ratio must be >= 1")
+        raise ConfigError(
+            f"allreduce={allreduce!r} is not one of {', '.join(ALLREDUCE_ALGORITHMS)}"
+        )
+    for name, ratio in (
+        ("min_latency_ratio", min_latency_ratio),
+        ("min_bandwidth_ratio", min_bandwidth_ratio),
+    ):
+        if not (math.isfinite(ratio) and ratio >= 0):
+            raise ConfigError(f"{name}={ratio!r} must be a finite ratio >= 0 (0: unconstrained)")
+    bw_span = math.log(_BW_BOUNDS[1] / _BW_BOUNDS[0])
+    lat_span = math.log(_LAT_BOUNDS[1] / _LAT_BOUNDS[0])
+    lo_dbw = math.log(min_bandwidth_ratio) if min_bandwidth_ratio > 0 else -bw_span
+    lo_dlat = math.log(min_latency_ratio) if min_latency_ratio > 0 else -lat_span
     pts = tuple(load_profiles() if points is None else points)
     if not pts:
         raise ConfigError("no profile points to fit")
@@ -536,9 +560,9 @@ def fit_calibration(
             np.zeros(2 * nm),
             [
                 math.log(_BW_BOUNDS[0] / _GBPS),
-                math.log(min_bandwidth_ratio),
+                lo_dbw,
                 math.log(_LAT_BOUNDS[0] / _US),
-                math.log(min_latency_ratio),
+                lo_dlat,
             ],
         ]
     )
@@ -547,9 +571,9 @@ def fit_calibration(
             np.full(2 * nm, np.inf),
             [
                 math.log(_BW_BOUNDS[1] / _GBPS),
-                math.log(_BW_BOUNDS[1] / _BW_BOUNDS[0]),
+                bw_span,
                 math.log(_LAT_BOUNDS[1] / _US),
-                math.log(_LAT_BOUNDS[1] / _LAT_BOUNDS[0]),
+                lat_span,
             ],
         ]
     )
@@ -559,9 +583,9 @@ def fit_calibration(
     for bw_i, bw_e, lat_i, lat_e in _STARTS:
         links0 = [
             math.log(bw_i),
-            math.log(max(bw_i / bw_e, min_bandwidth_ratio)),
+            max(math.log(bw_i / bw_e), lo_dbw),
             math.log(lat_i),
-            math.log(max(lat_e / lat_i, min_latency_ratio)),
+            max(math.log(lat_e / lat_i), lo_dlat),
         ]
         x0 = np.clip(np.concatenate([t0_start, ps_start, links0]), lo, hi)
         # Strictly inside the bounds, as the trust-region reflective method requires.
@@ -598,6 +622,14 @@ def fit_calibration(
     rows, agreement, mae = chronus_check(
         allreduce, links, coefficients, local_batch=chronus_local_batch
     )
+    spread = [
+        (p, m) for r in rows for s_, p, m in zip(r.servers, r.predicted, r.measured) if s_ > 1
+    ]
+    spearman = (
+        float(spearmanr([p for p, _ in spread], [m for _, m in spread]).statistic)
+        if len(spread) > 2
+        else float("nan")
+    )
     return CalibrationResult(
         allreduce=allreduce,
         links=links,
@@ -610,6 +642,7 @@ def fit_calibration(
         chronus=rows,
         chronus_rank_agreement=float(agreement),
         chronus_mean_abs_error=mae,
+        chronus_spearman=spearman,
         cost=float(best.cost),
         options={
             "min_latency_ratio": float(min_latency_ratio),
@@ -684,7 +717,9 @@ def _sig(value: float, digits: int = 6) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def calibration_json(results: Mapping[str, CalibrationResult], default: str, reason: str) -> dict[str, Any]:
+def calibration_json(
+    results: Mapping[str, CalibrationResult], default: str, reason: str
+) -> dict[str, Any]:
     """The content of ``crop_gym/data/calibration.json`` for the chosen default.
 
     Values are rounded to 6 significant digits.
@@ -695,14 +730,15 @@ def calibration_json(results: Mapping[str, CalibrationResult], default: str, rea
             "Generated by `crop-gym calibrate --write` (crop_gym/calibration.py): least-squares fit "
             "of log iteration time to the ElasticFlow A100 profiles (data/profiles/throughputs_A100), "
             f"packed placements of {GPUS_PER_SERVER} GPUs per server, constraints inter_latency >= "
-            f"{chosen.options['min_latency_ratio']:g} x intra_latency and inter_bandwidth <= "
-            f"intra_bandwidth; checked against Chronus (data/chronus/model_info.json). "
+            f"{chosen.options['min_latency_ratio']:g} x intra_latency and {chosen.options['min_bandwidth_ratio']:g} x "
+            f"inter_bandwidth <= intra_bandwidth; checked against Chronus (data/chronus/model_info.json). "
             f"Default all-reduce: {reason}. See docs/MODEL.md."
         ),
         "allreduce": default,
         "links": {key: _sig(chosen.links[key]) for key in LINK_KEYS},
         "models": {
-            m: {"t0": _sig(f.t0), "per_sample": _sig(f.per_sample)} for m, f in chosen.models.items()
+            m: {"t0": _sig(f.t0), "per_sample": _sig(f.per_sample)}
+            for m, f in chosen.models.items()
         },
         "errors": {
             a: {
@@ -712,6 +748,7 @@ def calibration_json(results: Mapping[str, CalibrationResult], default: str, rea
                 "points": len(r.points),
                 "chronus_rank_agreement": _sig(r.chronus_rank_agreement, 4),
                 "chronus_mean_abs_error": _sig(r.chronus_mean_abs_error, 4),
+                "chronus_spearman": _sig(r.chronus_spearman, 4),
                 "per_model": {
                     m: {
                         "points": f.points,

@@ -97,7 +97,8 @@ def format_result(result: CalibrationResult) -> str:
         f"Chronus (local batch {result.options.get('chronus_local_batch', 0):g}/GPU): "
         f"rank agreement {result.chronus_rank_agreement:.2f} "
         f"({sum(c.order_matches for c in result.chronus)}/{len(result.chronus)}), "
-        f"mean abs error {result.chronus_mean_abs_error:.3f}"
+        f"mean abs error {result.chronus_mean_abs_error:.3f}, "
+        f"Spearman over all spread points {result.chronus_spearman:.2f}"
     )
     for c in result.chronus:
         pairs = ", ".join(
@@ -142,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
             "links": dict(chosen.links),
             "chronus_rank_agreement": chosen.chronus_rank_agreement,
             "chronus_mean_abs_error": chosen.chronus_mean_abs_error,
+            "chronus_spearman": chosen.chronus_spearman,
             "algorithms": {a: r.to_dict() for a, r in results.items()},
         }
         atomic_write_text(args.json, json.dumps(summary, indent=2) + "\n")

@@ -1,0 +1,605 @@
+"""The candidate action table and the observation builder shared by every placement environment.
+
+Two classes, both driven by a :class:`~crop_gym.objective.ClusterState` and a sequence of pending
+:class:`~crop_gym.jobs.Job`, so that the static environments and the online environment expose the
+same interface:
+
+* :class:`CandidateActions`: the padded list of ``(job, candidate placement)`` pairs. The first
+  ``num_jobs`` pending jobs that can be placed now (the *queue view*) get up to ``max_candidates``
+  candidates each from
+  :func:`~crop_gym.candidates.candidate_placements` (the generator CROP uses). Action
+  ``a = q * max_candidates + c`` places view job ``q`` on its candidate ``c``; action
+  ``num_jobs * max_candidates`` is *stop*, which is always valid.
+* :class:`ObservationBuilder`: a flat ``Dict`` of bounded ``float32`` boxes (per-GPU, per-candidate,
+  per-queued-job and summary features), written into preallocated buffers and returned as copies.
+
+Feature columns are listed, in order, in :data:`GPU_FEATURES`, :data:`CANDIDATE_FEATURES`,
+:data:`JOB_FEATURES` and :data:`SUMMARY_FEATURES`; every value is clipped to ``[0, 1]``, except the
+privileged ``gain`` key, which is in ``[-1, 1]``. docs/ENVS.md explains each column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from numpy.typing import NDArray
+
+from crop_gym.candidates import CandidateSet, candidate_placements
+from crop_gym.devices import Health
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState, ideal_time
+from crop_gym.perf import PerfConfig, comm_time, iteration_time
+from crop_gym.topology import Topology
+
+__all__ = [
+    "CANDIDATE_FEATURES",
+    "GPU_FEATURES",
+    "JOB_FEATURES",
+    "SUMMARY_FEATURES",
+    "CandidateActions",
+    "ObservationBuilder",
+]
+
+#: Per-GPU feature columns (key ``"gpus"``, shape ``(G, len(GPU_FEATURES))``).
+GPU_FEATURES: tuple[str, ...] = (
+    "free",  # 1 if free and usable
+    "busy",  # 1 if held by a placed job
+    "failed",  # 1 if failed (never usable)
+    "slow",  # 1 - 1/σ (0 = healthy, 0.5 = twice as slow)
+    "fail_prob",  # π, probability of failing within the horizon
+    "speed",  # relative speed / fastest GPU in the cluster
+    "uplink_load",  # n/(n+1), n = jobs whose rings cross the server's uplink
+    "uplink_degradation",  # 1 - ρ of the server's uplink
+    "job_eta",  # η of the job holding the GPU (0 if free)
+    "job_gpus",  # k of the job holding the GPU / max job size (0 if free)
+)
+
+#: Per-candidate feature columns (key ``"candidates"``, shape ``(M, len(CANDIDATE_FEATURES))``).
+CANDIDATE_FEATURES: tuple[str, ...] = (
+    "valid",  # 1 for a real (job, candidate) row, 0 for padding
+    "job_gpus",  # k / max job size
+    "grad_size",  # (log10(M bytes) - 6) / 4
+    "compute_time",  # t_c / (t_c + 0.25 s)
+    "servers",  # servers spanned / 32
+    "spread",  # (servers - 1) / (k - 1); 0 = one server
+    "switches",  # distinct switches above the servers spanned / 8
+    "slow_frac",  # fraction of its GPUs with σ > 1
+    "failprone_frac",  # fraction of its GPUs with π > 0
+    "slowdown",  # 1 - 1/max(σ/speed)
+    "survival",  # s: probability that no GPU or spanned link fails
+    "eta",  # estimated η under the current contention (its own rings added)
+    "value_per_gpu",  # η · s
+    "contention",  # n/(n+1), n = most jobs already crossing one of its inter-server links
+    "bandwidth",  # bottleneck bandwidth share / fastest intra-server link
+    "queue_pos",  # view position q / (num_jobs - 1)
+    "weight",  # w / (1 + w)
+)
+
+#: Per-queued-job feature columns (key ``"queue"``, shape ``(num_jobs, len(JOB_FEATURES))``).
+JOB_FEATURES: tuple[str, ...] = (
+    "present",  # 1 if a pending job occupies this view slot
+    "job_gpus",
+    "grad_size",
+    "compute_time",
+    "weight",
+    "candidates",  # its number of candidates / max_candidates
+    "best_eta",  # best estimated η over its candidates (0 if none)
+)
+
+#: Summary feature columns (key ``"summary"``, shape ``(len(SUMMARY_FEATURES),)``).
+SUMMARY_FEATURES: tuple[str, ...] = (
+    "pending",  # pending jobs / queue size
+    "hidden",  # pending jobs outside the view / queue size
+    "pending_gpus",  # GPUs requested by pending jobs / G (clipped)
+    "free_gpus",  # free usable GPUs / G
+    "F",  # F / G
+    "utilization",  # busy GPUs / G
+    "comm_overhead",  # GPU-weighted communication share of iteration time
+    "failed_gpus",  # failed GPUs / G
+    "abnormal_gpus",  # slow, failed or failure-prone GPUs / G
+    "steps",  # steps taken / step cap
+)
+
+_GRAD_LOG_LO, _GRAD_LOG_SPAN = 6.0, 4.0
+_COMPUTE_SCALE = 0.25
+
+
+def _grad_feature(grad_bytes: Any) -> Any:
+    return np.clip((np.log10(np.maximum(grad_bytes, 1.0)) - _GRAD_LOG_LO) / _GRAD_LOG_SPAN, 0.0, 1.0)
+
+
+def _compute_feature(t: Any) -> Any:
+    return t / (t + _COMPUTE_SCALE)
+
+
+class CandidateActions:
+    """Padded ``(job, candidate placement)`` action table over a window of pending jobs.
+
+    After :meth:`build`, ``mask[a]`` says whether action ``a`` is valid; the stop action
+    (:attr:`stop_action`, the last index) is always valid. Candidate sets come from the cached
+    generator, so jobs of equal size share one computation per state version.
+
+    Args:
+        num_jobs: View size ``Q``: how many pending jobs (from the head of the queue) get rows.
+        max_candidates: Candidates per job ``C`` (rows per job).
+        robust: Whether device health steers candidate choice (CROP's default: ``True``).
+
+    Attributes:
+        num_actions: ``Q * C + 1``.
+        stop_action: ``Q * C``.
+        mask: ``bool[Q * C + 1]`` valid actions (owned by this object; copy before keeping it).
+        sets: Per view slot, its :class:`CandidateSet` (``None`` for an empty slot).
+        view: The pending jobs in the view, by slot.
+        positions: Index in ``pending`` of each view job.
+    """
+
+    def __init__(self, num_jobs: int, max_candidates: int, *, robust: bool = True) -> None:
+        if num_jobs < 1 or max_candidates < 1:
+            raise ValueError(f"num_jobs={num_jobs} and max_candidates={max_candidates} must be >= 1")
+        self.num_jobs = int(num_jobs)
+        self.max_candidates = int(max_candidates)
+        self.robust = bool(robust)
+        self.num_actions = self.num_jobs * self.max_candidates + 1
+        self.stop_action = self.num_actions - 1
+        self.mask = np.zeros(self.num_actions, dtype=bool)
+        self.mask[self.stop_action] = True
+        self.sets: list[CandidateSet | None] = [None] * self.num_jobs
+        self.view: tuple[Job, ...] = ()
+        self.positions: tuple[int, ...] = ()
+
+    @property
+    def space(self) -> spaces.Discrete:
+        """The action space, ``Discrete(Q * C + 1)``."""
+        return spaces.Discrete(self.num_actions)
+
+    @property
+    def has_placement(self) -> bool:
+        """Whether any action other than stop is valid."""
+        return len(self.view) > 0
+
+    def build(self, state: ClusterState, pending: Sequence[Job]) -> None:
+        """Rebuild the table for ``state`` and the pending jobs (in queue order).
+
+        The view is the first ``num_jobs`` pending jobs that have at least one candidate, in queue
+        order; jobs that cannot be placed now are skipped (they stay pending).
+
+        Args:
+            state: The cluster state.
+            pending: Pending jobs in queue order.
+        """
+        mask = self.mask
+        mask[:] = False
+        mask[self.stop_action] = True
+        grid = mask[:-1].reshape(self.num_jobs, self.max_candidates)
+        n_free = state.num_free
+        by_size: dict[int, CandidateSet | None] = {}
+        sets = self.sets
+        view: list[Job] = []
+        pos: list[int] = []
+        for i, job in enumerate(pending):
+            k = job.num_gpus
+            if k in by_size:
+                cs = by_size[k]
+            else:
+                cs = None
+                if k <= n_free:
+                    cs = candidate_placements(state, k, robust=self.robust, max_candidates=self.max_candidates)
+                    if len(cs) == 0:
+                        cs = None
+                by_size[k] = cs
+            if cs is None:
+                continue
+            q = len(view)
+            sets[q] = cs
+            grid[q, : len(cs)] = True
+            view.append(job)
+            pos.append(i)
+            if len(view) == self.num_jobs:
+                break
+        for q in range(len(view), self.num_jobs):
+            sets[q] = None
+        self.view = tuple(view)
+        self.positions = tuple(pos)
+
+    def decode(self, action: Any) -> tuple[int, int] | None:
+        """``(view slot, candidate index)`` of a valid placement action, else ``None``.
+
+        Stop, out-of-range, non-integer and masked actions all give ``None``; tell them apart with
+        :meth:`is_stop` and ``mask``.
+        """
+        a = _as_index(action)
+        if a is None or a < 0 or a >= self.stop_action or not self.mask[a]:
+            return None
+        return divmod(a, self.max_candidates)
+
+    def is_stop(self, action: Any) -> bool:
+        """Whether ``action`` is the stop action."""
+        return _as_index(action) == self.stop_action
+
+    def gpus(self, q: int, c: int) -> NDArray[np.int32]:
+        """GPU indices of candidate ``c`` of view slot ``q``."""
+        cs = self.sets[q]
+        assert cs is not None
+        return cs.gpus[c]
+
+    def index_of(self, job_id: str, gpus: NDArray[np.integer[Any]]) -> int | None:
+        """The action that places job ``job_id`` on exactly ``gpus``, or ``None`` if the table has no
+        such row (the job is outside the view or the GPU set is not one of its candidates)."""
+        want = np.sort(np.asarray(gpus, dtype=np.int32))
+        for q, job in enumerate(self.view):
+            if job.job_id != job_id:
+                continue
+            cs = self.sets[q]
+            if cs is None or len(cs) == 0 or cs.gpus.shape[1] != len(want):
+                return None
+            hit = np.flatnonzero((cs.gpus == want).all(axis=1))
+            return int(q * self.max_candidates + hit[0]) if len(hit) else None
+        return None
+
+
+def _as_index(action: Any) -> int | None:
+    """An action as a Python int, or ``None`` if it is not a scalar integer."""
+    try:
+        arr = np.asarray(action)
+        if arr.size != 1 or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.bool_)):
+            if arr.size == 1 and np.issubdtype(arr.dtype, np.floating) and float(arr) == int(arr):
+                return int(arr)
+            return None
+        return int(arr.reshape(()))
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+class ObservationBuilder:
+    """Builds the observation dict of a placement environment into preallocated buffers.
+
+    Keys (all ``float32``): ``"gpus"`` ``(G, 10)``, ``"candidates"`` ``(M, 17)``, ``"queue"``
+    ``(Q, 7)``, ``"summary"`` ``(10,)``, and with ``privileged=True`` also ``"gain"`` ``(M,)`` —
+    the exact ΔF of each row divided by ``max_job_gpus`` (clipped to ``[-1, 1]``; 0 on padding).
+    Add ``gpu_extra`` columns (filled by the caller through :attr:`gpu_buffer`) for env-specific
+    per-GPU flags; with ``with_candidates=False`` the candidate key is left out.
+
+    Args:
+        topology: The cluster.
+        actions: The action table whose rows the candidate features describe.
+        perf: The iteration-time options (for the η estimate).
+        queue_size: Normaliser of the pending-job counts.
+        max_job_gpus: Normaliser of job sizes.
+        privileged: Whether to add the exact marginal gain ``"gain"``.
+        gpu_extra: Names of extra per-GPU columns appended after :data:`GPU_FEATURES`.
+        with_candidates: Whether to include the ``"candidates"`` key (and ``"gain"``).
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        actions: CandidateActions,
+        perf: PerfConfig,
+        *,
+        queue_size: int,
+        max_job_gpus: int,
+        privileged: bool = False,
+        gpu_extra: Sequence[str] = (),
+        with_candidates: bool = True,
+    ) -> None:
+        self.topology = topology
+        self.actions = actions
+        self.perf = perf
+        self.queue_size = max(1, int(queue_size))
+        self.max_job_gpus = max(1, int(max_job_gpus))
+        self.privileged = bool(privileged)
+        self.with_candidates = bool(with_candidates)
+        self.gpu_features = (*GPU_FEATURES, *gpu_extra)
+        G, Q, C = topology.num_gpus, actions.num_jobs, actions.max_candidates
+        M = Q * C
+        self._gpu = np.zeros((G, len(self.gpu_features)), dtype=np.float32)
+        self._cand = np.zeros((M, len(CANDIDATE_FEATURES)), dtype=np.float32)
+        self._queue = np.zeros((Q, len(JOB_FEATURES)), dtype=np.float32)
+        self._summary = np.zeros(len(SUMMARY_FEATURES), dtype=np.float32)
+        self._gain = np.zeros(M, dtype=np.float32)
+        self._best_eta = np.zeros(Q, dtype=np.float64)
+        self._tstar: dict[tuple[str, int, float], float] = {}
+        # Static topology arrays used on the hot path.
+        self._server_uplink = topology.server_node[topology.gpu_server]  # link above each GPU's server
+        self._srv_parent = topology.parent[topology.server_node]
+        self._speed_norm = topology.gpu_speed / float(topology.gpu_speed.max())
+        intra = topology.link_bw[topology.gpu_node]
+        self._bw_ref = float(intra.max())
+        self._row_q = np.repeat(np.arange(Q), C)
+        self._queue_pos = (np.arange(Q, dtype=np.float64) / max(Q - 1, 1)).astype(np.float32)
+        self.set_health(Health.healthy(topology))
+        spaces_dict: dict[str, spaces.Space[Any]] = {
+            "gpus": spaces.Box(0.0, 1.0, self._gpu.shape, np.float32),
+        }
+        if self.with_candidates:
+            spaces_dict["candidates"] = spaces.Box(0.0, 1.0, self._cand.shape, np.float32)
+        spaces_dict["queue"] = spaces.Box(0.0, 1.0, self._queue.shape, np.float32)
+        spaces_dict["summary"] = spaces.Box(0.0, 1.0, self._summary.shape, np.float32)
+        if self.privileged and self.with_candidates:
+            spaces_dict["gain"] = spaces.Box(-1.0, 1.0, self._gain.shape, np.float32)
+        self.observation_space = spaces.Dict(spaces_dict)
+
+    @property
+    def gpu_buffer(self) -> NDArray[np.float32]:
+        """The per-GPU buffer; callers write their ``gpu_extra`` columns here before :meth:`build`."""
+        return self._gpu
+
+    # ------------------------------------------------------------------ health
+    def set_health(self, health: Health) -> None:
+        """Set the (possibly noisy) health the agent observes; call at reset and when it changes."""
+        topo = self.topology
+        self.health = health
+        self._eff_bw = topo.link_bw * health.link_degradation
+        self._link_ok = 1.0 - health.link_fail_prob
+        self._gpu_ok = 1.0 - health.gpu_fail_prob
+        self._gpu_slow = health.gpu_slowdown / topo.gpu_speed
+        self._is_slow = (health.gpu_slowdown > 1.0).astype(np.float64)
+        self._is_fp = (health.gpu_fail_prob > 0).astype(np.float64)
+        self._failed = health.gpu_failed.astype(np.float32)
+        self._abnormal_frac = float(health.is_abnormal_gpu.mean())
+        g = self._gpu
+        g[:, 2] = self._failed
+        g[:, 3] = 1.0 - 1.0 / health.gpu_slowdown
+        g[:, 4] = np.clip(health.gpu_fail_prob, 0.0, 1.0)
+        g[:, 5] = self._speed_norm
+        g[:, 7] = 1.0 - health.link_degradation[self._server_uplink]
+
+    # --------------------------------------------------------------- features
+    def tstar(self, job: Job) -> float:
+        """Ideal iteration time ``T*`` of a job (cached by model, size and batch)."""
+        key = (job.model, job.num_gpus, float(job.batch_size))
+        v = self._tstar.get(key)
+        if v is None:
+            v = ideal_time(self.topology, job, self.perf)
+            self._tstar[key] = v
+        return v
+
+    def _group_stats(self, cs: CandidateSet, load: NDArray[np.int32]) -> NDArray[np.float64]:
+        """Per-candidate, job-independent stats of a candidate set, ``float64[C, 13]``.
+
+        Columns: s, g, switches, slow_frac, failprone_frac, slowdown, survival, b_intra, b_inter,
+        a_intra, a_inter, max_load, k.
+        """
+        topo = self.topology
+        P = cs.gpus
+        n, k = P.shape
+        out = np.empty((n, 13))
+        out[:, 12] = k
+        if k == 1:
+            p = P[:, 0]
+            out[:, 0:3] = 1.0
+            out[:, 3] = self._is_slow[p]
+            out[:, 4] = self._is_fp[p]
+            out[:, 5] = self._gpu_slow[p]
+            out[:, 6] = self._gpu_ok[p]
+            out[:, 7:9] = np.inf
+            out[:, 9:12] = 0.0
+            return out
+        anc = topo.gpu_links[P]  # (n, k, D)
+        lo = topo.node_gpu_lo[anc]
+        hi = topo.node_gpu_hi[anc]
+        span = (anc > 0) & ((lo > P[:, :1, None]) | (hi <= P[:, -1:, None]))
+        prev = np.empty_like(P)
+        prev[:, 0] = -1
+        prev[:, 1:] = P[:, :-1]
+        uniq = span & (prev[:, :, None] < lo)  # first GPU of the placement under that link
+        intra = topo.is_intra[anc]
+        sp_intra = span & intra
+        sp_inter = span & ~intra
+        eff = self._eff_bw[anc]
+        ld = load[anc]
+        lat = topo.link_lat[anc]
+        out[:, 7] = np.where(sp_intra, eff, np.inf).min(axis=(1, 2))
+        out[:, 8] = np.where(sp_inter, eff / (ld + 1.0), np.inf).min(axis=(1, 2))
+        out[:, 9] = np.where(sp_intra, lat, 0.0).max(axis=(1, 2))
+        out[:, 10] = np.where(sp_inter, lat, 0.0).max(axis=(1, 2))
+        out[:, 11] = np.where(sp_inter, ld, 0).max(axis=(1, 2))
+        out[:, 6] = np.where(uniq, self._link_ok[anc], 1.0).prod(axis=(1, 2)) * self._gpu_ok[P].prod(axis=1)
+        out[:, 3] = self._is_slow[P].mean(axis=1)
+        out[:, 4] = self._is_fp[P].mean(axis=1)
+        out[:, 5] = self._gpu_slow[P].max(axis=1)
+        srv = topo.gpu_server[P]
+        new_run = np.ones((n, k), dtype=bool)
+        new_run[:, 1:] = srv[:, 1:] != srv[:, :-1]
+        out[:, 0] = new_run.sum(axis=1)
+        idx = np.arange(k)
+        run_start = np.maximum.accumulate(np.where(new_run, idx, 0), axis=1)
+        out[:, 1] = (idx - run_start + 1).max(axis=1)
+        par = self._srv_parent[srv]
+        out[:, 2] = 1 + (par[:, 1:] != par[:, :-1]).sum(axis=1)
+        return out
+
+    def _candidate_features(self, state: ClusterState, view: Sequence[Job]) -> None:
+        acts = self.actions
+        C = acts.max_candidates
+        buf = self._cand
+        buf.fill(0.0)
+        self._best_eta.fill(0.0)
+        groups: dict[int, int] = {}
+        group_stats: list[NDArray[np.float64]] = []
+        offsets: list[int] = []
+        total = 0
+        rows: list[NDArray[np.intp]] = []
+        srcs: list[NDArray[np.intp]] = []
+        qs: list[int] = []
+        counts: list[int] = []
+        load = state.link_load
+        for q, job in enumerate(view):
+            cs = acts.sets[q]
+            if cs is None or len(cs) == 0:
+                continue
+            gi = groups.get(id(cs))
+            if gi is None:
+                gi = len(group_stats)
+                groups[id(cs)] = gi
+                group_stats.append(self._group_stats(cs, load))
+                offsets.append(total)
+                total += len(cs)
+            n = len(cs)
+            base = q * C
+            rows.append(np.arange(base, base + n))
+            srcs.append(np.arange(offsets[gi], offsets[gi] + n))
+            qs.append(q)
+            counts.append(n)
+        if not rows:
+            if self.privileged:
+                self._gain.fill(0.0)
+            return
+        stats = np.concatenate(group_stats)[np.concatenate(srcs)]
+        row = np.concatenate(rows)
+        cnt = np.asarray(counts)
+        jobs = [view[q] for q in qs]
+        grad = np.repeat(np.array([j.grad_bytes for j in jobs]), cnt)
+        tc = np.repeat(np.array([j.compute_time for j in jobs]), cnt)
+        w = np.repeat(np.array([j.weight for j in jobs]), cnt)
+        tstar = np.repeat(np.array([self.tstar(j) for j in jobs]), cnt)
+        s, g, sw = stats[:, 0], stats[:, 1], stats[:, 2]
+        k = stats[:, 12]
+        b_intra, b_inter = stats[:, 7], stats[:, 8]
+        comm = comm_time(self.perf.allreduce, grad, k, g, s, b_intra, b_inter, stats[:, 9], stats[:, 10])
+        T = iteration_time(tc * stats[:, 5], comm, self.perf.overlap)
+        eta = np.minimum(1.0, tstar / T)
+        surv = stats[:, 6]
+        X = np.empty((len(row), len(CANDIDATE_FEATURES)), dtype=np.float64)
+        X[:, 0] = 1.0
+        X[:, 1] = k / self.max_job_gpus
+        X[:, 2] = _grad_feature(grad)
+        X[:, 3] = _compute_feature(tc)
+        X[:, 4] = s / 32.0
+        X[:, 5] = (s - 1.0) / np.maximum(k - 1.0, 1.0)
+        X[:, 6] = sw / 8.0
+        X[:, 7] = stats[:, 3]
+        X[:, 8] = stats[:, 4]
+        X[:, 9] = 1.0 - 1.0 / stats[:, 5]
+        X[:, 10] = surv
+        X[:, 11] = eta
+        X[:, 12] = eta * surv
+        ml = stats[:, 11]
+        X[:, 13] = ml / (ml + 1.0)
+        X[:, 14] = np.minimum(np.minimum(b_intra, b_inter), self._bw_ref) / self._bw_ref
+        X[:, 15] = self._queue_pos[self._row_q[row]]
+        X[:, 16] = w / (1.0 + w)
+        np.clip(X, 0.0, 1.0, out=X)
+        buf[row] = X
+        # Best η per job for the queue features.
+        starts = np.concatenate([[0], np.cumsum(cnt)[:-1]])
+        self._best_eta[qs] = np.maximum.reduceat(eta, starts)
+        if self.privileged:
+            self._gains(state, view, qs, row)
+
+    def _gains(self, state: ClusterState, view: Sequence[Job], qs: list[int], row: NDArray[np.intp]) -> None:
+        """Exact ΔF of every row (privileged feature)."""
+        gain = self._gain
+        gain.fill(0.0)
+        C = self.actions.max_candidates
+        stats_cache: dict[tuple[int, int], Any] = {}
+        for q in qs:
+            cs = self.actions.sets[q]
+            assert cs is not None
+            job = view[q]
+            for c in range(len(cs)):
+                key = (id(cs), c)
+                st = stats_cache.get(key)
+                if st is None:
+                    st = state.stats_for(cs.gpus[c])
+                    stats_cache[key] = st
+                gain[q * C + c] = state.gain(job, stats=st)
+        np.clip(gain / self.max_job_gpus, -1.0, 1.0, out=gain)
+
+    def _gpu_features(self, state: ClusterState) -> None:
+        g = self._gpu
+        owner = state.gpu_owner
+        busy = owner >= 0
+        g[:, 0] = ~busy & state.health.usable
+        g[:, 1] = busy
+        n = state.link_load[self._server_uplink]
+        g[:, 6] = n / (n + 1.0)
+        eta, k = _slot_arrays(state)
+        slot = np.where(busy, owner, 0)
+        g[:, 8] = np.where(busy, eta[slot], 0.0)
+        g[:, 9] = np.where(busy, np.minimum(k[slot] / self.max_job_gpus, 1.0), 0.0)
+
+    def _queue_features(self, view: Sequence[Job]) -> None:
+        qb = self._queue
+        qb.fill(0.0)
+        n = len(view)
+        if n == 0:
+            return
+        k = np.array([j.num_gpus for j in view], dtype=np.float64)
+        grad = np.array([j.grad_bytes for j in view])
+        tc = np.array([j.compute_time for j in view])
+        w = np.array([j.weight for j in view])
+        ncand = np.array([0 if cs is None else len(cs) for cs in self.actions.sets[:n]], dtype=np.float64)
+        qb[:n, 0] = 1.0
+        qb[:n, 1] = np.minimum(k / self.max_job_gpus, 1.0)
+        qb[:n, 2] = _grad_feature(grad)
+        qb[:n, 3] = _compute_feature(tc)
+        qb[:n, 4] = w / (1.0 + w)
+        qb[:n, 5] = ncand / self.actions.max_candidates
+        qb[:n, 6] = np.clip(self._best_eta[:n], 0.0, 1.0)
+
+    def _summary_features(
+        self, state: ClusterState, pending: Sequence[Job], view_len: int, step: int, max_steps: int
+    ) -> None:
+        G = self.topology.num_gpus
+        m = state.metrics()
+        sb = self._summary
+        sb[0] = min(len(pending) / self.queue_size, 1.0)
+        sb[1] = min((len(pending) - view_len) / self.queue_size, 1.0)
+        sb[2] = min(sum(j.num_gpus for j in pending) / G, 1.0)
+        sb[3] = state.num_free / G
+        sb[4] = min(max(m.F / G, 0.0), 1.0)
+        sb[5] = m.utilization
+        sb[6] = min(max(m.comm_overhead, 0.0), 1.0)
+        sb[7] = float(self._failed.mean())
+        sb[8] = self._abnormal_frac
+        sb[9] = min(step / max(max_steps, 1), 1.0)
+
+    def build(
+        self,
+        state: ClusterState,
+        pending: Sequence[Job],
+        *,
+        step: int = 0,
+        max_steps: int = 1,
+    ) -> dict[str, NDArray[np.float32]]:
+        """The observation for ``state`` and ``pending``; call :meth:`CandidateActions.build` first.
+
+        Args:
+            state: The cluster state.
+            pending: Pending jobs in queue order (the view is the table's :attr:`~CandidateActions.view`).
+            step: Steps taken in the episode (for the ``steps`` summary feature).
+            max_steps: The episode's step cap.
+
+        Returns:
+            A fresh dict of fresh arrays (safe to keep).
+        """
+        view = self.actions.view
+        self._gpu_features(state)
+        if self.with_candidates:
+            self._candidate_features(state, view)
+        else:
+            self._best_eta.fill(0.0)
+        self._queue_features(view)
+        self._summary_features(state, pending, len(view), step, max_steps)
+        obs = {"gpus": self._gpu.copy()}
+        if self.with_candidates:
+            obs["candidates"] = self._cand.copy()
+        obs["queue"] = self._queue.copy()
+        obs["summary"] = self._summary.copy()
+        if self.privileged and self.with_candidates:
+            obs["gain"] = self._gain.copy()
+        return obs
+
+
+def _slot_arrays(state: ClusterState) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Per-slot ``η`` and ``k`` of the placed jobs, indexed like ``state.gpu_owner``.
+
+    Reads the state's slot arrays directly (hot path); the public per-job alternative is
+    :meth:`ClusterState.job_record`.
+    """
+    return state._eta, state._k
+

@@ -1,0 +1,266 @@
+"""The static placement environment, candidate mode (the CROP problem as an MDP)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.envs.features import CandidateActions, ObservationBuilder
+from crop_gym.envs.render import ClusterRenderer
+from crop_gym.errors import ConfigError
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState
+from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
+
+__all__ = ["PlacementEnv"]
+
+Obs = dict[str, NDArray[np.float32]]
+DEFAULT_QUEUE_VIEW = 32
+
+
+class PlacementEnv(gym.Env[Obs, np.int64]):
+    """Static multi-job placement, one (job, candidate placement) pair per step.
+
+    Each episode is one static placement problem drawn from a scenario: a cluster (topology, abnormal
+    devices, background jobs already running) and a queue of ``K`` pending jobs. At every step the
+    agent places one pending job on one of its candidate placements — the compact GPU sets CROP
+    considers, from :func:`crop_gym.candidates.candidate_placements` — or stops. The reward is the
+    change of the objective F (expected effective GPUs, DESIGN §2.5), so the undiscounted return is
+    ``F(end) - F(start)``, the same number CROP, the baselines and the exact optimum report.
+
+    **Action space** ``Discrete(Q * C + 1)``: the first ``Q`` pending jobs, in queue order, that
+    have at least one candidate placement form the *view* (jobs too big for the free GPUs are
+    skipped, and stay pending); each gets ``C`` rows, one per candidate (padded). Action
+    ``a = q * C + c`` places view job ``q`` on its candidate ``c``; action ``Q * C`` is **stop**.
+    ``Q = min(K, queue_view)`` and ``C = max_candidates``. After a placement the job leaves the
+    queue and the view is rebuilt (candidates are regenerated for the new state).
+
+    **Action mask** ``action_masks()`` (used by sb3-contrib's ``MaskablePPO``) and
+    ``info["action_mask"]``: ``bool[Q * C + 1]``; a row is valid when its view slot holds a job
+    and the job has that many candidates. Stop is always valid, so the mask is never empty.
+
+    **Invalid actions** (masked, out of range or not an integer) never raise. With
+    ``invalid_action="noop"`` (default) the state is unchanged, the reward is 0, the step counts
+    toward the step cap and ``info["invalid_action"]`` is ``True``; with ``"stop"`` the episode
+    also terminates, as if stop had been chosen.
+
+    **Observation** ``Dict`` of ``float32`` boxes, every value in ``[0, 1]`` (SB3
+    ``MultiInputPolicy`` ready; columns in :mod:`crop_gym.envs.features` and docs/ENVS.md):
+
+    * ``"gpus"`` ``(G, 10)``: free, busy, failed, slowness ``1 - 1/σ``, failure probability π,
+      relative speed, server-uplink load and degradation, η and size of the job holding it;
+    * ``"candidates"`` ``(Q * C, 17)``: valid flag, job size, gradient size, compute time, servers,
+      spread, switches, share of slow / failure-prone GPUs, slowdown, survival, estimated η under
+      the current contention, η·survival, contention, bottleneck bandwidth, view position, weight;
+    * ``"queue"`` ``(Q, 7)``: per view job: present, size, gradient size, compute time, weight,
+      number of candidates, best estimated η;
+    * ``"summary"`` ``(10,)``: pending and hidden jobs, pending GPUs, free GPUs, F, utilisation,
+      communication overhead, failed and abnormal GPU shares, elapsed share of the step cap;
+    * ``"gain"`` ``(Q * C,)`` in ``[-1, 1]``, only with ``privileged=True``: the exact ΔF of each
+      row divided by the largest job size (this is what a greedy expert maximises).
+
+    Device features come from the scenario's health signal: the true state when
+    ``observation_noise`` is 0, otherwise a noisy reading drawn once per episode
+    (:meth:`Health.observe`); rewards always use the true state.
+
+    **Reward** ``ΔF`` of the placement (0 for stop and invalid actions), in GPU units; it can be
+    negative when the new job slows running ones more than it adds. ``info["reward_terms"]``
+    splits it into ``own_value`` (the new job's value ``w·k·η·s``) and ``interference`` (the change
+    of the other jobs' values), which sum to the reward.
+
+    **Episode end**: *terminated* on stop, on an invalid action under ``invalid_action="stop"``,
+    when no pending job has a candidate left (including an empty queue); *truncated*
+    after ``max_steps`` steps. An instance with nothing placeable starts with only stop valid.
+
+    **Info** (reset and step): ``action_mask``, ``F`` (current objective), ``F_start``,
+    ``metrics`` (jobs placed, busy GPUs, utilisation, communication overhead), ``pending`` (jobs
+    left), and on steps ``invalid_action``, ``reward_terms`` and ``placed`` (the job id placed, or
+    ``None``).
+
+    **Arguments**:
+        scenario: A :class:`~crop_gym.scenario.Scenario`, a built-in scenario name (see
+            ``crop_gym.scenario.SCENARIOS``) or a scenario file. Default ``"default"``.
+        privileged: Add the exact marginal gains ``"gain"`` to the observation (slower: one ΔF
+            evaluation per row and step).
+        queue_view: Largest view size ``Q`` (default 32; capped at the queue size ``K``).
+        max_candidates: Candidates per job ``C`` (default: the scenario's ``max_candidates``, as CROP).
+        robust_candidates: Let device health steer candidate choice (CROP's default). ``False`` is the
+            "without robustness" ablation.
+        max_steps: Step cap (default ``2 * K``; a run of valid actions never reaches it).
+        invalid_action: ``"noop"`` or ``"stop"`` (see above).
+        render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
+
+    **Reset options**: ``{"instance": PlacementInstance}`` plays a given instance (its state is
+    copied) instead of sampling one, e.g. to compare with CROP on the same problem.
+
+    **Version history**:
+        v0: Initial version.
+    """
+
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+
+    def __init__(
+        self,
+        scenario: Scenario | str | Path = "default",
+        *,
+        privileged: bool = False,
+        queue_view: int | None = None,
+        max_candidates: int | None = None,
+        robust_candidates: bool = True,
+        max_steps: int | None = None,
+        invalid_action: Literal["noop", "stop"] = "noop",
+        render_mode: str | None = None,
+    ) -> None:
+        self.sampler = ScenarioSampler(scenario)
+        self.scenario = sc = self.sampler.scenario
+        self.topology = self.sampler.topology
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ConfigError(f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}")
+        if invalid_action not in ("noop", "stop"):
+            raise ConfigError(f"invalid_action={invalid_action!r} must be 'noop' or 'stop'")
+        self.render_mode = render_mode
+        self.invalid_action = invalid_action
+        q = min(sc.queue_size, queue_view if queue_view is not None else DEFAULT_QUEUE_VIEW)
+        c = sc.max_candidates if max_candidates is None else max_candidates
+        if q < 1 or c < 1:
+            raise ConfigError(f"queue_view={queue_view!r} and max_candidates={max_candidates!r} must be >= 1")
+        self.max_steps = int(max_steps) if max_steps is not None else 2 * sc.queue_size
+        if self.max_steps < 1:
+            raise ConfigError(f"max_steps={max_steps!r} must be >= 1")
+        self.actions = CandidateActions(q, c, robust=robust_candidates)
+        self.features = ObservationBuilder(
+            self.topology,
+            self.actions,
+            sc.perf,
+            queue_size=sc.queue_size,
+            max_job_gpus=sc.job_size_limit,
+            privileged=privileged,
+        )
+        self.privileged = bool(privileged)
+        self.action_space = self.actions.space
+        self.observation_space = self.features.observation_space
+        self._renderer = ClusterRenderer(self.topology)
+        self.state: ClusterState = ClusterState(self.topology, perf=sc.perf)
+        self.pending: list[Job] = []
+        self.placed: list[tuple[str, NDArray[np.int32]]] = []
+        self.initial_F = 0.0
+        self._queue_index: dict[str, int] = {}
+        self._steps = 0
+        self._done = True
+
+    # ------------------------------------------------------------------ API
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
+        """Start an episode on a new instance (or on ``options["instance"]``)."""
+        super().reset(seed=seed)
+        inst = (options or {}).get("instance")
+        if inst is None:
+            inst = self.sampler.sample(self.np_random)
+        elif not isinstance(inst, PlacementInstance):
+            raise ConfigError(f"options['instance'] must be a PlacementInstance, got {type(inst).__name__}")
+        elif inst.state.topology is not self.topology and inst.state.topology.num_gpus != self.topology.num_gpus:
+            raise ConfigError("options['instance'] is on a different cluster than this environment")
+        else:
+            inst = PlacementInstance(inst.state.copy(), tuple(inst.queue), inst.scenario)
+        self.instance = inst
+        self.state = inst.state
+        self.pending = list(inst.queue)
+        self._queue_index = {j.job_id: i for i, j in enumerate(inst.queue)}
+        self.placed = []
+        self.initial_F = self.state.F
+        self._steps = 0
+        noise = self.scenario.observation_noise
+        self.features.set_health(self.state.health.observe(self.np_random, noise))
+        self.actions.build(self.state, self.pending)
+        self._done = False
+        obs = self.features.build(self.state, self.pending, step=0, max_steps=self.max_steps)
+        return obs, self._info()
+
+    def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Place one (job, candidate) pair, or stop."""
+        self._steps += 1
+        acts = self.actions
+        decoded = acts.decode(action)
+        reward = 0.0
+        own = 0.0
+        invalid = False
+        placed: str | None = None
+        terminated = False
+        if decoded is not None:
+            q, c = decoded
+            job = acts.view[q]
+            gpus = acts.gpus(q, c)
+            reward = self.state.add(job, gpus)
+            own = self.state.job_record(job.job_id)["value"]
+            del self.pending[acts.positions[q]]
+            self.placed.append((job.job_id, gpus))
+            placed = job.job_id
+            acts.build(self.state, self.pending)
+            terminated = not acts.has_placement
+        elif acts.is_stop(action):
+            terminated = True
+        else:
+            invalid = True
+            terminated = self.invalid_action == "stop"
+        truncated = not terminated and self._steps >= self.max_steps
+        self._done = terminated or truncated
+        obs = self.features.build(self.state, self.pending, step=self._steps, max_steps=self.max_steps)
+        info = self._info()
+        info["invalid_action"] = invalid
+        info["reward_terms"] = {"own_value": own, "interference": reward - own}
+        info["placed"] = placed
+        return obs, reward, terminated, truncated, info
+
+    def action_masks(self) -> NDArray[np.bool_]:
+        """Valid actions, ``bool[Q * C + 1]`` (sb3-contrib's ``MaskablePPO`` calls this)."""
+        return self.actions.mask.copy()
+
+    def action_for(self, job_id: str, gpus: NDArray[np.integer[Any]]) -> int | None:
+        """The action placing ``job_id`` on exactly ``gpus`` now, or ``None`` if it is not offered."""
+        return self.actions.index_of(job_id, gpus)
+
+    @property
+    def episode_return(self) -> float:
+        """``F(now) - F(start)``: the return so far."""
+        return self.state.F - self.initial_F
+
+    def _info(self) -> dict[str, Any]:
+        m = self.state.metrics()
+        return {
+            "action_mask": self.actions.mask.copy(),
+            "F": m.F,
+            "F_start": self.initial_F,
+            "pending": len(self.pending),
+            "metrics": {
+                "jobs_placed": m.jobs_placed,
+                "gpus_busy": m.gpus_busy,
+                "utilization": m.utilization,
+                "comm_overhead": m.comm_overhead,
+            },
+        }
+
+    # ---------------------------------------------------------------- render
+    def _header(self) -> list[str]:
+        view = ", ".join(f"{j.job_id}:{j.model}x{j.num_gpus}" for j in self.actions.view[:8])
+        more = len(self.pending) - min(len(self.pending), 8)
+        return [
+            f"{self.scenario.name} ({self.topology.name})  step {self._steps}/{self.max_steps}  "
+            f"F={self.state.F:.3f}  return={self.episode_return:+.3f}  free={self.state.num_free}/{self.topology.num_gpus}",
+            f"pending {len(self.pending)}: {view}{f' (+{more})' if more > 0 else ''}",
+        ]
+
+    def render(self) -> Any:
+        """``ansi``: a string; ``rgb_array``: ``uint8[H, W, 3]``; ``None`` without a render mode."""
+        if self.render_mode == "ansi":
+            return self._renderer.ansi(self.state, header=self._header())
+        if self.render_mode == "rgb_array":
+            jobs = {jid: self._queue_index.get(jid, i) for i, (jid, _) in enumerate(self.placed)}
+            return self._renderer.rgb(self.state, title="   ".join(self._header()), episode_jobs=jobs)
+        return None
+
+    def close(self) -> None:
+        """Release the rendering figure."""
+        self._renderer.close()

@@ -1,0 +1,78 @@
+"""Registration of the ``crop_gym/`` environment IDs with Gymnasium (run on ``import crop_gym``).
+
+Entry points are strings, so registering imports no environment module: ``import crop_gym`` stays
+cheap and ``gym.make`` imports the class on first use. Every ID accepts the constructor's keyword
+arguments, e.g. ``gym.make("crop_gym/Placement-v0", scenario="default-severe", privileged=True)``.
+
+To add an ID, append an :class:`EnvSpec`-like entry to :data:`ENV_IDS` (one line of description
+each: docs/ENVS.md and the README list them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["ENV_IDS", "register_envs"]
+
+NAMESPACE = "crop_gym"
+
+_STATIC = "crop_gym.envs.placement:PlacementEnv"
+_GPU = "crop_gym.envs.gpu_placement:GPUPlacementEnv"
+
+#: ID → (entry point, default kwargs, one-line description).
+ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
+    f"{NAMESPACE}/Placement-v0": (
+        _STATIC,
+        {"scenario": "default"},
+        "64-GPU leaf-spine (8x8, 2 ToRs), mild abnormalities, 30% background, 16 ElasticFlow jobs; candidate actions",
+    ),
+    f"{NAMESPACE}/Placement-Testbed8-v0": (
+        _STATIC,
+        {"scenario": "testbed-8"},
+        "the CROP paper's 8-GPU testbed (2x4, one slow GPU), 4 jobs; candidate actions",
+    ),
+    f"{NAMESPACE}/Placement-Healthy-v0": (
+        _STATIC,
+        {"scenario": "default-none"},
+        "Placement-v0 without abnormal devices",
+    ),
+    f"{NAMESPACE}/Placement-Severe-v0": (
+        _STATIC,
+        {"scenario": "default-severe"},
+        "Placement-v0 with severe abnormalities (slow, failed, failure-prone GPUs and links)",
+    ),
+    f"{NAMESPACE}/Placement-Pollux64-v0": (
+        _STATIC,
+        {"scenario": "pollux-16x4"},
+        "Pollux-like 16x4 GPUs under one switch, 16 jobs; candidate actions",
+    ),
+    f"{NAMESPACE}/Placement-512-v0": (
+        _STATIC,
+        {"scenario": "n64g8"},
+        "ElasticFlow n64g8 (512 GPUs, 2 switches), 64 jobs, view of 32; candidate actions",
+    ),
+    f"{NAMESPACE}/Placement-1024-v0": (
+        _STATIC,
+        {"scenario": "n128g8"},
+        "ElasticFlow n128g8 (1,024 GPUs), 200 jobs, view of 32; candidate actions (speed target)",
+    ),
+    f"{NAMESPACE}/PlacementGPU-v0": (
+        _GPU,
+        {"scenario": "default"},
+        "Placement-v0 in GPU mode: pick the head job's GPUs one at a time, or defer it",
+    ),
+    f"{NAMESPACE}/PlacementGPU-Testbed8-v0": (
+        _GPU,
+        {"scenario": "testbed-8"},
+        "the 8-GPU testbed in GPU mode (small enough to teach with)",
+    ),
+}
+
+
+def register_envs() -> None:
+    """Register every ID of :data:`ENV_IDS` that is not registered yet (idempotent)."""
+    from gymnasium.envs.registration import register, registry
+
+    for env_id, (entry_point, kwargs, _) in ENV_IDS.items():
+        if env_id not in registry:
+            register(id=env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=False)

@@ -1,0 +1,33 @@
+"""Discrete-event, trace-driven simulator of a GPU cluster under a placement policy (DESIGN §4).
+
+>>> from crop_gym.sim import Simulator, SimConfig
+>>> from crop_gym.workloads import load_workload
+>>> sim = Simulator(load_workload("elasticflow:cluster10"), "n32g8", profile="mild", seed=0)
+
+then ``sim.run(policy)`` with any object that has the :class:`PlacementPolicy` interface (CROP and
+the baselines in ``baselines.policy``). See docs/SIMULATOR.md.
+"""
+
+from __future__ import annotations
+
+from crop_gym.sim.config import QUEUE_VIEWS, SimConfig, SimulationError
+from crop_gym.sim.engine import Simulator, apply_health, simulate
+from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
+from crop_gym.sim.protocol import PlacementLike, PlacementPolicy
+from crop_gym.sim.result import RECORD_COLUMNS, SimResult
+
+__all__ = [
+    "QUEUE_VIEWS",
+    "RECORD_COLUMNS",
+    "HealthChange",
+    "HealthProcess",
+    "PlacementLike",
+    "PlacementPolicy",
+    "ScriptedFailure",
+    "SimConfig",
+    "SimResult",
+    "SimulationError",
+    "Simulator",
+    "apply_health",
+    "simulate",
+]

@@ -1,0 +1,691 @@
+"""The discrete-event simulator (DESIGN §4).
+
+Events are job arrivals (from a workload), job completions, and device-health events (abnormal
+onsets and recoveries, GPU and link failures, repairs; see :mod:`crop_gym.sim.health`). Between two
+events every running job trains at the constant speed ``1 / T_j`` iterations per second, where
+``T_j`` is its iteration time in the current :class:`~crop_gym.objective.ClusterState` (which
+accounts for contention on shared links and for device health). Progress is integrated **exactly**:
+a job keeps ``(t_upd, remaining work at t_upd, T)``; whenever ``T`` changes (an add, a removal or a
+health change) it is rebased to the current time, and its completion time is
+``t_upd + remaining × T``. There is no time step.
+
+A failure (of a GPU the job holds, or of a link its ring crosses) stops the job: it loses the work
+done since its last checkpoint (checkpoints every ``checkpoint_interval_s`` of wall-clock time since
+its (re)start) and goes back to the queue in its original arrival position.
+
+At each event the placement policy — any object with the :class:`~crop_gym.sim.PlacementPolicy`
+interface, e.g. CROP from ``baselines`` — is asked for placements (non-preemptive), but only when
+something it could act on changed: jobs arrived, GPUs were freed, or health changed, and the smallest
+queued job fits in the free GPUs.
+
+Typical use::
+
+    from crop_gym.sim import Simulator, SimConfig
+    from baselines.policy import make_policy
+    sim = Simulator(load_workload("elasticflow:cluster10"), "n32g8", profile="mild", seed=0)
+    result = sim.run(make_policy("crop"), progress=True)
+    print(result.metrics["mean_jct_s"])
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.devices import AbnormalityProfile, Health, get_profile
+from crop_gym.errors import ConfigError
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState, ideal_time
+from crop_gym.perf import placement_stats
+from crop_gym.sim.config import SimConfig, SimulationError
+from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
+from crop_gym.sim.protocol import PlacementPolicy
+from crop_gym.sim.result import SimResult
+from crop_gym.topology import Topology, make_topology
+from crop_gym.workloads.workload import Workload
+
+__all__ = ["Simulator", "simulate"]
+
+# Job status codes.
+_FUTURE, _QUEUED, _RUNNING, _DONE = 0, 1, 2, 3
+
+
+def _slot_times(state: ClusterState) -> NDArray[np.float64]:
+    """Iteration time of every slot of ``state`` (the array ``ClusterState`` keeps per slot).
+
+    ``ClusterState`` stores ``T`` per slot in a private array; reading it avoids building the
+    ``iteration_times()`` dict at every event. Falls back to that dict if the array is absent.
+    """
+    arr = getattr(state, "_T", None)
+    if isinstance(arr, np.ndarray):
+        return arr
+    out = np.zeros(max(state.jobs.values(), default=-1) + 1)
+    for jid, t in state.iteration_times().items():
+        out[state.jobs[jid]] = t
+    return out
+
+
+def apply_health(
+    state: ClusterState,
+    health: Health,
+    changed_gpus: Sequence[int] | NDArray[np.integer[Any]] = (),
+    changed_links: Sequence[int] | NDArray[np.integer[Any]] = (),
+) -> None:
+    """``state.set_health(health)``, recomputing only the jobs that touch a changed device.
+
+    :meth:`ClusterState.set_health` recomputes the placement facts of every placed job (~0.1 ms a
+    job); a health event changes one device, so this recomputes only the jobs holding a changed GPU
+    or spanning a changed link, then re-evaluates every job vectorised (link bandwidths may have
+    changed). The result equals ``set_health`` exactly (tested). Falls back to ``set_health`` if
+    ``ClusterState``'s internals differ from what this expects.
+
+    Raises:
+        ConfigError: If a placed job holds a GPU that ``health`` marks failed.
+    """
+    needed = ("_slot_stats", "_slot_job", "_write_stats", "_links", "_active", "_eff_bw", "_usable")
+    if not all(hasattr(state, a) for a in needed):  # pragma: no cover - internals changed
+        state.set_health(health)
+        return
+    topo = state.topology
+    cg = np.asarray(changed_gpus, dtype=np.int64)
+    cl = np.asarray(changed_links, dtype=np.int64)
+    slots: set[int] = set()
+    if len(cg):
+        owners = state.gpu_owner[cg]
+        slots.update(int(s) for s in owners[owners >= 0])
+    if len(cl):
+        intra = cl[topo.is_intra[cl]]
+        if len(intra):
+            node_gpu = np.full(topo.num_nodes, -1, dtype=np.int64)
+            node_gpu[topo.gpu_node] = np.arange(topo.num_gpus)
+            owners = state.gpu_owner[node_gpu[intra]]
+            slots.update(int(s) for s in owners[owners >= 0])
+        inter = cl[~topo.is_intra[cl]]
+        if len(inter):
+            links: NDArray[np.int32] = state._links  # type: ignore[attr-defined]
+            active: NDArray[np.bool_] = state._active  # type: ignore[attr-defined]
+            hit = np.isin(links, inter).any(axis=1) & active
+            slots.update(int(s) for s in np.flatnonzero(hit))
+    usable = health.usable
+    for s in slots:
+        st = state._slot_stats[s]  # type: ignore[attr-defined]
+        if not usable[st.gpus].all():
+            job = state._slot_job[s]  # type: ignore[attr-defined]
+            raise ConfigError(f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed")
+    state._health = health  # type: ignore[attr-defined]
+    state._usable = usable  # type: ignore[attr-defined]
+    eff = topo.link_bw * health.link_degradation
+    eff.setflags(write=False)
+    state._eff_bw = eff  # type: ignore[attr-defined]
+    for s in slots:
+        st = state._slot_stats[s]  # type: ignore[attr-defined]
+        state._write_stats(s, placement_stats(topo, health, st.gpus), state._slot_job[s])  # type: ignore[attr-defined]
+    state.version += 1
+    state.evaluate()
+
+
+class Simulator:
+    """A trace-driven discrete-event simulator of a GPU cluster under a placement policy.
+
+    Drive it with :meth:`run` (a policy decides at every event), or step by step — the online
+    environment does this — with :meth:`pending`, :meth:`place` and :meth:`advance`.
+
+    Args:
+        jobs: A :class:`~crop_gym.workloads.Workload` or a sequence of jobs (sorted by arrival here,
+            stably; job ids must be unique).
+        topology: A :class:`~crop_gym.topology.Topology` or a preset name.
+        profile: Abnormality profile (a name from :data:`crop_gym.devices.PROFILES` or an object).
+        config: Simulator options.
+        seed: Seed of every random draw (health timeline, policy's ``rng``); ``None`` = fresh entropy.
+        scripted_failures: Extra GPU failures ``(time_s, gpu[, repair_s])``.
+
+    Raises:
+        SimulationError: If a job needs more GPUs than the cluster has (unless
+            ``config.skip_oversized``), or job ids repeat.
+    """
+
+    def __init__(
+        self,
+        jobs: Workload | Sequence[Job],
+        topology: Topology | str,
+        *,
+        profile: str | AbnormalityProfile = "none",
+        config: SimConfig | None = None,
+        seed: int | None = 0,
+        scripted_failures: Sequence[ScriptedFailure] = (),
+    ) -> None:
+        self.config = config if config is not None else SimConfig()
+        self.topology = make_topology(topology) if isinstance(topology, str) else topology
+        self.profile = get_profile(profile)
+        self.seed = seed
+        self.workload_name = jobs.name if isinstance(jobs, Workload) else "jobs"
+        all_jobs = sorted(jobs, key=lambda j: j.arrival)
+        if len({j.job_id for j in all_jobs}) != len(all_jobs):
+            raise SimulationError("job ids are not unique")
+        G = self.topology.num_gpus
+        big = [j for j in all_jobs if j.num_gpus > G]
+        if big and not self.config.skip_oversized:
+            ids = ", ".join(f"{j.job_id} ({j.num_gpus} GPUs)" for j in big[:5])
+            raise SimulationError(
+                f"{len(big)} job(s) need more GPUs than the cluster {self.topology.name} has ({G}): "
+                f"{ids}{' ...' if len(big) > 5 else ''}; use a larger cluster or skip them "
+                "(SimConfig(skip_oversized=True), --skip-oversized)"
+            )
+        self.skipped: tuple[Job, ...] = tuple(big)
+        self.jobs: tuple[Job, ...] = tuple(j for j in all_jobs if j.num_gpus <= G)
+        n = len(self.jobs)
+        self._index = {j.job_id: i for i, j in enumerate(self.jobs)}
+        ss = np.random.SeedSequence(seed)
+        health_seq, policy_seq = ss.spawn(2)
+        self.policy_rng = np.random.default_rng(policy_seq)
+        self.health_process = HealthProcess(
+            self.topology, self.profile, self.config, np.random.default_rng(health_seq), scripted_failures
+        )
+        self.state = ClusterState(self.topology, self.health_process.health(), self.config.perf)
+
+        # Per-job arrays.
+        self._k = np.fromiter((j.num_gpus for j in self.jobs), np.int64, n)
+        self._work = np.fromiter((j.iterations for j in self.jobs), np.float64, n)
+        self._arrival = np.fromiter((j.arrival for j in self.jobs), np.float64, n)
+        tcache: dict[tuple[str, int, float], float] = {}
+        tstar = np.empty(n)
+        for i, j in enumerate(self.jobs):
+            key = (j.model, j.num_gpus, float(j.batch_size))
+            if key not in tcache:
+                tcache[key] = ideal_time(self.topology, j, self.config.perf)
+            tstar[i] = tcache[key]
+        self._tstar = tstar
+        self._status = np.zeros(n, dtype=np.int8)
+        self._start = np.full(n, np.nan)
+        self._finish = np.full(n, np.nan)
+        self._restarts = np.zeros(n, dtype=np.int64)
+        self._queued_since = np.zeros(n)
+        self._queue_time = np.zeros(n)
+        self._run_time = np.zeros(n)
+        self._rem_saved = self._work.copy()
+        self._executed = np.zeros(n)
+        self._lost_work = np.zeros(n)
+        self._lost_gpu_s = np.zeros(n)
+        self._servers = np.zeros(n, dtype=np.int64)
+        self._place_count = np.zeros(n, dtype=np.int64)
+        self._sum_servers = np.zeros(n, dtype=np.int64)
+
+        # Per-slot arrays (slots of ``self.state``).
+        self._cap = 0
+        self._grow(64)
+
+        self.now = 0.0
+        self._arr_ptr = 0
+        self._queue: list[int] = []
+        self._k_count: dict[int, int] = {}
+        self._busy = 0
+        self._running = 0
+        self._n_done = 0
+        self._dirty = True
+        self._stall = 0
+        self.truncated = False
+
+        # Integrals over time.
+        self.int_F = 0.0
+        self.int_busy = 0.0
+        self.int_thr = 0.0
+        self.int_comm = 0.0
+        self.events = 0
+        self.policy_calls = 0
+        self.job_failures = 0
+        self.job_failures_gpu = 0
+        self.job_failures_link = 0
+        self._timeline: list[tuple[float, float, float, float, int, int]] = []
+        self._wall = 0.0
+        self._policy_wall = 0.0
+        self._admit(0.0)
+
+    # ------------------------------------------------------------------ slots
+    def _grow(self, cap: int) -> None:
+        old = self._cap
+        if cap <= old:
+            return
+
+        def ext(name: str, fill: float, dtype: Any = np.float64) -> None:
+            new = np.full(cap, fill, dtype=dtype)
+            if old:
+                new[:old] = getattr(self, name)
+            setattr(self, name, new)
+
+        ext("_s_job", -1, np.int64)
+        ext("_s_active", False, bool)
+        ext("_s_rem", 0.0)
+        ext("_s_tupd", 0.0)
+        ext("_s_T", 1.0)
+        ext("_s_seg", 0.0)
+        ext("_s_ckrem", 0.0)
+        ext("_s_k", 0.0)
+        ext("_s_tstar", 0.0)
+        self._cap = cap
+
+    def _active_slots(self) -> NDArray[np.intp]:
+        return np.flatnonzero(self._s_active)
+
+    def _last_checkpoint(self, seg: Any, t: float) -> Any:
+        """Time of the latest checkpoint at or before ``t`` of segments started at ``seg``."""
+        interval = self.config.checkpoint_interval_s
+        if not math.isfinite(interval):
+            return seg
+        return seg + np.floor((t - seg) / interval) * interval
+
+    def _rebase(self, slots: NDArray[np.intp], t: float) -> None:
+        """Bring the progress of ``slots`` up to time ``t`` at their current speed."""
+        if not len(slots):
+            return
+        tupd = self._s_tupd[slots]
+        T = self._s_T[slots]
+        rem = self._s_rem[slots]
+        c = self._last_checkpoint(self._s_seg[slots], t)
+        upd = c > tupd
+        if np.any(upd):
+            self._s_ckrem[slots[upd]] = np.maximum(rem[upd] - (c[upd] - tupd[upd]) / T[upd], 0.0)
+        new = np.maximum(rem - (t - tupd) / T, 0.0)
+        self._executed[self._s_job[slots]] += rem - new
+        self._s_rem[slots] = new
+        self._s_tupd[slots] = t
+
+    def _sync(self) -> None:
+        """Rebase the running jobs whose iteration time changed, and adopt the new times."""
+        act = self._active_slots()
+        if not len(act):
+            return
+        Tnow = _slot_times(self.state)[act]
+        ch = act[Tnow != self._s_T[act]]
+        if len(ch):
+            self._rebase(ch, self.now)
+            self._s_T[ch] = _slot_times(self.state)[ch]
+
+    # ------------------------------------------------------------------ queue
+    def _enqueue(self, i: int) -> None:
+        bisect.insort(self._queue, i)
+        k = int(self._k[i])
+        self._k_count[k] = self._k_count.get(k, 0) + 1
+        self._status[i] = _QUEUED
+        self._queued_since[i] = self.now
+        self._dirty = True
+
+    def _dequeue(self, i: int) -> None:
+        pos = bisect.bisect_left(self._queue, i)
+        del self._queue[pos]
+        k = int(self._k[i])
+        c = self._k_count[k] - 1
+        if c:
+            self._k_count[k] = c
+        else:
+            del self._k_count[k]
+
+    def _admit(self, t: float) -> None:
+        n = len(self.jobs)
+        while self._arr_ptr < n and self._arrival[self._arr_ptr] <= t:
+            self._enqueue(self._arr_ptr)
+            self._arr_ptr += 1
+
+    # ------------------------------------------------------------- properties
+    @property
+    def done(self) -> bool:
+        """Whether every job has completed (or the time limit was reached)."""
+        return self.truncated or self._n_done == len(self.jobs)
+
+    @property
+    def queue(self) -> list[Job]:
+        """The queued jobs, oldest arrival first."""
+        return [self.jobs[i] for i in self._queue]
+
+    @property
+    def queue_length(self) -> int:
+        """Number of queued jobs."""
+        return len(self._queue)
+
+    @property
+    def running(self) -> int:
+        """Number of running jobs."""
+        return self._running
+
+    @property
+    def completed(self) -> int:
+        """Number of completed jobs."""
+        return self._n_done
+
+    @property
+    def busy_gpus(self) -> int:
+        """GPUs held by running jobs."""
+        return self._busy
+
+    def remaining_work(self, job_id: str) -> float:
+        """Iterations ``job_id`` still has to train (as of now)."""
+        i = self._index[job_id]
+        if self._status[i] == _RUNNING:
+            s = self.state.jobs[job_id]
+            return max(float(self._s_rem[s] - (self.now - self._s_tupd[s]) / self._s_T[s]), 0.0)
+        if self._status[i] == _DONE:
+            return 0.0
+        return float(self._rem_saved[i])
+
+    def pending(self) -> list[Job]:
+        """The queue as the policy sees it (:attr:`SimConfig.queue_view`, :attr:`SimConfig.max_queue_view`)."""
+        if not self._queue:
+            return []
+        q = np.fromiter(self._queue, np.int64, len(self._queue))
+        if self.config.queue_view == "fitting":
+            q = q[self._k[q] <= self.state.num_free]
+        if self.config.max_queue_view is not None:
+            q = q[: self.config.max_queue_view]
+        return [self.jobs[i] for i in q.tolist()]
+
+    def needs_decision(self) -> bool:
+        """Whether asking the policy now could place something new.
+
+        True when jobs are queued, the smallest of them fits in the free GPUs, and something changed
+        since the last decision (an arrival, freed GPUs, a health change).
+        """
+        if not self._queue or not self._dirty:
+            return False
+        return min(self._k_count) <= self.state.num_free
+
+    # -------------------------------------------------------------- mutation
+    def place(self, job: Job | str, gpus: NDArray[np.integer[Any]] | Sequence[int]) -> float:
+        """Start a queued job on ``gpus`` now; return the change of F.
+
+        Raises:
+            SimulationError: If the job is not queued or the placement is invalid (busy, failed or
+                out-of-range GPUs, wrong count).
+        """
+        jid = job if isinstance(job, str) else job.job_id
+        i = self._index.get(jid)
+        if i is None or self._status[i] != _QUEUED:
+            raise SimulationError(f"t={self.now:.3f}s: job {jid!r} is not in the queue")
+        the_job = self.jobs[i]
+        try:
+            delta = self.state.add(the_job, np.asarray(gpus))
+        except ConfigError as exc:
+            raise SimulationError(f"t={self.now:.3f}s: invalid placement of job {jid}: {exc}") from exc
+        s = self.state.jobs[jid]
+        if s >= self._cap:
+            self._grow(max(2 * self._cap, s + 1))
+        self._dequeue(i)
+        self._status[i] = _RUNNING
+        self._queue_time[i] += self.now - self._queued_since[i]
+        if np.isnan(self._start[i]):
+            self._start[i] = self.now
+        nsrv = len(self.topology.servers_of(self.state.placement(jid)))
+        self._servers[i] = nsrv
+        self._sum_servers[i] += nsrv
+        self._place_count[i] += 1
+        self._s_job[s] = i
+        self._s_active[s] = True
+        self._s_rem[s] = self._rem_saved[i]
+        self._s_ckrem[s] = self._rem_saved[i]
+        self._s_tupd[s] = self.now
+        self._s_seg[s] = self.now
+        self._s_T[s] = _slot_times(self.state)[s]
+        self._s_k[s] = self._k[i]
+        self._s_tstar[s] = self._tstar[i]
+        self._busy += int(self._k[i])
+        self._running += 1
+        return delta
+
+    def _release(self, s: int) -> int:
+        i = int(self._s_job[s])
+        self._s_active[s] = False
+        self._s_job[s] = -1
+        self._run_time[i] += self.now - self._s_seg[s]
+        self.state.remove(self.jobs[i].job_id)
+        self._busy -= int(self._k[i])
+        self._running -= 1
+        self._dirty = True
+        return i
+
+    def _complete(self, s: int) -> None:
+        i = int(self._s_job[s])
+        self._executed[i] += self._s_rem[s]
+        self._s_rem[s] = 0.0
+        self._release(s)
+        self._status[i] = _DONE
+        self._finish[i] = self.now
+        self._n_done += 1
+
+    def _kill(self, s: int) -> None:
+        """Stop the job in slot ``s`` after a failure: it loses the work since its last checkpoint."""
+        slots = np.array([s], dtype=np.intp)
+        self._rebase(slots, self.now)
+        c = float(self._last_checkpoint(self._s_seg[s], self.now))
+        i = int(self._s_job[s])
+        self._lost_work[i] += self._s_ckrem[s] - self._s_rem[s]
+        self._lost_gpu_s[i] += self._k[i] * (self.now - c)
+        self._rem_saved[i] = self._s_ckrem[s]
+        self._release(s)
+        self._restarts[i] += 1
+        self.job_failures += 1
+        self._enqueue(i)
+
+    def _handle_health(self, change: HealthChange) -> None:
+        owner = self.state.gpu_owner
+        for g in change.failed_gpus:
+            s = int(owner[g])
+            if s >= 0:
+                self._kill(s)
+                self.job_failures_gpu += 1
+        if change.failed_links:
+            topo = self.topology
+            for e in change.failed_links:
+                for jid in list(self.state.jobs):
+                    if e in topo.spanned_links(self.state.placement(jid)):
+                        self._kill(self.state.jobs[jid])
+                        self.job_failures_link += 1
+        if change.health_changed:
+            apply_health(
+                self.state,
+                self.health_process.health(),
+                sorted(change.changed_gpus),
+                sorted(change.changed_links),
+            )
+            self._dirty = True
+        if change.repaired_gpus:
+            self._dirty = True
+
+    # ----------------------------------------------------------------- events
+    def next_event_time(self) -> float:
+        """Time of the next event (arrival, completion, health event or the time limit)."""
+        self._sync()
+        t = self._arrival[self._arr_ptr] if self._arr_ptr < len(self.jobs) else math.inf
+        act = self._active_slots()
+        if len(act):
+            fin = self._s_tupd[act] + self._s_rem[act] * self._s_T[act]
+            t = min(t, float(fin.min()))
+        t = min(t, self.health_process.next_time())
+        if self.config.max_time_s is not None:
+            t = min(t, self.config.max_time_s)
+        return max(float(t), self.now)
+
+    def advance(self) -> float:
+        """Move to the next event time and process every event due then.
+
+        Returns:
+            ``∫ F dt`` over the interval just simulated (expected effective GPU-seconds).
+
+        Raises:
+            SimulationError: If jobs are queued, nothing runs, no arrival is pending and no event can
+                ever change that (a policy that never places), or the simulation is over.
+        """
+        if self.done:
+            raise SimulationError("the simulation is over")
+        t_next = self.next_event_time()
+        idle = self._running == 0 and self._arr_ptr == len(self.jobs) and bool(self._queue)
+        if idle and not self.health_process.failed.any():
+            self._stall += 1
+        else:
+            self._stall = 0
+        if math.isinf(t_next) or self._stall > self.config.stall_events:
+            ids = ", ".join(self.jobs[i].job_id for i in self._queue[:5])
+            raise SimulationError(
+                f"t={self.now:.1f}s: {len(self._queue)} job(s) stay queued on an idle cluster and "
+                f"the policy places none of them ({ids}{' ...' if len(self._queue) > 5 else ''})"
+            )
+        # Integrate the (constant) state over [now, t_next).
+        dt = t_next - self.now
+        F = self.state.F
+        area_F = F * dt
+        if dt > 0 and self._running:
+            act = self._active_slots()
+            k = self._s_k[act]
+            thr = float((k * np.minimum(1.0, self._s_tstar[act] / self._s_T[act])).sum())
+            comm = self.state.metrics().comm_overhead * self._busy
+            self.int_F += area_F
+            self.int_busy += self._busy * dt
+            self.int_thr += thr * dt
+            self.int_comm += comm * dt
+        else:
+            thr = 0.0
+        if self.config.record_timeline:
+            self._timeline.append((self.now, float(self._busy), F, thr, len(self._queue), self._running))
+        self.now = t_next
+        # 1. Completions.
+        act = self._active_slots()
+        if len(act):
+            fin = self._s_tupd[act] + self._s_rem[act] * self._s_T[act]
+            for s in act[fin <= t_next]:
+                self._complete(int(s))
+        # 2. Health.
+        if self.health_process.next_time() <= t_next:
+            self._handle_health(self.health_process.pop(t_next))
+        # 3. Arrivals.
+        self._admit(t_next)
+        if self.config.max_time_s is not None and t_next >= self.config.max_time_s and not self.done:
+            self.truncated = True
+        self._sync()
+        self.events += 1
+        return area_F
+
+    def decide(self, policy: PlacementPolicy) -> int:
+        """Ask ``policy`` for placements now and apply them; return how many were placed."""
+        view = self.pending()
+        self._dirty = False
+        if not view:
+            return 0
+        self.policy_calls += 1
+        t0 = time.perf_counter()
+        placements = policy.place(self.state, view, self.policy_rng)
+        self._policy_wall += time.perf_counter() - t0
+        for p in placements:
+            self.place(p.job, p.gpus)
+        return len(placements)
+
+    def run(
+        self,
+        policy: PlacementPolicy,
+        *,
+        progress: bool = False,
+        hook: Callable[[Simulator], None] | None = None,
+    ) -> SimResult:
+        """Simulate until every job completes (or the time limit) and return the result.
+
+        Args:
+            policy: The placement policy.
+            progress: Show a tqdm bar over simulated time (hours).
+            hook: Called after every event and every decision (e.g. to check invariants in tests).
+        """
+        t0 = time.perf_counter()
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            horizon_h = float(self._arrival[-1]) / 3600.0 if len(self.jobs) else 0.0
+            bar = tqdm(total=round(max(horizon_h, 1e-3), 2), unit="h", desc="simulated", dynamic_ncols=True)
+        try:
+            while not self.done:
+                if self.needs_decision():
+                    self.decide(policy)
+                    if hook is not None:
+                        hook(self)
+                self.advance()
+                if hook is not None:
+                    hook(self)
+                if bar is not None and self.events % 64 == 0:
+                    h = round(self.now / 3600.0, 2)
+                    if h > bar.total:
+                        bar.total = h
+                    bar.n = h
+                    bar.set_postfix(done=self._n_done, queued=len(self._queue), running=self._running, refresh=False)
+                    bar.refresh()
+        finally:
+            if bar is not None:
+                bar.n = round(self.now / 3600.0, 2)
+                bar.total = max(bar.total, bar.n)
+                bar.close()
+        self._wall += time.perf_counter() - t0
+        return self.result(policy_name=getattr(policy, "name", type(policy).__name__))
+
+    # ---------------------------------------------------------------- results
+    def invariant_errors(self) -> list[str]:
+        """Consistency checks of the current state (empty when all hold); used by tests."""
+        errs: list[str] = []
+        owner = self.state.gpu_owner
+        seen: dict[int, str] = {}
+        for jid, s in self.state.jobs.items():
+            gpus = self.state.placement(jid)
+            for g in gpus.tolist():
+                if g in seen:
+                    errs.append(f"GPU {g} held by {seen[g]} and {jid}")
+                seen[g] = jid
+            if not np.all(owner[gpus] == s):
+                errs.append(f"gpu_owner disagrees with the placement of {jid}")
+            if not self._s_active[s] or self.jobs[int(self._s_job[s])].job_id != jid:
+                errs.append(f"slot {s} of {jid} is not tracked")
+        if int((owner >= 0).sum()) != len(seen):
+            errs.append("gpu_owner marks GPUs that no placed job holds")
+        if self.health_process.failed[owner >= 0].any():
+            errs.append("a failed GPU is held by a job")
+        if self._busy != len(seen):
+            errs.append(f"busy count {self._busy} != {len(seen)} held GPUs")
+        if self._running != len(self.state.jobs):
+            errs.append("running count disagrees with the cluster state")
+        counts = np.bincount(self._status, minlength=4)
+        if counts[_QUEUED] != len(self._queue) or counts[_RUNNING] != self._running or counts[_DONE] != self._n_done:
+            errs.append("job status counts disagree with queue/running/done")
+        return errs
+
+    def result(self, policy_name: str = "policy") -> SimResult:
+        """The metrics and per-job records so far."""
+        hp = self.health_process
+        return SimResult.build(
+            sim=self,
+            policy_name=policy_name,
+            counters={
+                "events": self.events,
+                "policy_calls": self.policy_calls,
+                "job_failures": self.job_failures,
+                "job_failures_gpu": self.job_failures_gpu,
+                "job_failures_link": self.job_failures_link,
+                "gpu_failures": hp.gpu_failures,
+                "link_failures": hp.link_failures,
+                "gpu_repairs": hp.repairs,
+                "abnormal_onsets": hp.onsets,
+                "abnormal_recoveries": hp.recoveries,
+            },
+        )
+
+
+def simulate(
+    jobs: Workload | Sequence[Job],
+    topology: Topology | str,
+    policy: PlacementPolicy,
+    *,
+    profile: str | AbnormalityProfile = "none",
+    config: SimConfig | None = None,
+    seed: int | None = 0,
+    progress: bool = False,
+) -> SimResult:
+    """Build a :class:`Simulator` and run ``policy`` to the end (see :class:`Simulator`)."""
+    sim = Simulator(jobs, topology, profile=profile, config=config, seed=seed)
+    return sim.run(policy, progress=progress)

@@ -1,0 +1,279 @@
+"""Results of a simulation: summary metrics, per-job records, the time series, and writers.
+
+Metric definitions (every time average is over ``[0, makespan]``; time 0 is the first arrival):
+
+==========================  ======================================================================
+key                         meaning
+==========================  ======================================================================
+``jobs_total``              jobs simulated (after ``--jobs`` and skipping, if any)
+``jobs_completed``          jobs that finished
+``jobs_skipped``            jobs skipped because they need more GPUs than the cluster has
+``mean_jct_s`` ...          job completion time ``finish - arrival``: mean, p50, p95, p99, max
+``mean_queueing_s``         time spent queued (before the first start and after failures), mean
+``p95_queueing_s``          same, 95th percentile
+``makespan_s``              last completion time
+``mean_utilization``        ``∫ busy GPUs dt / (GPUs × makespan)``
+``mean_effective_gpus``     ``∫ F dt / makespan``: expected effective GPUs (the objective)
+``mean_throughput_gpus``    ``∫ Σ_j k_j η_j dt / makespan``: effective GPUs without the survival term
+``goodput_gpus``            ``Σ_completed k_j · work_j · T*_j / makespan``: useful work, in ideal
+                            GPU-seconds per second (lost work excluded)
+``mean_efficiency``         ``∫ Σ k_j η_j dt / ∫ Σ k_j dt``: η averaged over allocated GPU-time
+``comm_overhead``           ``∫ Σ k_j C_j/T_j dt / ∫ Σ k_j dt``: GPU-time-weighted share of
+                            iteration time spent communicating
+``mean_slowdown``           mean over completed jobs of (time running) / (work × T*)
+``job_failures``            job interruptions by failures (GPU or link); ``restarts`` = same
+``lost_gpu_hours``          ``Σ k × (time since the last checkpoint)`` over interruptions
+``lost_work_frac``          lost iterations / asked iterations
+``gpu_failures``            device failures (GPU), ``link_failures`` transient link faults
+``abnormal_onsets``         abnormal episodes started; ``abnormal_recoveries`` ended
+``events``                  events processed; ``policy_calls`` policy decisions asked
+``wall_s``                  wall-clock time of :meth:`Simulator.run`; ``events_per_s``;
+                            ``policy_wall_s`` time inside the policy
+==========================  ======================================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.workloads.atomic import atomic_write_text
+
+if TYPE_CHECKING:
+    from crop_gym.sim.engine import Simulator
+
+__all__ = ["RECORD_COLUMNS", "SimResult", "atomic_write_bytes"]
+
+#: Columns of the per-job records (``SimResult.records`` and the CSV).
+RECORD_COLUMNS: tuple[str, ...] = (
+    "job_id",
+    "model",
+    "num_gpus",
+    "iterations",
+    "arrival_s",
+    "start_s",
+    "finish_s",
+    "jct_s",
+    "queueing_s",
+    "run_s",
+    "ideal_run_s",
+    "restarts",
+    "lost_gpu_hours",
+    "servers",
+    "mean_servers",
+)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+    dest = Path(path)
+    folder = dest.parent if str(dest.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _pct(a: NDArray[np.float64], q: float) -> float:
+    return float(np.percentile(a, q)) if len(a) else math.nan
+
+
+def _csv_cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return "" if math.isnan(v) else f"{v:.10g}"
+    return v
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+@dataclass
+class SimResult:
+    """What a simulation produced.
+
+    Attributes:
+        metrics: Summary metrics (see the module docstring for every key).
+        records: Per-job columns (:data:`RECORD_COLUMNS`), one entry per job in arrival order.
+        timeline: Time series recorded at every event: ``t``, ``busy`` (GPUs), ``F``, ``throughput``
+            (``Σ k η``), ``queued``, ``running`` (values hold from ``t`` to the next ``t``).
+        info: Run description: policy, workload, cluster, profile, seed, GPUs.
+    """
+
+    metrics: dict[str, Any]
+    records: dict[str, NDArray[Any]]
+    timeline: dict[str, NDArray[np.float64]]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    # ---------------------------------------------------------------- building
+    @classmethod
+    def build(cls, sim: Simulator, policy_name: str, counters: dict[str, int]) -> SimResult:
+        """Assemble the result of ``sim`` (called by :meth:`Simulator.result`)."""
+        jobs = sim.jobs
+        n = len(jobs)
+        G = sim.topology.num_gpus
+        finish = sim._finish
+        done = ~np.isnan(finish)
+        arrival = sim._arrival
+        jct = finish - arrival
+        jct_done = jct[done]
+        queueing = sim._queue_time.copy()
+        # Jobs still queued at the end: count their waiting so far.
+        queued = sim._status == 1
+        queueing[queued] += sim.now - sim._queued_since[queued]
+        ideal_run = sim._work * sim._tstar
+        makespan = float(finish[done].max()) if done.any() else float(sim.now)
+        if sim.truncated:
+            makespan = float(sim.now)
+        horizon = makespan if makespan > 0 else math.nan
+        busy_int = sim.int_busy
+        lost_gpu_s = float(sim._lost_gpu_s.sum())
+        metrics: dict[str, Any] = {
+            "jobs_total": n,
+            "jobs_completed": int(done.sum()),
+            "jobs_unfinished": int(n - done.sum()),
+            "jobs_skipped": len(sim.skipped),
+            "mean_jct_s": float(jct_done.mean()) if len(jct_done) else math.nan,
+            "p50_jct_s": _pct(jct_done, 50),
+            "p95_jct_s": _pct(jct_done, 95),
+            "p99_jct_s": _pct(jct_done, 99),
+            "max_jct_s": float(jct_done.max()) if len(jct_done) else math.nan,
+            "mean_queueing_s": float(queueing.mean()) if n else math.nan,
+            "p95_queueing_s": _pct(queueing, 95),
+            "makespan_s": makespan,
+            "mean_utilization": busy_int / (G * horizon),
+            "mean_effective_gpus": sim.int_F / horizon,
+            "mean_throughput_gpus": sim.int_thr / horizon,
+            "goodput_gpus": float((sim._k * ideal_run)[done].sum()) / horizon,
+            "mean_efficiency": sim.int_thr / busy_int if busy_int > 0 else math.nan,
+            "comm_overhead": sim.int_comm / busy_int if busy_int > 0 else math.nan,
+            "mean_slowdown": float((sim._run_time[done] / ideal_run[done]).mean()) if done.any() else math.nan,
+            "restarts": int(sim._restarts.sum()),
+            "lost_gpu_hours": lost_gpu_s / 3600.0,
+            "lost_work_frac": float(sim._lost_work.sum() / sim._work.sum()) if n else 0.0,
+            "gpu_hours_busy": busy_int / 3600.0,
+            **counters,
+            "truncated": bool(sim.truncated),
+            "wall_s": sim._wall,
+            "policy_wall_s": sim._policy_wall,
+            "events_per_s": counters["events"] / sim._wall if sim._wall > 0 else math.nan,
+        }
+        records: dict[str, NDArray[Any]] = {
+            "job_id": np.array([j.job_id for j in jobs], dtype=object),
+            "model": np.array([j.model for j in jobs], dtype=object),
+            "num_gpus": sim._k.copy(),
+            "iterations": sim._work.copy(),
+            "arrival_s": arrival.copy(),
+            "start_s": sim._start.copy(),
+            "finish_s": finish.copy(),
+            "jct_s": jct,
+            "queueing_s": queueing,
+            "run_s": sim._run_time.copy(),
+            "ideal_run_s": ideal_run,
+            "restarts": sim._restarts.copy(),
+            "lost_gpu_hours": sim._lost_gpu_s / 3600.0,
+            "servers": sim._servers.copy(),
+            "mean_servers": np.divide(
+                sim._sum_servers, sim._place_count, out=np.full(n, np.nan), where=sim._place_count > 0
+            ),
+        }
+        tl = np.array(sim._timeline, dtype=np.float64).reshape(-1, 6)
+        if len(tl) or sim.now > 0:
+            tl = np.vstack([tl, [[sim.now, float(sim._busy), sim.state.F, 0.0, len(sim._queue), sim._running]]])
+        timeline = {
+            name: tl[:, c].copy()
+            for c, name in enumerate(("t", "busy", "F", "throughput", "queued", "running"))
+        }
+        info = {
+            "policy": policy_name,
+            "workload": sim.workload_name,
+            "cluster": sim.topology.name,
+            "gpus": G,
+            "profile": sim.profile.name,
+            "seed": sim.seed,
+            "checkpoint_interval_s": sim.config.checkpoint_interval_s,
+        }
+        return cls(metrics=metrics, records=records, timeline=timeline, info=info)
+
+    # ----------------------------------------------------------------- writers
+    def summary(self) -> dict[str, Any]:
+        """``info`` and ``metrics`` in one JSON-ready mapping (non-finite numbers become ``None``)."""
+        out = {k: _json_value(v) for k, v in self.info.items()}
+        out.update({k: _json_value(v) for k, v in self.metrics.items()})
+        return out
+
+    def to_json(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`summary` as JSON, atomically."""
+        atomic_write_text(path, json.dumps(self.summary(), indent=2, sort_keys=False) + "\n")
+
+    def records_csv(self) -> str:
+        """The per-job records as CSV text (header: :data:`RECORD_COLUMNS`)."""
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(RECORD_COLUMNS)
+        cols = [self.records[c].tolist() for c in RECORD_COLUMNS]
+        for row in zip(*cols):
+            w.writerow([_csv_cell(v) for v in row])
+        return buf.getvalue()
+
+    def to_csv(self, path: str | os.PathLike[str]) -> None:
+        """Write the per-job records as CSV, atomically."""
+        atomic_write_text(path, self.records_csv())
+
+    def plot(self, path: str | os.PathLike[str]) -> None:
+        """Save a figure: the JCT CDF (left) and utilisation / effective GPUs over time (right)."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+        jct = self.records["jct_s"]
+        jct = np.sort(jct[~np.isnan(jct)]) / 3600.0
+        if len(jct):
+            ax1.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post")
+            ax1.set_xscale("log")
+        ax1.set_xlabel("JCT (hours)")
+        ax1.set_ylabel("fraction of jobs")
+        ax1.set_title("JCT CDF")
+        ax1.grid(alpha=0.3)
+        t = self.timeline["t"] / 3600.0
+        G = float(self.info.get("gpus", 1))
+        ax2.step(t, self.timeline["busy"] / G, where="post", label="utilisation")
+        ax2.step(t, self.timeline["F"] / G, where="post", label="effective GPUs / GPUs (F)")
+        ax2.set_xlabel("simulated time (hours)")
+        ax2.set_ylabel("fraction of the cluster")
+        ax2.set_ylim(0, 1.05)
+        ax2.set_title("Cluster over time")
+        ax2.legend(loc="upper right", fontsize=8)
+        ax2.grid(alpha=0.3)
+        fig.suptitle(
+            f"{self.info.get('policy')} on {self.info.get('workload')} / {self.info.get('cluster')} "
+            f"/ {self.info.get('profile')}"
+        )
+        fig.tight_layout()
+        buf = io.BytesIO()
+        suffix = Path(path).suffix.lstrip(".") or "png"
+        fig.savefig(buf, format=suffix, dpi=120)
+        plt.close(fig)
+        atomic_write_bytes(path, buf.getvalue())
