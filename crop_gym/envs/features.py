@@ -302,6 +302,9 @@ class ObservationBuilder:
         self._gain = np.zeros(M, dtype=np.float32)
         self._best_eta = np.zeros(Q, dtype=np.float64)
         self._tstar: dict[tuple[str, int, float], float] = {}
+        self._facts: dict[int, tuple[Job, tuple[float, float, float, float, float]]] = {}
+        self._view_facts = np.zeros((0, 5))
+        self.last_metrics: Any = None
         # Static topology arrays used on the hot path.
         self._server_uplink = topology.server_node[topology.gpu_server]  # link above each GPU's server
         self._srv_parent = topology.parent[topology.server_node]
@@ -348,6 +351,19 @@ class ObservationBuilder:
         g[:, 7] = 1.0 - health.link_degradation[self._server_uplink]
 
     # --------------------------------------------------------------- features
+    def job_facts(self, job: Job) -> tuple[float, float, float, float, float]:
+        """``(k, M, t_c, w, T*)`` of a job (cached per job object; :meth:`clear_jobs` empties it)."""
+        hit = self._facts.get(id(job))
+        if hit is not None and hit[0] is job:
+            return hit[1]
+        facts = (float(job.num_gpus), job.grad_bytes, job.compute_time, job.weight, self.tstar(job))
+        self._facts[id(job)] = (job, facts)
+        return facts
+
+    def clear_jobs(self) -> None:
+        """Forget the cached job facts (call at reset; the ideal-time cache is kept)."""
+        self._facts.clear()
+
     def tstar(self, job: Job) -> float:
         """Ideal iteration time ``T*`` of a job (cached by model, size and batch)."""
         key = (job.model, job.num_gpus, float(job.batch_size))
@@ -451,11 +467,8 @@ class ObservationBuilder:
         stats = np.concatenate(group_stats)[np.concatenate(srcs)]
         row = np.concatenate(rows)
         cnt = np.asarray(counts)
-        jobs = [view[q] for q in qs]
-        grad = np.repeat(np.array([j.grad_bytes for j in jobs]), cnt)
-        tc = np.repeat(np.array([j.compute_time for j in jobs]), cnt)
-        w = np.repeat(np.array([j.weight for j in jobs]), cnt)
-        tstar = np.repeat(np.array([self.tstar(j) for j in jobs]), cnt)
+        facts = np.repeat(self._view_facts[qs], cnt, axis=0)
+        grad, tc, w, tstar = facts[:, 1], facts[:, 2], facts[:, 3], facts[:, 4]
         s, g, sw = stats[:, 0], stats[:, 1], stats[:, 2]
         k = stats[:, 12]
         b_intra, b_inter = stats[:, 7], stats[:, 8]
@@ -528,10 +541,8 @@ class ObservationBuilder:
         n = len(view)
         if n == 0:
             return
-        k = np.array([j.num_gpus for j in view], dtype=np.float64)
-        grad = np.array([j.grad_bytes for j in view])
-        tc = np.array([j.compute_time for j in view])
-        w = np.array([j.weight for j in view])
+        f = self._view_facts
+        k, grad, tc, w = f[:, 0], f[:, 1], f[:, 2], f[:, 3]
         ncand = np.array([0 if cs is None else len(cs) for cs in self.actions.sets[:n]], dtype=np.float64)
         qb[:n, 0] = 1.0
         qb[:n, 1] = np.minimum(k / self.max_job_gpus, 1.0)
@@ -545,7 +556,7 @@ class ObservationBuilder:
         self, state: ClusterState, pending: Sequence[Job], view_len: int, step: int, max_steps: int
     ) -> None:
         G = self.topology.num_gpus
-        m = state.metrics()
+        m = self.last_metrics = state.metrics()
         sb = self._summary
         sb[0] = min(len(pending) / self.queue_size, 1.0)
         sb[1] = min((len(pending) - view_len) / self.queue_size, 1.0)
@@ -578,6 +589,7 @@ class ObservationBuilder:
             A fresh dict of fresh arrays (safe to keep).
         """
         view = self.actions.view
+        self._view_facts = np.array([self.job_facts(j) for j in view]).reshape(len(view), 5)
         self._gpu_features(state)
         if self.with_candidates:
             self._candidate_features(state, view)

@@ -170,6 +170,7 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         self.dropped = []
         self.initial_F = self.state.F
         self._steps = 0
+        self.features.clear_jobs()
         self.features.set_health(self.state.health.observe(self.np_random, self.scenario.observation_noise))
         self._new_head()
         return self._obs(), self._info()
@@ -207,11 +208,12 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
             invalid = True
             terminated = self.invalid_action == "stop" or self.head is None
         truncated = not terminated and self._steps >= self.max_steps
+        obs = self._obs()
         info = self._info()
         info["invalid_action"] = invalid
         info["reward_terms"] = {"own_value": own, "interference": reward - own}
         info["placed"] = placed
-        return self._obs(), reward, terminated, truncated, info
+        return obs, reward, terminated, truncated, info
 
     def action_masks(self) -> NDArray[np.bool_]:
         """Valid actions, ``bool[G + 1]``."""
@@ -261,7 +263,7 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         return obs
 
     def _info(self) -> dict[str, Any]:
-        m = self.state.metrics()
+        m = self.features.last_metrics  # computed by the observation builder for this state
         head = self.head
         return {
             "action_mask": self._mask.copy(),

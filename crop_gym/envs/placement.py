@@ -173,6 +173,7 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         self.initial_F = self.state.F
         self._steps = 0
         noise = self.scenario.observation_noise
+        self.features.clear_jobs()
         self.features.set_health(self.state.health.observe(self.np_random, noise))
         self.actions.build(self.state, self.pending)
         self._done = False
@@ -228,7 +229,7 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         return self.state.F - self.initial_F
 
     def _info(self) -> dict[str, Any]:
-        m = self.state.metrics()
+        m = self.features.last_metrics  # computed by the observation builder for this state
         return {
             "action_mask": self.actions.mask.copy(),
             "F": m.F,

@@ -1,0 +1,69 @@
+"""Helpers shared by the policies: health-blind views, per-server free counts, all-reduce time."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.devices import Health
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState
+from crop_gym.perf import PlacementStats, comm_time
+
+__all__ = ["blind_health", "blind_state", "free_per_server", "own_comm_time"]
+
+
+def blind_health(health: Health) -> Health:
+    """What a health-blind scheduler believes: every device healthy, but failed GPUs still failed.
+
+    A dead GPU is not ambiguous (the node agent reports it), so even the non-robust policies never
+    use one; stragglers (σ), failure-prone devices (π) and degraded links (ρ) are invisible.
+    """
+    g, n = len(health.gpu_slowdown), len(health.link_degradation)
+    return Health(np.ones(g), health.gpu_failed, np.zeros(g), np.ones(n), np.zeros(n))
+
+
+def blind_state(state: ClusterState) -> ClusterState:
+    """A copy of ``state`` re-evaluated under :func:`blind_health` (the input is not changed)."""
+    view = state.copy()
+    view.set_health(blind_health(state.health))
+    return view
+
+
+def free_per_server(state: ClusterState, free: NDArray[np.bool_] | None = None) -> NDArray[np.int64]:
+    """Free usable GPUs of every server (``int64[S]``).
+
+    Args:
+        state: The cluster.
+        free: A free mask to count instead of ``state.free_mask``.
+    """
+    topo = state.topology
+    f = state.free_mask if free is None else free
+    cs = np.concatenate([[0], np.cumsum(f, dtype=np.int64)])
+    out: NDArray[np.int64] = cs[topo.server_gpu_hi] - cs[topo.server_gpu_lo]
+    return out
+
+
+def own_comm_time(state: ClusterState, job: Job, stats: PlacementStats) -> float:
+    """All-reduce time of ``job`` on a placement, with the current link loads plus the job itself.
+
+    This is the communication term ``C_j`` that :meth:`ClusterState.gain` uses for the new job.
+    """
+    inter = stats.inter_links
+    if len(inter):
+        share = state.eff_bandwidth[inter] / (state.link_load[inter] + 1)
+        b_inter = float(share.min())
+    else:
+        b_inter = np.inf
+    c = comm_time(
+        state.perf.allreduce,
+        job.grad_bytes,
+        stats.k,
+        stats.g,
+        stats.s,
+        stats.b_intra,
+        b_inter,
+        stats.a_intra,
+        stats.a_inter,
+    )
+    return float(c)

@@ -1,0 +1,410 @@
+"""CROP: efficient and robust multi-job placement by greedy maximisation of F (DESIGN §3).
+
+The algorithm (a reconstruction; see docs/CROP.md):
+
+1. **Candidates.** Every pending job of ``k`` GPUs may go on one of the compact candidates that
+   :func:`crop_gym.candidates.candidate_placements` returns for ``k`` in the current state (jobs of
+   equal size share one list). Candidates follow the state: after each acceptance every size's list is
+   marked stale and recomputed only when that size can still win (see below), so the result is exactly
+   as if every list were regenerated after every acceptance, while only the lists and the candidates
+   that actually changed cost work.
+2. **Greedy on the true ΔF.** Repeatedly place the (job, candidate) pair with the largest marginal gain
+   ``ΔF = state.gain(job, candidate)``: the job's own value plus the change it causes to the placed
+   jobs that share its links. Stop when no pair has a gain above ``min_gain``.
+3. **Lazy evaluation (Minoux).** A max-heap holds (upper bound of ΔF, job, candidate). The top is
+   popped; if its bound is stale it is re-evaluated and pushed back, otherwise it is accepted. Because
+   F with link contention is not exactly submodular, stale gains are *not* assumed to be upper bounds:
+   a cached ΔF is kept only while it is provably exact (no placement since touched a link that the
+   candidate, or a job sharing its links, uses), and is otherwise replaced by the valid bound
+   ``w·k·s·min(1, T*/t)`` (the job's value with no communication at all; ΔF never exceeds it since link
+   loads only grow and a placement never speeds others up). So the lazy greedy returns exactly what the
+   plain greedy (``lazy=False``: all gains recomputed every round) returns.
+4. **Robustness switch.** ``robust=False`` is the ablation "CROP without robustness": candidates are
+   chosen health-blind and gains are evaluated as if every device were healthy (failed GPUs are still
+   avoided); the caller measures F on the true state.
+
+Ties are broken deterministically: larger ΔF (rounded to 1e-9 GPU) first, then the job earlier in the
+queue, then the better-ranked candidate (fewest servers, healthiest, tightest fit). Identical jobs
+(same model, size, batch and weight) share their gain computations. Re-running CROP on the state after
+its first placement, with the rest of the queue, yields its second placement, and so on.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from baselines._common import blind_state
+from baselines.policy import Placement, PlacementPolicy, pending_jobs
+from crop_gym.candidates import candidate_placements
+from crop_gym.errors import check_range
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState, ideal_time
+from crop_gym.perf import PlacementStats
+
+__all__ = ["CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]
+
+_NDIGITS = 9  # gains are compared after rounding to 1e-9 GPU, so float noise does not break ties
+
+
+@dataclass
+class GreedyStats:
+    """Work counters of one greedy run.
+
+    Attributes:
+        rounds: Accepted placements.
+        gain_evals: Calls of ``state.gain`` (shared by identical jobs).
+        refreshes: Candidate-list computations.
+        heap_pops: Heap pops (lazy mode).
+        seconds: Wall time.
+    """
+
+    rounds: int = 0
+    gain_evals: int = 0
+    refreshes: int = 0
+    heap_pops: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class GreedyResult:
+    """Outcome of :func:`crop_greedy`.
+
+    Attributes:
+        placements: Accepted placements, in acceptance order.
+        gains: ΔF of each acceptance, as evaluated in the decision state (the health-blind view for
+            ``robust=False``).
+        stats: Work counters.
+    """
+
+    placements: list[Placement] = field(default_factory=list)
+    gains: list[float] = field(default_factory=list)
+    stats: GreedyStats = field(default_factory=GreedyStats)
+
+
+class _Greedy:
+    """State of one greedy run on the decision state ``ws`` (which it mutates)."""
+
+    def __init__(self, ws: ClusterState, jobs: list[Job], robust: bool, cap: int, min_gain: float, lazy: bool) -> None:
+        self.ws = ws
+        self.topo = ws.topology
+        self.robust = robust
+        self.cap = cap
+        self.min_gain = min_gain
+        self.lazy = lazy
+        self.jobs = jobs
+        self.result = GreedyResult()
+        st = self.result.stats
+        self.st = st
+        # Classes of identical jobs (their gains are identical).
+        self.cls_k: list[int] = []
+        self.cls_w: list[float] = []
+        self.cls_tstar: list[float] = []
+        self.cls_tc: list[float] = []
+        self.cls_members: list[deque[int]] = []
+        self.size_classes: dict[int, list[int]] = {}
+        index: dict[tuple[str, int, float, float], int] = {}
+        for q, job in enumerate(jobs):
+            if job.num_gpus > self.topo.num_gpus:
+                continue  # can never be placed
+            key = (job.model, job.num_gpus, float(job.batch_size), float(job.weight))
+            c = index.get(key)
+            if c is None:
+                c = len(self.cls_k)
+                index[key] = c
+                self.cls_k.append(job.num_gpus)
+                self.cls_w.append(job.weight)
+                self.cls_tstar.append(ideal_time(self.topo, job, ws.perf))
+                self.cls_tc.append(job.compute_time)
+                self.cls_members.append(deque())
+                self.size_classes.setdefault(job.num_gpus, []).append(c)
+            self.cls_members[c].append(q)
+        # Candidates: one id per distinct GPU set.
+        self.cid_of: dict[tuple[int, ...], int] = {}
+        self.c_gpus: list[NDArray[np.int32]] = []
+        self.c_stats: list[PlacementStats] = []
+        self.size_list: dict[int, list[int]] = {}
+        # (class, candidate) -> [gain or None (bound only), stamp, rank]
+        self.entry: dict[tuple[int, int], list] = {}
+        self.heap: list[tuple[float, int, int, int, int, int]] = []
+        self.size_stamp: dict[int, int] = {}
+        self.stamp = 0
+        # Inter-server links of placed jobs, for the exactness tracking of cached gains.
+        self.link_jobs: dict[int, list[int]] = {}
+        self.job_links: list[NDArray[np.int32]] = []
+        intra = self.topo.is_intra
+        for jid in ws.jobs:
+            links = self.topo.spanned_links(ws.placement(jid))
+            self._register_job_links(links[~intra[links]])
+
+    # ------------------------------------------------------------------ helpers
+    def _register_job_links(self, links: NDArray[np.int32]) -> None:
+        if len(links) == 0:
+            return
+        j = len(self.job_links)
+        self.job_links.append(links)
+        for e in links.tolist():
+            self.link_jobs.setdefault(e, []).append(j)
+
+    def _next_stamp(self) -> int:
+        self.stamp += 1
+        return self.stamp
+
+    def _cid(self, row: NDArray[np.int32]) -> int:
+        key = tuple(row.tolist())
+        cid = self.cid_of.get(key)
+        if cid is None:
+            cid = len(self.c_gpus)
+            self.cid_of[key] = cid
+            gpus = row.copy()
+            self.c_gpus.append(gpus)
+            self.c_stats.append(self.ws.stats_for(gpus))
+        return cid
+
+    def _candidates(self, k: int) -> list[int]:
+        self.st.refreshes += 1
+        cs = candidate_placements(self.ws, k, robust=self.robust, max_candidates=self.cap)
+        return [self._cid(row) for row in cs.gpus]
+
+    def _bound(self, c: int, cid: int) -> float:
+        """Upper bound of ΔF of class ``c`` on ``cid``: its value with zero communication."""
+        s = self.c_stats[cid]
+        eta = min(1.0, self.cls_tstar[c] / (self.cls_tc[c] * s.slowdown))
+        return self.cls_w[c] * s.k * s.survival * eta
+
+    def _size_bound(self, k: int) -> float:
+        return k * max(self.cls_w[c] for c in self.size_classes[k])
+
+    def _evaluate(self, c: int, cid: int) -> float:
+        self.st.gain_evals += 1
+        job = self.jobs[self.cls_members[c][0]]
+        return float(self.ws.gain(job, stats=self.c_stats[cid]))
+
+    # --------------------------------------------------------------- lazy heap
+    def _push_entry(self, c: int, cid: int, ent: list) -> None:
+        ent[1] = self._next_stamp()
+        value = ent[0] if ent[0] is not None else self._bound(c, cid)
+        heapq.heappush(self.heap, (-round(value, _NDIGITS), self.cls_members[c][0], ent[2], c, cid, ent[1]))
+
+    def _push_refresh(self, k: int) -> None:
+        s = self._next_stamp()
+        self.size_stamp[k] = s
+        heapq.heappush(self.heap, (-round(self._size_bound(k), _NDIGITS), -1, k, -1, -1, s))
+
+    def _kill_size(self, k: int) -> None:
+        for c in self.size_classes.pop(k, []):
+            for cid in self.size_list.get(k, []):
+                self.entry.pop((c, cid), None)
+        self.size_list.pop(k, None)
+        self.size_stamp.pop(k, None)
+
+    def _refresh(self, k: int) -> None:
+        """Recompute size ``k``'s candidate list; keep cached gains of unchanged candidates."""
+        new = self._candidates(k)
+        if not new:  # fewer than k free GPUs: never placeable again (free GPUs only shrink)
+            self._kill_size(k)
+            return
+        self.size_stamp[k] = -1  # fresh until the next acceptance
+        old = self.size_list.get(k, [])
+        if new == old:
+            return
+        self.size_list[k] = new
+        gone = set(old) - set(new)
+        for c in self.size_classes[k]:
+            for cid in gone:
+                self.entry.pop((c, cid), None)
+            for rank, cid in enumerate(new):
+                ent = self.entry.get((c, cid))
+                if ent is None:
+                    ent = [None, 0, rank]
+                    self.entry[(c, cid)] = ent
+                elif ent[2] == rank:
+                    continue  # its heap item is still valid
+                ent[2] = rank
+                if self.lazy:
+                    self._push_entry(c, cid, ent)
+
+    # --------------------------------------------------------------- acceptance
+    def _accept(self, c: int, cid: int, gain: float) -> None:
+        ws, st = self.ws, self.st
+        q = self.cls_members[c].popleft()
+        job = self.jobs[q]
+        stats = self.c_stats[cid]
+        ws.add(job, self.c_gpus[cid], stats=stats)
+        self.result.placements.append(Placement(job, self.c_gpus[cid]))
+        self.result.gains.append(gain)
+        st.rounds += 1
+        k = self.cls_k[c]
+        if not self.cls_members[c]:
+            classes = self.size_classes[k]
+            classes.remove(c)
+            for cid2 in self.size_list.get(k, []):
+                self.entry.pop((c, cid2), None)
+            if not classes:
+                self._kill_size(k)
+        elif self.lazy:  # the class's queue position changed
+            for cid2 in self.size_list.get(k, []):
+                self._push_entry(c, cid2, self.entry[(c, cid2)])
+        # Cached gains that this placement may have changed become bounds again.
+        inter = stats.inter_links
+        if len(inter):
+            touched = np.zeros(self.topo.num_nodes, dtype=bool)
+            touched[inter] = True
+            for e in inter.tolist():
+                for j in self.link_jobs.get(e, ()):
+                    touched[self.job_links[j]] = True
+            self._register_job_links(inter)
+            for k2, lst in self.size_list.items():
+                for cid2 in lst:
+                    links = self.c_stats[cid2].inter_links
+                    if len(links) and touched[links].any():
+                        for c2 in self.size_classes[k2]:
+                            ent = self.entry[(c2, cid2)]
+                            ent[0] = None
+                            if self.lazy:
+                                self._push_entry(c2, cid2, ent)
+        # Every size's candidate list may have changed with the free GPUs.
+        for k2 in self.size_classes:
+            if self.lazy:
+                self._push_refresh(k2)
+            else:
+                self.size_stamp[k2] = 0
+
+    # ---------------------------------------------------------------- drivers
+    def run_lazy(self, max_rounds: int | None) -> None:
+        st = self.st
+        for k in list(self.size_classes):
+            self._push_refresh(k)
+        heap = self.heap
+        while heap and (max_rounds is None or st.rounds < max_rounds):
+            negkey, q, r, c, cid, stamp = heapq.heappop(heap)
+            st.heap_pops += 1
+            if c < 0:  # a stale candidate list of size r
+                if self.size_stamp.get(r) == stamp:
+                    self._refresh(r)
+                continue
+            ent = self.entry.get((c, cid))
+            if ent is None or ent[1] != stamp:
+                continue  # superseded heap item
+            if ent[0] is None:
+                ent[0] = self._evaluate(c, cid)
+                self._push_entry(c, cid, ent)
+                continue
+            if -negkey <= self.min_gain:
+                break  # no pair has a positive gain
+            self._accept(c, cid, ent[0])
+
+    def run_plain(self, max_rounds: int | None) -> None:
+        st = self.st
+        while self.size_classes and (max_rounds is None or st.rounds < max_rounds):
+            for k in list(self.size_classes):
+                self._refresh(k)
+            best: tuple[float, int, int, int, int] | None = None
+            best_gain = 0.0
+            for classes in self.size_classes.values():
+                for c in classes:
+                    k = self.cls_k[c]
+                    for rank, cid in enumerate(self.size_list[k]):
+                        g = self._evaluate(c, cid)
+                        key = (-round(g, _NDIGITS), self.cls_members[c][0], rank, c, cid)
+                        if best is None or key < best:
+                            best, best_gain = key, g
+            if best is None or -best[0] <= self.min_gain:
+                break
+            self._accept(best[3], best[4], best_gain)
+
+
+def crop_greedy(
+    state: ClusterState,
+    queue: Sequence[Job],
+    *,
+    robust: bool = True,
+    lazy: bool = True,
+    max_candidates: int = 8,
+    min_gain: float = 1e-9,
+    max_rounds: int | None = None,
+) -> GreedyResult:
+    """Run CROP's greedy on a copy of ``state``.
+
+    Args:
+        state: The cluster (not mutated).
+        queue: Pending jobs, in queue order (ties go to the earlier job).
+        robust: Whether device health is seen when choosing (``False``: the ablation).
+        lazy: Lazy (Minoux) evaluation; ``False`` recomputes every gain every round. Both return
+            the same placements.
+        max_candidates: Candidates per job size (the candidate generator's cap).
+        min_gain: A pair is accepted only if its ΔF exceeds this (GPU units).
+        max_rounds: Stop after this many acceptances (``1`` gives CROP's next decision).
+
+    Returns:
+        The placements in acceptance order, their gains and work counters.
+    """
+    check_range("max_candidates", max_candidates, 1)
+    if max_rounds is not None:
+        check_range("max_rounds", max_rounds, 0)
+    t0 = time.perf_counter()
+    jobs = pending_jobs(state, queue)
+    ws = state.copy() if robust else blind_state(state)
+    g = _Greedy(ws, jobs, robust, max_candidates, min_gain, lazy)
+    if lazy:
+        g.run_lazy(max_rounds)
+    else:
+        g.run_plain(max_rounds)
+    g.st.seconds = time.perf_counter() - t0
+    return g.result
+
+
+class CropPolicy(PlacementPolicy):
+    """CROP as a :class:`~baselines.policy.PlacementPolicy`.
+
+    Args:
+        robust: Device health steers the choice (``False``: "CROP without robustness").
+        lazy: Lazy greedy (default) or plain greedy; both return the same placements.
+        max_candidates: Candidates per job size.
+        min_gain: Smallest ΔF worth a placement (GPU units).
+    """
+
+    name = "crop"
+
+    def __init__(self, *, robust: bool = True, lazy: bool = True, max_candidates: int = 8, min_gain: float = 1e-9) -> None:
+        check_range("max_candidates", max_candidates, 1)
+        self.robust = robust
+        self.lazy = lazy
+        self.max_candidates = max_candidates
+        self.min_gain = min_gain
+
+    def run(self, state: ClusterState, queue: Sequence[Job], max_rounds: int | None = None) -> GreedyResult:
+        """:func:`crop_greedy` with this policy's settings (placements, gains and counters)."""
+        return crop_greedy(
+            state,
+            queue,
+            robust=self.robust,
+            lazy=self.lazy,
+            max_candidates=self.max_candidates,
+            min_gain=self.min_gain,
+            max_rounds=max_rounds,
+        )
+
+    def place(self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None) -> list[Placement]:
+        """CROP's placements in acceptance order (``rng`` is ignored: CROP is deterministic)."""
+        return self.run(state, queue).placements
+
+    def next_placement(self, state: ClusterState, queue: Sequence[Job]) -> Placement | None:
+        """CROP's first decision in ``state`` (``None``: it would place nothing), e.g. for an expert.
+
+        Applying it and calling again with the remaining queue yields CROP's next decision.
+        """
+        placements = self.run(state, queue, max_rounds=1).placements
+        return placements[0] if placements else None
+
+    def __repr__(self) -> str:
+        return (
+            f"CropPolicy(name={self.name!r}, robust={self.robust}, lazy={self.lazy}, "
+            f"max_candidates={self.max_candidates})"
+        )
