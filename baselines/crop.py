@@ -34,7 +34,7 @@ from __future__ import annotations
 import heapq
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,13 +42,16 @@ from numpy.typing import NDArray
 
 from baselines._common import blind_state
 from baselines.policy import Placement, PlacementPolicy, pending_jobs
-from crop_gym.candidates import candidate_placements
+from crop_gym.candidates import CandidateSet, candidate_placements
 from crop_gym.errors import check_range
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState, ideal_time
 from crop_gym.perf import PlacementStats
 
 __all__ = ["CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]
+
+#: Signature of a candidate generator: ``fn(state, k, robust=..., max_candidates=...)``.
+CandidateFn = Callable[..., CandidateSet]
 
 _NDIGITS = 9  # gains are compared after rounding to 1e-9 GPU, so float noise does not break ties
 
@@ -88,11 +91,29 @@ class GreedyResult:
     stats: GreedyStats = field(default_factory=GreedyStats)
 
 
+def _ideal_time(state: ClusterState, job: Job) -> float:
+    """``T*`` of ``job``, from the state's own cache when it has one (it is costly on big clusters)."""
+    cached = getattr(state, "_tstar_of", None)
+    if callable(cached):
+        return float(cached(job))
+    return ideal_time(state.topology, job, state.perf)
+
+
 class _Greedy:
     """State of one greedy run on the decision state ``ws`` (which it mutates)."""
 
-    def __init__(self, ws: ClusterState, jobs: list[Job], robust: bool, cap: int, min_gain: float, lazy: bool) -> None:
+    def __init__(
+        self,
+        ws: ClusterState,
+        jobs: list[Job],
+        robust: bool,
+        cap: int,
+        min_gain: float,
+        lazy: bool,
+        candidate_fn: CandidateFn,
+    ) -> None:
         self.ws = ws
+        self.candidate_fn = candidate_fn
         self.topo = ws.topology
         self.robust = robust
         self.cap = cap
@@ -120,7 +141,7 @@ class _Greedy:
                 index[key] = c
                 self.cls_k.append(job.num_gpus)
                 self.cls_w.append(job.weight)
-                self.cls_tstar.append(ideal_time(self.topo, job, ws.perf))
+                self.cls_tstar.append(_ideal_time(ws, job))
                 self.cls_tc.append(job.compute_time)
                 self.cls_members.append(deque())
                 self.size_classes.setdefault(job.num_gpus, []).append(c)
@@ -169,7 +190,7 @@ class _Greedy:
 
     def _candidates(self, k: int) -> list[int]:
         self.st.refreshes += 1
-        cs = candidate_placements(self.ws, k, robust=self.robust, max_candidates=self.cap)
+        cs = self.candidate_fn(self.ws, k, robust=self.robust, max_candidates=self.cap)
         return [self._cid(row) for row in cs.gpus]
 
     def _bound(self, c: int, cid: int) -> float:
@@ -329,6 +350,7 @@ def crop_greedy(
     max_candidates: int = 8,
     min_gain: float = 1e-9,
     max_rounds: int | None = None,
+    candidate_fn: CandidateFn = candidate_placements,
 ) -> GreedyResult:
     """Run CROP's greedy on a copy of ``state``.
 
@@ -341,6 +363,8 @@ def crop_greedy(
         max_candidates: Candidates per job size (the candidate generator's cap).
         min_gain: A pair is accepted only if its ΔF exceeds this (GPU units).
         max_rounds: Stop after this many acceptances (``1`` gives CROP's next decision).
+        candidate_fn: The candidate generator, called as ``fn(state, k, robust=..., max_candidates=...)``
+            (default :func:`crop_gym.candidates.candidate_placements`, the one the environments use).
 
     Returns:
         The placements in acceptance order, their gains and work counters.
@@ -351,7 +375,7 @@ def crop_greedy(
     t0 = time.perf_counter()
     jobs = pending_jobs(state, queue)
     ws = state.copy() if robust else blind_state(state)
-    g = _Greedy(ws, jobs, robust, max_candidates, min_gain, lazy)
+    g = _Greedy(ws, jobs, robust, max_candidates, min_gain, lazy, candidate_fn)
     if lazy:
         g.run_lazy(max_rounds)
     else:

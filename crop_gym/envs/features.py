@@ -41,6 +41,7 @@ __all__ = [
     "SUMMARY_FEATURES",
     "CandidateActions",
     "ObservationBuilder",
+    "job_key",
 ]
 
 #: Per-GPU feature columns (key ``"gpus"``, shape ``(G, len(GPU_FEATURES))``).
@@ -87,6 +88,7 @@ JOB_FEATURES: tuple[str, ...] = (
     "weight",
     "candidates",  # its number of candidates / max_candidates
     "best_eta",  # best estimated η over its candidates (0 if none)
+    "copies",  # identical pending jobs this slot stands for / 16 (clipped)
 )
 
 #: Summary feature columns (key ``"summary"``, shape ``(len(SUMMARY_FEATURES),)``).
@@ -122,26 +124,38 @@ class CandidateActions:
     (:attr:`stop_action`, the last index) is always valid. Candidate sets come from the cached
     generator, so jobs of equal size share one computation per state version.
 
+    The *view* is the first ``num_jobs`` pending jobs, in queue order, that have at least one
+    candidate now (jobs too big for the free GPUs are skipped and stay pending). With
+    ``group_identical=True`` (default) jobs that are identical for the objective — same model,
+    size, batch and weight — share one view slot, held by the earliest of them in the queue: they
+    have the same candidates and the same gains, so one slot expresses every choice and the view
+    reaches further down the queue. (CROP breaks ties between identical jobs the same way.)
+
     Args:
-        num_jobs: View size ``Q``: how many pending jobs (from the head of the queue) get rows.
-        max_candidates: Candidates per job ``C`` (rows per job).
+        num_jobs: View size ``Q`` (slots).
+        max_candidates: Candidates per job ``C`` (rows per slot).
         robust: Whether device health steers candidate choice (CROP's default: ``True``).
+        group_identical: Whether identical pending jobs share a slot.
 
     Attributes:
         num_actions: ``Q * C + 1``.
         stop_action: ``Q * C``.
         mask: ``bool[Q * C + 1]`` valid actions (owned by this object; copy before keeping it).
         sets: Per view slot, its :class:`CandidateSet` (``None`` for an empty slot).
-        view: The pending jobs in the view, by slot.
+        view: The pending job of each view slot.
         positions: Index in ``pending`` of each view job.
+        copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty).
+        groups: The distinct candidate sets of the view (one per job size).
+        slot_group: ``int[Q]`` index into :attr:`groups` of each slot (-1 if empty).
     """
 
-    def __init__(self, num_jobs: int, max_candidates: int, *, robust: bool = True) -> None:
+    def __init__(self, num_jobs: int, max_candidates: int, *, robust: bool = True, group_identical: bool = True) -> None:
         if num_jobs < 1 or max_candidates < 1:
             raise ValueError(f"num_jobs={num_jobs} and max_candidates={max_candidates} must be >= 1")
         self.num_jobs = int(num_jobs)
         self.max_candidates = int(max_candidates)
         self.robust = bool(robust)
+        self.group_identical = bool(group_identical)
         self.num_actions = self.num_jobs * self.max_candidates + 1
         self.stop_action = self.num_actions - 1
         self.mask = np.zeros(self.num_actions, dtype=bool)
@@ -149,6 +163,11 @@ class CandidateActions:
         self.sets: list[CandidateSet | None] = [None] * self.num_jobs
         self.view: tuple[Job, ...] = ()
         self.positions: tuple[int, ...] = ()
+        self.copies = np.zeros(self.num_jobs, dtype=np.int64)
+        self.groups: list[CandidateSet] = []
+        self.slot_group = np.full(self.num_jobs, -1, dtype=np.int64)
+        self._info_cache: dict[int, tuple[Job, tuple[int, int]]] = {}
+        self._class_ids: dict[tuple[str, int, float, float], int] = {}
 
     @property
     def space(self) -> spaces.Discrete:
@@ -160,11 +179,23 @@ class CandidateActions:
         """Whether any action other than stop is valid."""
         return len(self.view) > 0
 
+    def _job_info(self, job: Job) -> tuple[int, int]:
+        """``(k, class id)`` of a job; the class id interns :func:`job_key` (cached per job object)."""
+        hit = self._info_cache.get(id(job))
+        if hit is not None and hit[0] is job:
+            return hit[1]
+        key = job_key(job)
+        cls = self._class_ids.setdefault(key, len(self._class_ids))
+        info = (job.num_gpus, cls if self.group_identical else -1)
+        self._info_cache[id(job)] = (job, info)
+        return info
+
+    def forget_jobs(self) -> None:
+        """Drop the per-job cache (call at reset, so finished episodes' jobs can be freed)."""
+        self._info_cache.clear()
+
     def build(self, state: ClusterState, pending: Sequence[Job]) -> None:
         """Rebuild the table for ``state`` and the pending jobs (in queue order).
-
-        The view is the first ``num_jobs`` pending jobs that have at least one candidate, in queue
-        order; jobs that cannot be placed now are skipped (they stay pending).
 
         Args:
             state: The cluster state.
@@ -173,36 +204,54 @@ class CandidateActions:
         mask = self.mask
         mask[:] = False
         mask[self.stop_action] = True
-        grid = mask[:-1].reshape(self.num_jobs, self.max_candidates)
-        n_free = state.num_free
-        by_size: dict[int, CandidateSet | None] = {}
+        Q, C = self.num_jobs, self.max_candidates
+        copies = self.copies
+        copies.fill(0)
+        slot_group = self.slot_group
+        slot_group.fill(-1)
         sets = self.sets
-        view: list[Job] = []
-        pos: list[int] = []
-        for i, job in enumerate(pending):
-            k = job.num_gpus
-            if k in by_size:
-                cs = by_size[k]
-            else:
-                cs = None
-                if k <= n_free:
-                    cs = candidate_placements(state, k, robust=self.robust, max_candidates=self.max_candidates)
-                    if len(cs) == 0:
-                        cs = None
-                by_size[k] = cs
-            if cs is None:
-                continue
-            q = len(view)
-            sets[q] = cs
-            grid[q, : len(cs)] = True
-            view.append(job)
-            pos.append(i)
-            if len(view) == self.num_jobs:
-                break
-        for q in range(len(view), self.num_jobs):
+        for q in range(Q):
             sets[q] = None
-        self.view = tuple(view)
-        self.positions = tuple(pos)
+        self.groups = []
+        self.view = ()
+        self.positions = ()
+        if not pending:
+            return
+        info = np.array([self._job_info(j) for j in pending], dtype=np.int64).reshape(-1, 2)
+        sizes = info[:, 0]
+        n_free = state.num_free
+        groups: list[CandidateSet] = []
+        group_of_size = np.full(int(sizes.max()) + 1, -1, dtype=np.int64)
+        for k in np.unique(sizes).tolist():
+            if k <= n_free:
+                cs = candidate_placements(state, k, robust=self.robust, max_candidates=C)
+                if len(cs):
+                    group_of_size[k] = len(groups)
+                    groups.append(cs)
+        gidx = group_of_size[sizes]
+        ok = np.flatnonzero(gidx >= 0)
+        if len(ok) == 0:
+            return
+        if self.group_identical:
+            cls = info[ok, 1]
+            _, first, inverse, counts = np.unique(cls, return_index=True, return_inverse=True, return_counts=True)
+            order = np.argsort(first, kind="stable")[:Q]
+            pos = ok[first[order]]
+            copies[: len(order)] = counts[order]
+        else:
+            pos = ok[:Q]
+            copies[: len(pos)] = 1
+        n = len(pos)
+        g = gidx[pos]
+        slot_group[:n] = g
+        lens = np.array([len(cs) for cs in groups])[g]
+        grid = mask[:-1].reshape(Q, C)
+        grid[:n] = np.arange(C)[None, :] < lens[:, None]
+        for q, gi in enumerate(g.tolist()):
+            sets[q] = groups[gi]
+        self.groups = groups
+        self.positions = tuple(pos.tolist())
+        self.view = tuple(pending[i] for i in self.positions)
 
     def decode(self, action: Any) -> tuple[int, int] | None:
         """``(view slot, candidate index)`` of a valid placement action, else ``None``.
@@ -225,12 +274,17 @@ class CandidateActions:
         assert cs is not None
         return cs.gpus[c]
 
-    def index_of(self, job_id: str, gpus: NDArray[np.integer[Any]]) -> int | None:
+    def index_of(self, job_id: str, gpus: NDArray[np.integer[Any]], job: Job | None = None) -> int | None:
         """The action that places job ``job_id`` on exactly ``gpus``, or ``None`` if the table has no
-        such row (the job is outside the view or the GPU set is not one of its candidates)."""
+        such row (the job is outside the view or the GPU set is not one of its candidates).
+
+        With ``job`` given and identical jobs grouped, a view job identical to it (same model,
+        size, batch and weight) also matches: placing either changes F the same way.
+        """
         want = np.sort(np.asarray(gpus, dtype=np.int32))
-        for q, job in enumerate(self.view):
-            if job.job_id != job_id:
+        key = job_key(job) if job is not None and self.group_identical else None
+        for q, vjob in enumerate(self.view):
+            if vjob.job_id != job_id and (key is None or job_key(vjob) != key):
                 continue
             cs = self.sets[q]
             if cs is None or len(cs) == 0 or cs.gpus.shape[1] != len(want):
@@ -238,6 +292,11 @@ class CandidateActions:
             hit = np.flatnonzero((cs.gpus == want).all(axis=1))
             return int(q * self.max_candidates + hit[0]) if len(hit) else None
         return None
+
+
+def job_key(job: Job) -> tuple[str, int, float, float]:
+    """What makes two jobs identical for the objective: ``(model, k, batch, weight)``."""
+    return (job.model, job.num_gpus, float(job.batch_size), float(job.weight))
 
 
 def _as_index(action: Any) -> int | None:
@@ -256,8 +315,10 @@ def _as_index(action: Any) -> int | None:
 class ObservationBuilder:
     """Builds the observation dict of a placement environment into preallocated buffers.
 
-    Keys (all ``float32``): ``"gpus"`` ``(G, 10)``, ``"candidates"`` ``(M, 17)``, ``"queue"``
-    ``(Q, 7)``, ``"summary"`` ``(10,)``, and with ``privileged=True`` also ``"gain"`` ``(M,)`` —
+    Keys (all ``float32``): tables ``"gpus"`` ``(G, 10)``, ``"candidates"`` ``(M, 17)``,
+    ``"queue"`` ``(Q, 8)`` — flattened row-major to 1-D unless ``table_layout=True``, so
+    ``obs["candidates"].reshape(M, len(CANDIDATE_FEATURES))`` recovers the rows — the vector
+    ``"summary"`` ``(10,)``, and with ``privileged=True`` also ``"gain"`` ``(M,)`` —
     the exact ΔF of each row divided by ``max_job_gpus`` (clipped to ``[-1, 1]``; 0 on padding).
     Add ``gpu_extra`` columns (filled by the caller through :attr:`gpu_buffer`) for env-specific
     per-GPU flags; with ``with_candidates=False`` the candidate key is left out.
@@ -271,6 +332,8 @@ class ObservationBuilder:
         privileged: Whether to add the exact marginal gain ``"gain"``.
         gpu_extra: Names of extra per-GPU columns appended after :data:`GPU_FEATURES`.
         with_candidates: Whether to include the ``"candidates"`` key (and ``"gain"``).
+        table_layout: Return tables as 2-D arrays (``(rows, columns)``) instead of flattening
+            them row-major to 1-D (the default, which SB3's checker and ``MultiInputPolicy`` expect).
     """
 
     def __init__(
@@ -284,6 +347,7 @@ class ObservationBuilder:
         privileged: bool = False,
         gpu_extra: Sequence[str] = (),
         with_candidates: bool = True,
+        table_layout: bool = False,
     ) -> None:
         self.topology = topology
         self.actions = actions
@@ -314,21 +378,30 @@ class ObservationBuilder:
         self._row_q = np.repeat(np.arange(Q), C)
         self._queue_pos = (np.arange(Q, dtype=np.float64) / max(Q - 1, 1)).astype(np.float32)
         self.set_health(Health.healthy(topology))
-        spaces_dict: dict[str, spaces.Space[Any]] = {
-            "gpus": spaces.Box(0.0, 1.0, self._gpu.shape, np.float32),
-        }
+        self.table_layout = bool(table_layout)
+
+        def box(arr: NDArray[np.float32], low: float = 0.0) -> spaces.Box:
+            shape = arr.shape if self.table_layout else (arr.size,)
+            return spaces.Box(low, 1.0, shape, np.float32)
+
+        spaces_dict: dict[str, spaces.Space[Any]] = {"gpus": box(self._gpu)}
         if self.with_candidates:
-            spaces_dict["candidates"] = spaces.Box(0.0, 1.0, self._cand.shape, np.float32)
-        spaces_dict["queue"] = spaces.Box(0.0, 1.0, self._queue.shape, np.float32)
-        spaces_dict["summary"] = spaces.Box(0.0, 1.0, self._summary.shape, np.float32)
+            spaces_dict["candidates"] = box(self._cand)
+        spaces_dict["queue"] = box(self._queue)
+        spaces_dict["summary"] = box(self._summary)
         if self.privileged and self.with_candidates:
-            spaces_dict["gain"] = spaces.Box(-1.0, 1.0, self._gain.shape, np.float32)
+            spaces_dict["gain"] = box(self._gain, -1.0)
         self.observation_space = spaces.Dict(spaces_dict)
 
     @property
     def gpu_buffer(self) -> NDArray[np.float32]:
         """The per-GPU buffer; callers write their ``gpu_extra`` columns here before :meth:`build`."""
         return self._gpu
+
+    @property
+    def queue_buffer(self) -> NDArray[np.float32]:
+        """The per-queued-job buffer ``(Q, len(JOB_FEATURES))`` of the last :meth:`build`."""
+        return self._queue
 
     # ------------------------------------------------------------------ health
     def set_health(self, health: Health) -> None:
@@ -431,43 +504,25 @@ class ObservationBuilder:
     def _candidate_features(self, state: ClusterState, view: Sequence[Job]) -> None:
         acts = self.actions
         C = acts.max_candidates
-        buf = self._cand
-        buf.fill(0.0)
+        self._cand.fill(0.0)
         self._best_eta.fill(0.0)
-        groups: dict[int, int] = {}
-        group_stats: list[NDArray[np.float64]] = []
-        offsets: list[int] = []
-        total = 0
-        rows: list[NDArray[np.intp]] = []
-        srcs: list[NDArray[np.intp]] = []
-        qs: list[int] = []
-        counts: list[int] = []
-        load = state.link_load
-        for q, job in enumerate(view):
-            cs = acts.sets[q]
-            if cs is None or len(cs) == 0:
-                continue
-            gi = groups.get(id(cs))
-            if gi is None:
-                gi = len(group_stats)
-                groups[id(cs)] = gi
-                group_stats.append(self._group_stats(cs, load))
-                offsets.append(total)
-                total += len(cs)
-            n = len(cs)
-            base = q * C
-            rows.append(np.arange(base, base + n))
-            srcs.append(np.arange(offsets[gi], offsets[gi] + n))
-            qs.append(q)
-            counts.append(n)
-        if not rows:
+        n_view = len(view)
+        if n_view == 0:
             if self.privileged:
                 self._gain.fill(0.0)
             return
-        stats = np.concatenate(group_stats)[np.concatenate(srcs)]
-        row = np.concatenate(rows)
-        cnt = np.asarray(counts)
-        facts = np.repeat(self._view_facts[qs], cnt, axis=0)
+        load = state.link_load
+        groups = acts.groups
+        sizes = np.array([len(cs) for cs in groups])
+        goff = np.cumsum(sizes) - sizes
+        allstats = np.concatenate([self._group_stats(cs, load) for cs in groups])
+        sg = acts.slot_group[:n_view]
+        cnt = sizes[sg]
+        starts = np.cumsum(cnt) - cnt
+        within = np.arange(int(cnt.sum())) - np.repeat(starts, cnt)
+        row = np.repeat(np.arange(n_view) * C, cnt) + within
+        stats = allstats[np.repeat(goff[sg], cnt) + within]
+        facts = np.repeat(self._view_facts, cnt, axis=0)
         grad, tc, w, tstar = facts[:, 1], facts[:, 2], facts[:, 3], facts[:, 4]
         s, g, sw = stats[:, 0], stats[:, 1], stats[:, 2]
         k = stats[:, 12]
@@ -496,20 +551,18 @@ class ObservationBuilder:
         X[:, 15] = self._queue_pos[self._row_q[row]]
         X[:, 16] = w / (1.0 + w)
         np.clip(X, 0.0, 1.0, out=X)
-        buf[row] = X
-        # Best η per job for the queue features.
-        starts = np.concatenate([[0], np.cumsum(cnt)[:-1]])
-        self._best_eta[qs] = np.maximum.reduceat(eta, starts)
+        self._cand[row] = X
+        self._best_eta[:n_view] = np.maximum.reduceat(eta, starts)
         if self.privileged:
-            self._gains(state, view, qs, row)
+            self._gains(state, view)
 
-    def _gains(self, state: ClusterState, view: Sequence[Job], qs: list[int], row: NDArray[np.intp]) -> None:
+    def _gains(self, state: ClusterState, view: Sequence[Job]) -> None:
         """Exact ΔF of every row (privileged feature)."""
         gain = self._gain
         gain.fill(0.0)
         C = self.actions.max_candidates
         stats_cache: dict[tuple[int, int], Any] = {}
-        for q in qs:
+        for q in range(len(view)):
             cs = self.actions.sets[q]
             assert cs is not None
             job = view[q]
@@ -551,6 +604,7 @@ class ObservationBuilder:
         qb[:n, 4] = w / (1.0 + w)
         qb[:n, 5] = ncand / self.actions.max_candidates
         qb[:n, 6] = np.clip(self._best_eta[:n], 0.0, 1.0)
+        qb[:n, 7] = np.minimum(self.actions.copies[:n] / 16.0, 1.0)
 
     def _summary_features(
         self, state: ClusterState, pending: Sequence[Job], view_len: int, step: int, max_steps: int
@@ -597,14 +651,18 @@ class ObservationBuilder:
             self._best_eta.fill(0.0)
         self._queue_features(view)
         self._summary_features(state, pending, len(view), step, max_steps)
-        obs = {"gpus": self._gpu.copy()}
+        out = self._out
+        obs = {"gpus": out(self._gpu)}
         if self.with_candidates:
-            obs["candidates"] = self._cand.copy()
-        obs["queue"] = self._queue.copy()
+            obs["candidates"] = out(self._cand)
+        obs["queue"] = out(self._queue)
         obs["summary"] = self._summary.copy()
         if self.privileged and self.with_candidates:
             obs["gain"] = self._gain.copy()
         return obs
+
+    def _out(self, buf: NDArray[np.float32]) -> NDArray[np.float32]:
+        return buf.copy() if self.table_layout else buf.ravel().copy()
 
 
 def _slot_arrays(state: ClusterState) -> tuple[NDArray[np.float64], NDArray[np.float64]]:

@@ -47,10 +47,11 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
     reward is 0 and ``info["invalid_action"]`` is ``True``; with ``"stop"`` the episode also
     terminates.
 
-    **Observation** ``Dict`` of ``float32`` boxes in ``[0, 1]``: ``"gpus"`` ``(G, 11)`` (the
+    **Observation** ``Dict`` of ``float32`` boxes in ``[0, 1]`` (tables flattened row-major to
+    1-D unless ``table_layout=True``): ``"gpus"`` ``(G, 11)`` (the
     candidate-mode GPU columns plus ``chosen``: picked for the head job), ``"head"`` ``(5,)``
     (present, size, share of its GPUs already picked, gradient size, compute time), ``"queue"``
-    ``(Q, 7)`` (the head job first, then the next placeable jobs; the ``best_eta`` column is 0 in
+    ``(Q, 8)`` (the head job first, then the next placeable jobs; the ``best_eta`` column is 0 in
     this mode) and ``"summary"`` ``(10,)``. With ``privileged=True`` also ``"hint"`` ``(G,)``: the
     GPUs of the head job's candidate placement with the highest ΔF (what a greedy expert would pick)
     and ``"gain"`` ``(1,)`` in ``[-1, 1]``: that ΔF divided by the largest job size.
@@ -68,8 +69,11 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
     **Arguments**:
         scenario: Scenario, built-in scenario name or scenario file (default ``"default"``).
         privileged: Add ``"hint"`` and ``"gain"`` (see above).
-        queue_view: Rows of the ``"queue"`` key (default 32, capped at ``K``).
+        queue_view: Rows of the ``"queue"`` key (default 64, capped at ``K``).
         max_steps: Step cap (default ``2 * (K + K * max_job_gpus)``, never reached by valid play).
+        table_layout: Return the tables ``"gpus"``, ``"candidates"`` and ``"queue"`` as 2-D
+            ``(rows, columns)`` arrays (for custom per-row policies) instead of row-major 1-D
+            vectors (default; what SB3's checker and ``MultiInputPolicy`` expect).
         invalid_action: ``"noop"`` or ``"stop"``.
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
 
@@ -89,6 +93,7 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         queue_view: int | None = None,
         max_steps: int | None = None,
         invalid_action: Literal["noop", "stop"] = "noop",
+        table_layout: bool = False,
         render_mode: str | None = None,
     ) -> None:
         self.sampler = ScenarioSampler(scenario)
@@ -108,7 +113,7 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         if self.max_steps < 1:
             raise ConfigError(f"max_steps={max_steps!r} must be >= 1")
         self.privileged = bool(privileged)
-        self.actions = CandidateActions(q, sc.max_candidates, robust=True)
+        self.actions = CandidateActions(q, sc.max_candidates, robust=True, group_identical=False)
         self.features = ObservationBuilder(
             topo,
             self.actions,
@@ -117,6 +122,7 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
             max_job_gpus=limit,
             gpu_extra=("chosen",),
             with_candidates=False,
+            table_layout=table_layout,
         )
         G = topo.num_gpus
         self.defer_action = G
@@ -171,6 +177,7 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         self.initial_F = self.state.F
         self._steps = 0
         self.features.clear_jobs()
+        self.actions.forget_jobs()
         self.features.set_health(self.state.health.observe(self.np_random, self.scenario.observation_noise))
         self._new_head()
         return self._obs(), self._info()
@@ -250,12 +257,12 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         h = self._head
         h.fill(0.0)
         if head is not None:
-            obs_q = obs["queue"]
+            row = self.features.queue_buffer[0]
             h[0] = 1.0
-            h[1] = obs_q[0, 1]
+            h[1] = row[1]
             h[2] = len(self.chosen) / head.num_gpus
-            h[3] = obs_q[0, 2]
-            h[4] = obs_q[0, 3]
+            h[3] = row[2]
+            h[4] = row[3]
         obs["head"] = h.copy()
         if self.privileged:
             obs["hint"] = self._hint.copy()

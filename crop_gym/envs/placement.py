@@ -19,7 +19,7 @@ from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
 __all__ = ["PlacementEnv"]
 
 Obs = dict[str, NDArray[np.float32]]
-DEFAULT_QUEUE_VIEW = 32
+DEFAULT_QUEUE_VIEW = 64
 
 
 class PlacementEnv(gym.Env[Obs, np.int64]):
@@ -32,12 +32,15 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
     change of the objective F (expected effective GPUs, DESIGN §2.5), so the undiscounted return is
     ``F(end) - F(start)``, the same number CROP, the baselines and the exact optimum report.
 
-    **Action space** ``Discrete(Q * C + 1)``: the first ``Q`` pending jobs, in queue order, that
-    have at least one candidate placement form the *view* (jobs too big for the free GPUs are
-    skipped, and stay pending); each gets ``C`` rows, one per candidate (padded). Action
-    ``a = q * C + c`` places view job ``q`` on its candidate ``c``; action ``Q * C`` is **stop**.
-    ``Q = min(K, queue_view)`` and ``C = max_candidates``. After a placement the job leaves the
-    queue and the view is rebuilt (candidates are regenerated for the new state).
+    **Action space** ``Discrete(Q * C + 1)``. The *view* is the first ``Q`` pending jobs, in queue
+    order, that have at least one candidate now (jobs too big for the free GPUs are skipped and stay
+    pending). Jobs identical for the objective (same model, size, batch and weight) share one view
+    slot, held by the earliest of them — they have the same candidates and gains, so nothing is lost
+    and the view reaches further down long queues (``group_identical_jobs=False`` gives every job
+    its own slot). Each slot has ``C`` rows, one per candidate, padded. Action ``a = q * C + c``
+    places view job ``q`` on its candidate ``c``; action ``Q * C`` is **stop**.
+    ``Q = min(K, queue_view)``, ``C = max_candidates``. After a placement the job leaves the queue
+    and the view and candidates are rebuilt for the new state.
 
     **Action mask** ``action_masks()`` (used by sb3-contrib's ``MaskablePPO``) and
     ``info["action_mask"]``: ``bool[Q * C + 1]``; a row is valid when its view slot holds a job
@@ -49,15 +52,17 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
     also terminates, as if stop had been chosen.
 
     **Observation** ``Dict`` of ``float32`` boxes, every value in ``[0, 1]`` (SB3
-    ``MultiInputPolicy`` ready; columns in :mod:`crop_gym.envs.features` and docs/ENVS.md):
+    ``MultiInputPolicy`` ready; columns in :mod:`crop_gym.envs.features` and docs/ENVS.md). The
+    tables below are flattened row-major to 1-D (``obs["candidates"].reshape(Q * C, 17)`` recovers
+    the rows) unless ``table_layout=True``:
 
     * ``"gpus"`` ``(G, 10)``: free, busy, failed, slowness ``1 - 1/σ``, failure probability π,
       relative speed, server-uplink load and degradation, η and size of the job holding it;
     * ``"candidates"`` ``(Q * C, 17)``: valid flag, job size, gradient size, compute time, servers,
       spread, switches, share of slow / failure-prone GPUs, slowdown, survival, estimated η under
       the current contention, η·survival, contention, bottleneck bandwidth, view position, weight;
-    * ``"queue"`` ``(Q, 7)``: per view job: present, size, gradient size, compute time, weight,
-      number of candidates, best estimated η;
+    * ``"queue"`` ``(Q, 8)``: per view slot: present, size, gradient size, compute time, weight,
+      number of candidates, best estimated η, identical pending copies;
     * ``"summary"`` ``(10,)``: pending and hidden jobs, pending GPUs, free GPUs, F, utilisation,
       communication overhead, failed and abnormal GPU shares, elapsed share of the step cap;
     * ``"gain"`` ``(Q * C,)`` in ``[-1, 1]``, only with ``privileged=True``: the exact ΔF of each
@@ -86,11 +91,15 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
             ``crop_gym.scenario.SCENARIOS``) or a scenario file. Default ``"default"``.
         privileged: Add the exact marginal gains ``"gain"`` to the observation (slower: one ΔF
             evaluation per row and step).
-        queue_view: Largest view size ``Q`` (default 32; capped at the queue size ``K``).
+        queue_view: Largest view size ``Q`` (default 64; capped at the queue size ``K``).
         max_candidates: Candidates per job ``C`` (default: the scenario's ``max_candidates``, as CROP).
         robust_candidates: Let device health steer candidate choice (CROP's default). ``False`` is the
             "without robustness" ablation.
+        group_identical_jobs: Identical pending jobs share a view slot (default ``True``).
         max_steps: Step cap (default ``2 * K``; a run of valid actions never reaches it).
+        table_layout: Return the tables ``"gpus"``, ``"candidates"`` and ``"queue"`` as 2-D
+            ``(rows, columns)`` arrays (for custom per-row policies) instead of row-major 1-D
+            vectors (default; what SB3's checker and ``MultiInputPolicy`` expect).
         invalid_action: ``"noop"`` or ``"stop"`` (see above).
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
 
@@ -111,8 +120,10 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         queue_view: int | None = None,
         max_candidates: int | None = None,
         robust_candidates: bool = True,
+        group_identical_jobs: bool = True,
         max_steps: int | None = None,
         invalid_action: Literal["noop", "stop"] = "noop",
+        table_layout: bool = False,
         render_mode: str | None = None,
     ) -> None:
         self.sampler = ScenarioSampler(scenario)
@@ -131,7 +142,7 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         self.max_steps = int(max_steps) if max_steps is not None else 2 * sc.queue_size
         if self.max_steps < 1:
             raise ConfigError(f"max_steps={max_steps!r} must be >= 1")
-        self.actions = CandidateActions(q, c, robust=robust_candidates)
+        self.actions = CandidateActions(q, c, robust=robust_candidates, group_identical=group_identical_jobs)
         self.features = ObservationBuilder(
             self.topology,
             self.actions,
@@ -139,6 +150,7 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
             queue_size=sc.queue_size,
             max_job_gpus=sc.job_size_limit,
             privileged=privileged,
+            table_layout=table_layout,
         )
         self.privileged = bool(privileged)
         self.action_space = self.actions.space
@@ -174,6 +186,7 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         self._steps = 0
         noise = self.scenario.observation_noise
         self.features.clear_jobs()
+        self.actions.forget_jobs()
         self.features.set_health(self.state.health.observe(self.np_random, noise))
         self.actions.build(self.state, self.pending)
         self._done = False

@@ -69,8 +69,12 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         if not isinstance(self.perf, PerfConfig):
-            raise ConfigError(f"SimConfig.perf must be a PerfConfig, got {type(self.perf).__name__}")
-        check_range("SimConfig.checkpoint_interval_s", self.checkpoint_interval_s, 0.0, low_inclusive=False)
+            raise ConfigError(
+                f"SimConfig.perf must be a PerfConfig, got {type(self.perf).__name__}"
+            )
+        check_range(
+            "SimConfig.checkpoint_interval_s", self.checkpoint_interval_s, 0.0, low_inclusive=False
+        )
         check_range("SimConfig.failure_horizon_s", self.failure_horizon_s, 0.0, low_inclusive=False)
         if not math.isfinite(self.failure_horizon_s):
             raise ConfigError("SimConfig.failure_horizon_s must be finite")
@@ -78,10 +82,14 @@ class SimConfig:
         if not math.isfinite(self.mean_repair_s):
             raise ConfigError("SimConfig.mean_repair_s must be finite")
         if self.queue_view not in QUEUE_VIEWS:
-            raise ConfigError(f"SimConfig.queue_view={self.queue_view!r} is not one of {', '.join(QUEUE_VIEWS)}")
+            raise ConfigError(
+                f"SimConfig.queue_view={self.queue_view!r} is not one of {', '.join(QUEUE_VIEWS)}"
+            )
         if self.max_queue_view is not None:
             if int(self.max_queue_view) != self.max_queue_view:
-                raise ConfigError(f"SimConfig.max_queue_view={self.max_queue_view!r} must be an integer")
+                raise ConfigError(
+                    f"SimConfig.max_queue_view={self.max_queue_view!r} must be an integer"
+                )
             check_range("SimConfig.max_queue_view", self.max_queue_view, 1)
         if self.max_time_s is not None:
             check_range("SimConfig.max_time_s", self.max_time_s, 0.0, low_inclusive=False)

@@ -32,6 +32,7 @@ from __future__ import annotations
 import bisect
 import math
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -42,7 +43,7 @@ from crop_gym.devices import AbnormalityProfile, Health, get_profile
 from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState, ideal_time
-from crop_gym.perf import placement_stats
+from crop_gym.perf import PerfConfig, placement_stats
 from crop_gym.sim.config import SimConfig, SimulationError
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
 from crop_gym.sim.protocol import PlacementPolicy
@@ -108,26 +109,39 @@ def apply_health(
             slots.update(int(s) for s in owners[owners >= 0])
         inter = cl[~topo.is_intra[cl]]
         if len(inter):
-            links: NDArray[np.int32] = state._links  # type: ignore[attr-defined]
-            active: NDArray[np.bool_] = state._active  # type: ignore[attr-defined]
-            hit = np.isin(links, inter).any(axis=1) & active
+            hit = np.isin(state._links, inter).any(axis=1) & state._active
             slots.update(int(s) for s in np.flatnonzero(hit))
     usable = health.usable
+    todo: list[tuple[int, Job, NDArray[np.int32]]] = []
     for s in slots:
-        st = state._slot_stats[s]  # type: ignore[attr-defined]
+        st = state._slot_stats[s]
+        job = state._slot_job[s]
+        assert st is not None and job is not None
         if not usable[st.gpus].all():
-            job = state._slot_job[s]  # type: ignore[attr-defined]
-            raise ConfigError(f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed")
-    state._health = health  # type: ignore[attr-defined]
-    state._usable = usable  # type: ignore[attr-defined]
+            raise ConfigError(
+                f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed"
+            )
+        todo.append((s, job, st.gpus))
+    state._health = health
+    state._usable = usable
     eff = topo.link_bw * health.link_degradation
     eff.setflags(write=False)
-    state._eff_bw = eff  # type: ignore[attr-defined]
-    for s in slots:
-        st = state._slot_stats[s]  # type: ignore[attr-defined]
-        state._write_stats(s, placement_stats(topo, health, st.gpus), state._slot_job[s])  # type: ignore[attr-defined]
+    state._eff_bw = eff
+    for s, job, gpus in todo:
+        state._write_stats(s, placement_stats(topo, health, gpus), job)
     state.version += 1
     state.evaluate()
+
+
+_IDEAL: weakref.WeakKeyDictionary[
+    Topology, dict[PerfConfig, dict[tuple[str, int, float], float]]
+] = weakref.WeakKeyDictionary()
+
+
+def _ideal_cache(topology: Topology, perf: PerfConfig) -> dict[tuple[str, int, float], float]:
+    """The shared cache of ideal iteration times ``T*`` for a topology and perf options."""
+    per_topo = _IDEAL.setdefault(topology, {})
+    return per_topo.setdefault(perf, {})
 
 
 class Simulator:
@@ -185,22 +199,30 @@ class Simulator:
         health_seq, policy_seq = ss.spawn(2)
         self.policy_rng = np.random.default_rng(policy_seq)
         self.health_process = HealthProcess(
-            self.topology, self.profile, self.config, np.random.default_rng(health_seq), scripted_failures
+            self.topology,
+            self.profile,
+            self.config,
+            np.random.default_rng(health_seq),
+            scripted_failures,
         )
         self.state = ClusterState(self.topology, self.health_process.health(), self.config.perf)
+        state_cache = getattr(self.state, "_tstar_cache", None)
 
         # Per-job arrays.
         self._k = np.fromiter((j.num_gpus for j in self.jobs), np.int64, n)
         self._work = np.fromiter((j.iterations for j in self.jobs), np.float64, n)
         self._arrival = np.fromiter((j.arrival for j in self.jobs), np.float64, n)
-        tcache: dict[tuple[str, int, float], float] = {}
+        tcache = _ideal_cache(self.topology, self.config.perf)
         tstar = np.empty(n)
         for i, j in enumerate(self.jobs):
             key = (j.model, j.num_gpus, float(j.batch_size))
-            if key not in tcache:
-                tcache[key] = ideal_time(self.topology, j, self.config.perf)
-            tstar[i] = tcache[key]
+            v = tcache.get(key)
+            if v is None:
+                v = tcache[key] = ideal_time(self.topology, j, self.config.perf)
+            tstar[i] = v
         self._tstar = tstar
+        if isinstance(state_cache, dict):  # spare ClusterState recomputing the same ideal times
+            state_cache.update(tcache)
         self._status = np.zeros(n, dtype=np.int8)
         self._start = np.full(n, np.nan)
         self._finish = np.full(n, np.nan)
@@ -247,26 +269,37 @@ class Simulator:
         self._admit(0.0)
 
     # ------------------------------------------------------------------ slots
+    _SLOT_ARRAYS: tuple[tuple[str, float, Any], ...] = (
+        ("_s_job", -1, np.int64),
+        ("_s_active", False, np.bool_),
+        ("_s_rem", 0.0, np.float64),
+        ("_s_tupd", 0.0, np.float64),
+        ("_s_T", 1.0, np.float64),
+        ("_s_seg", 0.0, np.float64),
+        ("_s_ckrem", 0.0, np.float64),
+        ("_s_k", 0.0, np.float64),
+        ("_s_tstar", 0.0, np.float64),
+    )
+    # Per-slot state of the running jobs, indexed like the ClusterState's slots.
+    _s_job: NDArray[np.int64]  # job index (-1: free slot)
+    _s_active: NDArray[np.bool_]
+    _s_rem: NDArray[np.float64]  # remaining iterations at _s_tupd
+    _s_tupd: NDArray[np.float64]  # time of the last rebase
+    _s_T: NDArray[np.float64]  # iteration time since _s_tupd
+    _s_seg: NDArray[np.float64]  # (re)start time of the current run (checkpoint clock)
+    _s_ckrem: NDArray[np.float64]  # remaining iterations at the last checkpoint <= _s_tupd
+    _s_k: NDArray[np.float64]
+    _s_tstar: NDArray[np.float64]
+
     def _grow(self, cap: int) -> None:
         old = self._cap
         if cap <= old:
             return
-
-        def ext(name: str, fill: float, dtype: Any = np.float64) -> None:
+        for name, fill, dtype in self._SLOT_ARRAYS:
             new = np.full(cap, fill, dtype=dtype)
             if old:
                 new[:old] = getattr(self, name)
             setattr(self, name, new)
-
-        ext("_s_job", -1, np.int64)
-        ext("_s_active", False, bool)
-        ext("_s_rem", 0.0)
-        ext("_s_tupd", 0.0)
-        ext("_s_T", 1.0)
-        ext("_s_seg", 0.0)
-        ext("_s_ckrem", 0.0)
-        ext("_s_k", 0.0)
-        ext("_s_tstar", 0.0)
         self._cap = cap
 
     def _active_slots(self) -> NDArray[np.intp]:
@@ -372,6 +405,22 @@ class Simulator:
             return 0.0
         return float(self._rem_saved[i])
 
+    def remaining_time_by_gpu(self) -> NDArray[np.float64]:
+        """Per GPU, the remaining run time (s) of the job holding it at its current speed; 0 if free."""
+        out = np.zeros(self.topology.num_gpus)
+        owner = self.state.gpu_owner
+        busy = owner >= 0
+        if busy.any():
+            s = owner[busy]
+            T = self._s_T[s]
+            rem = np.maximum(self._s_rem[s] - (self.now - self._s_tupd[s]) / T, 0.0)
+            out[busy] = rem * T
+        return out
+
+    def next_arrival_time(self) -> float:
+        """Arrival time of the next job still to arrive (``inf`` if none)."""
+        return float(self._arrival[self._arr_ptr]) if self._arr_ptr < len(self.jobs) else math.inf
+
     def pending(self) -> list[Job]:
         """The queue as the policy sees it (:attr:`SimConfig.queue_view`, :attr:`SimConfig.max_queue_view`)."""
         if not self._queue:
@@ -409,7 +458,9 @@ class Simulator:
         try:
             delta = self.state.add(the_job, np.asarray(gpus))
         except ConfigError as exc:
-            raise SimulationError(f"t={self.now:.3f}s: invalid placement of job {jid}: {exc}") from exc
+            raise SimulationError(
+                f"t={self.now:.3f}s: invalid placement of job {jid}: {exc}"
+            ) from exc
         s = self.state.jobs[jid]
         if s >= self._cap:
             self._grow(max(2 * self._cap, s + 1))
@@ -548,7 +599,9 @@ class Simulator:
         else:
             thr = 0.0
         if self.config.record_timeline:
-            self._timeline.append((self.now, float(self._busy), F, thr, len(self._queue), self._running))
+            self._timeline.append(
+                (self.now, float(self._busy), F, thr, len(self._queue), self._running)
+            )
         self.now = t_next
         # 1. Completions.
         act = self._active_slots()
@@ -561,7 +614,11 @@ class Simulator:
             self._handle_health(self.health_process.pop(t_next))
         # 3. Arrivals.
         self._admit(t_next)
-        if self.config.max_time_s is not None and t_next >= self.config.max_time_s and not self.done:
+        if (
+            self.config.max_time_s is not None
+            and t_next >= self.config.max_time_s
+            and not self.done
+        ):
             self.truncated = True
         self._sync()
         self.events += 1
@@ -601,7 +658,9 @@ class Simulator:
             from tqdm.auto import tqdm
 
             horizon_h = float(self._arrival[-1]) / 3600.0 if len(self.jobs) else 0.0
-            bar = tqdm(total=round(max(horizon_h, 1e-3), 2), unit="h", desc="simulated", dynamic_ncols=True)
+            bar = tqdm(
+                total=round(max(horizon_h, 1e-3), 2), unit="h", desc="simulated", dynamic_ncols=True
+            )
         try:
             while not self.done:
                 if self.needs_decision():
@@ -615,9 +674,13 @@ class Simulator:
                     h = round(self.now / 3600.0, 2)
                     if h > bar.total:
                         bar.total = h
-                    bar.n = h
-                    bar.set_postfix(done=self._n_done, queued=len(self._queue), running=self._running, refresh=False)
-                    bar.refresh()
+                    bar.set_postfix(
+                        done=self._n_done,
+                        queued=len(self._queue),
+                        running=self._running,
+                        refresh=False,
+                    )
+                    bar.update(h - bar.n)  # redraws at most every ``mininterval``
         finally:
             if bar is not None:
                 bar.n = round(self.now / 3600.0, 2)
@@ -651,7 +714,11 @@ class Simulator:
         if self._running != len(self.state.jobs):
             errs.append("running count disagrees with the cluster state")
         counts = np.bincount(self._status, minlength=4)
-        if counts[_QUEUED] != len(self._queue) or counts[_RUNNING] != self._running or counts[_DONE] != self._n_done:
+        if (
+            counts[_QUEUED] != len(self._queue)
+            or counts[_RUNNING] != self._running
+            or counts[_DONE] != self._n_done
+        ):
             errs.append("job status counts disagree with queue/running/done")
         return errs
 

@@ -49,7 +49,9 @@ __all__ = ["HealthChange", "HealthProcess", "ScriptedFailure"]
 ScriptedFailure = tuple[float, int] | tuple[float, int, float]
 
 # Event kinds (ints keep heap entries cheap and comparable).
-_ONSET_GPU, _ONSET_LINK, _RECOVER_GPU, _RECOVER_LINK, _FAIL_GPU, _FAIL_LINK, _REPAIR, _SCRIPTED = range(8)
+_ONSET_GPU, _ONSET_LINK, _RECOVER_GPU, _RECOVER_LINK, _FAIL_GPU, _FAIL_LINK, _REPAIR, _SCRIPTED = (
+    range(8)
+)
 
 
 @dataclass
@@ -152,7 +154,9 @@ class HealthProcess:
         w = self._gpu_kind_weights()
         self._onset_rate_g = rate * g if w.sum() > 0 else 0.0
         wl = self._link_kind_weights()
-        self._onset_rate_l = rate * len(self._eligible_links) if wl.sum() > 0 and len(self._eligible_links) else 0.0
+        self._onset_rate_l = (
+            rate * len(self._eligible_links) if wl.sum() > 0 and len(self._eligible_links) else 0.0
+        )
         if self._onset_rate_g > 0:
             self._push(self.rng.exponential(1.0 / self._onset_rate_g), _ONSET_GPU, 0, 0)
         if self._onset_rate_l > 0:
@@ -177,9 +181,11 @@ class HealthProcess:
             if len(item) not in (2, 3):
                 raise ConfigError(f"scripted failure {item!r}: expected (time_s, gpu[, repair_s])")
             t, gpu = float(item[0]), int(item[1])
-            repair = float(item[2]) if len(item) == 3 else None  # type: ignore[misc]
+            repair = float(item[2]) if len(item) == 3 else None
             if not (0 <= gpu < g) or not (t >= 0 and math.isfinite(t)):
-                raise ConfigError(f"scripted failure {item!r}: time must be >= 0 and gpu in [0, {g - 1}]")
+                raise ConfigError(
+                    f"scripted failure {item!r}: time must be >= 0 and gpu in [0, {g - 1}]"
+                )
             if repair is not None and not repair > 0:
                 raise ConfigError(f"scripted failure {item!r}: repair_s must be > 0")
             self._push(t, _SCRIPTED, gpu, len(self._scripted_repair))
@@ -206,14 +212,18 @@ class HealthProcess:
         pi = self.pi_gpu[i]
         if pi > 0 and not self.failed[i] and self.config.gpu_failures:
             lam = -math.log1p(-pi) / self.config.failure_horizon_s
-            self._push(now + self.rng.exponential(1.0 / lam), _FAIL_GPU, i, int(self._fail_ver_g[i]))
+            self._push(
+                now + self.rng.exponential(1.0 / lam), _FAIL_GPU, i, int(self._fail_ver_g[i])
+            )
 
     def _arm_link(self, e: int, now: float) -> None:
         self._fail_ver_l[e] += 1
         pi = self.pi_link[e]
         if pi > 0 and self.config.link_failures:
             lam = -math.log1p(-pi) / self.config.failure_horizon_s
-            self._push(now + self.rng.exponential(1.0 / lam), _FAIL_LINK, e, int(self._fail_ver_l[e]))
+            self._push(
+                now + self.rng.exponential(1.0 / lam), _FAIL_LINK, e, int(self._fail_ver_l[e])
+            )
 
     def _stale(self, kind: int, idx: int, ver: int) -> bool:
         if kind == _FAIL_GPU:
@@ -240,7 +250,9 @@ class HealthProcess:
             self._health = Health(self.sigma, self.failed, self.pi_gpu, self.rho, self.pi_link)
         return self._health
 
-    def _fail(self, i: int, now: float, change: HealthChange, repair_s: float | None = None) -> None:
+    def _fail(
+        self, i: int, now: float, change: HealthChange, repair_s: float | None = None
+    ) -> None:
         if self.failed[i]:
             return
         self.failed[i] = True
@@ -329,13 +341,12 @@ class HealthProcess:
                 self.link_failures += 1
                 change.failed_links.append(idx)
                 self._arm_link(idx, t)
-            elif kind == _REPAIR:
-                if self.failed[idx]:
-                    self.failed[idx] = False
-                    self.repairs += 1
-                    change.repaired_gpus.append(idx)
-                    change.changed_gpus.add(idx)
-                    self._arm_gpu(idx, t)
+            elif kind == _REPAIR and self.failed[idx]:
+                self.failed[idx] = False
+                self.repairs += 1
+                change.repaired_gpus.append(idx)
+                change.changed_gpus.add(idx)
+                self._arm_gpu(idx, t)
         if change.health_changed:
             self._health = None
         return change

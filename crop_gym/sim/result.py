@@ -167,7 +167,9 @@ class SimResult:
             "goodput_gpus": float((sim._k * ideal_run)[done].sum()) / horizon,
             "mean_efficiency": sim.int_thr / busy_int if busy_int > 0 else math.nan,
             "comm_overhead": sim.int_comm / busy_int if busy_int > 0 else math.nan,
-            "mean_slowdown": float((sim._run_time[done] / ideal_run[done]).mean()) if done.any() else math.nan,
+            "mean_slowdown": float((sim._run_time[done] / ideal_run[done]).mean())
+            if done.any()
+            else math.nan,
             "restarts": int(sim._restarts.sum()),
             "lost_gpu_hours": lost_gpu_s / 3600.0,
             "lost_work_frac": float(sim._lost_work.sum() / sim._work.sum()) if n else 0.0,
@@ -194,12 +196,17 @@ class SimResult:
             "lost_gpu_hours": sim._lost_gpu_s / 3600.0,
             "servers": sim._servers.copy(),
             "mean_servers": np.divide(
-                sim._sum_servers, sim._place_count, out=np.full(n, np.nan), where=sim._place_count > 0
+                sim._sum_servers,
+                sim._place_count,
+                out=np.full(n, np.nan),
+                where=sim._place_count > 0,
             ),
         }
         tl = np.array(sim._timeline, dtype=np.float64).reshape(-1, 6)
         if len(tl) or sim.now > 0:
-            tl = np.vstack([tl, [[sim.now, float(sim._busy), sim.state.F, 0.0, len(sim._queue), sim._running]]])
+            tl = np.vstack(
+                [tl, [[sim.now, float(sim._busy), sim.state.F, 0.0, len(sim._queue), sim._running]]]
+            )
         timeline = {
             name: tl[:, c].copy()
             for c, name in enumerate(("t", "busy", "F", "throughput", "queued", "running"))

@@ -1,0 +1,108 @@
+"""Environment construction for training and evaluation (wrappers, vector environments)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+
+import crop_gym  # noqa: F401  (registers the crop_gym/ IDs)
+
+__all__ = ["ScaleReward", "is_online", "make_env", "make_vec_env"]
+
+
+class ScaleReward(gym.Wrapper):  # type: ignore[type-arg]
+    """Multiply rewards by a constant (keeps ``action_masks`` reachable through the wrapper).
+
+    Evaluation never reads rewards (it reads F from the environment), so the scale only shapes
+    learning: value targets of order 1 instead of tens of GPUs.
+
+    Args:
+        env: The environment.
+        scale: The factor.
+    """
+
+    def __init__(self, env: gym.Env[Any, Any], scale: float) -> None:
+        super().__init__(env)
+        self.scale = float(scale)
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, float(reward) * self.scale, terminated, truncated, info
+
+    def action_masks(self) -> Any:
+        """The wrapped environment's valid actions."""
+        return self.env.unwrapped.action_masks()  # type: ignore[attr-defined]
+
+
+def is_online(env: gym.Env[Any, Any]) -> bool:
+    """Whether ``env`` is the online (simulator) placement environment."""
+    return type(env.unwrapped).__name__ == "OnlinePlacementEnv"
+
+
+def make_env(
+    env_id: str,
+    *,
+    env_kwargs: Mapping[str, Any] | None = None,
+    reward_scale: float = 1.0,
+    monitor: bool = True,
+) -> gym.Env[Any, Any]:
+    """``gym.make(env_id)`` with an SB3 ``Monitor`` (raw episode returns) and reward scaling.
+
+    Args:
+        env_id: A registered ID (``crop_gym/...``).
+        env_kwargs: Constructor arguments for the environment.
+        reward_scale: Factor on rewards seen by the learner (outside the monitor).
+        monitor: Wrap in ``Monitor`` (episode returns in the logs are raw ΔF).
+    """
+    env = gym.make(env_id, **dict(env_kwargs or {}))
+    if monitor:
+        from stable_baselines3.common.monitor import Monitor
+
+        env = Monitor(env)
+    if reward_scale != 1.0:
+        env = ScaleReward(env, reward_scale)
+    return env
+
+
+def _factory(env_id: str, env_kwargs: Mapping[str, Any], reward_scale: float) -> Callable[[], gym.Env[Any, Any]]:
+    kwargs = dict(env_kwargs)
+
+    def make() -> gym.Env[Any, Any]:
+        return make_env(env_id, env_kwargs=kwargs, reward_scale=reward_scale)
+
+    return make
+
+
+def make_vec_env(
+    env_id: str,
+    *,
+    n_envs: int = 1,
+    seed: int = 0,
+    env_kwargs: Mapping[str, Any] | None = None,
+    reward_scale: float = 1.0,
+    vec_env: str = "dummy",
+) -> Any:
+    """A seeded SB3 vector environment (``DummyVecEnv`` or ``SubprocVecEnv``).
+
+    Environment ``i`` is seeded with ``seed + i`` at its first reset; later episodes continue its
+    RNG stream (all of it training data).
+
+    Args:
+        env_id: A registered ID.
+        n_envs: Number of parallel environments.
+        seed: Seed of the first environment.
+        env_kwargs: Constructor arguments.
+        reward_scale: Factor on rewards.
+        vec_env: ``"dummy"`` (in-process) or ``"subproc"`` (one process per environment; used only
+            when ``n_envs > 1``).
+    """
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    fns = [_factory(env_id, env_kwargs or {}, reward_scale) for _ in range(n_envs)]
+    if vec_env not in ("dummy", "subproc"):
+        raise ValueError(f"vec_env={vec_env!r} must be 'dummy' or 'subproc'")
+    venv = SubprocVecEnv(fns) if (vec_env == "subproc" and n_envs > 1) else DummyVecEnv(fns)
+    venv.seed(seed)
+    return venv

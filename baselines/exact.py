@@ -1,0 +1,551 @@
+"""Exact optima for small instances: branch-and-bound on F and a MILP on communication time.
+
+**Branch-and-bound (maximise F).** Two search spaces:
+
+* ``space="all"``: every subset of free usable GPUs, for tiny clusters. GPUs of one server with the
+  same health and speed are interchangeable (F cannot tell them apart), so a placement is a vector of
+  GPU counts per such group and its canonical GPUs are the first free ones of each group. Jobs are
+  decided in a fixed order (place on one count vector, or leave out); this is complete, so the result
+  is the true optimum of the model.
+* ``space="candidates"``: the candidate space CROP searches: jobs are placed one at a time, in any
+  order, each on one of :func:`~crop_gym.candidates.candidate_placements` of the current state (with
+  a larger cap, ``max_candidates=32`` by default); partial assignments already seen are not expanded
+  again. Every CROP answer with a smaller or equal cap lies in this space, so its optimum is at least
+  CROP's F. It is the optimum *over the candidate space*, not over all placements.
+
+The bound at a node is ``F(now) + min(Σ w_j k_j over the jobs left, w_max · free GPUs)``: adding a job
+never increases anyone else's value (link loads only grow) and a job is worth at most ``w k``. The
+search starts from an incumbent (CROP's answer by default), which only speeds pruning up.
+
+**MILP (communication).** :func:`milp_min_comm` places the most jobs, then minimises their total
+all-reduce time, with :func:`scipy.optimize.milp` (HiGHS), lexicographically in two stages. A job's
+options are its per-server GPU counts (its communication time depends on nothing else); the time of
+each option is computed with the background jobs' link loads plus its own. Contention *between* the
+new jobs is not modelled (it would make the program non-linear): the true communication overhead of the
+answer is measured afterwards on the model, like every policy's.
+
+**Size guards.** Each solver first counts its search space (``∏ (options_j + 1)`` over the jobs, or the
+MILP's variables) and raises :class:`~crop_gym.errors.ConfigError` naming the limit if the instance is
+too large; the search also stops with the same error if it expands more than ``max_nodes`` nodes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from baselines._common import own_comm_time
+from baselines.policy import Placement, PlacementPolicy, apply, check_placements, pending_jobs
+from crop_gym.candidates import candidate_placements
+from crop_gym.errors import ConfigError, check_range
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState
+
+__all__ = [
+    "EXACT_LIMITS",
+    "ExactResult",
+    "MilpResult",
+    "OptimumPolicy",
+    "branch_and_bound",
+    "gpu_groups",
+    "milp_min_comm",
+    "search_space",
+]
+
+
+@dataclass(frozen=True)
+class ExactLimits:
+    """Size limits of the exact solvers (measured on a 2-core machine; see docs/CROP.md).
+
+    Attributes:
+        log10_space: Largest ``log10 ∏ (options_j + 1)`` the branch-and-bound accepts.
+        max_nodes: Most search nodes expanded before giving up.
+        max_options: Most placement options of one job in ``space="all"``.
+        milp_vars: Most MILP variables (job × per-server count vector).
+    """
+
+    log10_space: float = 14.0
+    max_nodes: int = 200_000
+    max_options: int = 20_000
+    milp_vars: int = 50_000
+
+
+#: Default limits.
+EXACT_LIMITS = ExactLimits()
+
+_TOL = 1e-9
+
+
+@dataclass
+class ExactResult:
+    """An exact optimum.
+
+    Attributes:
+        placements: Optimal placements (apply them in this order).
+        F: F of the state after placing them.
+        space: ``"all"`` or ``"candidates"``.
+        nodes: Search nodes expanded.
+        seconds: Wall time.
+        log10_space: Size of the search space (``log10 ∏ (options_j + 1)``).
+    """
+
+    placements: list[Placement]
+    F: float
+    space: str
+    nodes: int = 0
+    seconds: float = 0.0
+    log10_space: float = 0.0
+
+
+@dataclass
+class MilpResult:
+    """Answer of :func:`milp_min_comm`.
+
+    Attributes:
+        placements: The placements.
+        jobs_placed: Most jobs that fit.
+        comm_time: Total all-reduce time of the placed jobs as the MILP models it (s/iteration).
+        variables: MILP variables.
+        seconds: Wall time.
+    """
+
+    placements: list[Placement]
+    jobs_placed: int
+    comm_time: float
+    variables: int
+    seconds: float = 0.0
+    options: dict[str, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- GPU groups
+def gpu_groups(state: ClusterState) -> list[NDArray[np.int32]]:
+    """Free usable GPUs split into interchangeable groups (same server, health, speed and GPU link).
+
+    Returns:
+        One sorted ``int32`` array per group, groups ordered by their first GPU.
+    """
+    topo, h = state.topology, state.health
+    free = np.flatnonzero(state.free_mask)
+    node = topo.gpu_node[free]
+    keys = np.stack(
+        [
+            topo.gpu_server[free].astype(np.float64),
+            h.gpu_slowdown[free],
+            h.gpu_fail_prob[free],
+            topo.gpu_speed[free],
+            topo.link_bw[node],
+            topo.link_lat[node],
+            h.link_degradation[node],
+            h.link_fail_prob[node],
+        ],
+        axis=1,
+    )
+    groups: dict[tuple[float, ...], list[int]] = {}
+    for g, key in zip(free.tolist(), map(tuple, keys.tolist()), strict=True):
+        groups.setdefault(key, []).append(g)
+    return sorted((np.array(v, dtype=np.int32) for v in groups.values()), key=lambda a: int(a[0]))
+
+
+def _count_vectors(caps: Sequence[int], k: int, limit: int) -> list[tuple[int, ...]]:
+    """All vectors ``v`` with ``0 <= v_i <= caps[i]`` and ``Σ v = k`` (at most ``limit``)."""
+    out: list[tuple[int, ...]] = []
+    n = len(caps)
+    suffix = np.concatenate([np.cumsum(np.asarray(caps[::-1], dtype=np.int64))[::-1], [0]]).tolist()
+
+    def rec(i: int, left: int, acc: list[int]) -> None:
+        if len(out) > limit:
+            return
+        if i == n:
+            if left == 0:
+                out.append(tuple(acc))
+            return
+        lo = max(0, left - suffix[i + 1])
+        for v in range(min(caps[i], left), lo - 1, -1):
+            acc.append(v)
+            rec(i + 1, left - v, acc)
+            acc.pop()
+
+    rec(0, k, [])
+    return out
+
+
+# ---------------------------------------------------------------------------- search space
+def search_space(
+    state: ClusterState, queue: Sequence[Job], *, space: str = "all", max_candidates: int = 32
+) -> tuple[float, dict[str, int]]:
+    """Size of the branch-and-bound search space.
+
+    Returns:
+        ``log10 ∏ (options_j + 1)`` and the options of each job (count vectors for ``"all"``,
+        candidates in the initial state for ``"candidates"``).
+
+    Raises:
+        ConfigError: For an unknown space, or a job with more than ``EXACT_LIMITS.max_options``
+            options in ``space="all"``.
+    """
+    jobs = pending_jobs(state, queue)
+    opts: dict[str, int] = {}
+    if space == "all":
+        caps = [len(g) for g in gpu_groups(state)]
+        cache: dict[int, int] = {}
+        for job in jobs:
+            k = job.num_gpus
+            if k not in cache:
+                n = len(_count_vectors(caps, k, EXACT_LIMITS.max_options)) if k <= sum(caps) else 0
+                if n > EXACT_LIMITS.max_options:
+                    raise ConfigError(
+                        f"exact search (space='all') refuses this instance: a job of {k} GPUs has more than "
+                        f"{EXACT_LIMITS.max_options} placements on {sum(caps)} free GPUs in {len(caps)} groups; "
+                        "use space='candidates' or a smaller cluster"
+                    )
+                cache[k] = n
+            opts[job.job_id] = cache[k]
+    elif space == "candidates":
+        for job in jobs:
+            if job.num_gpus > state.topology.num_gpus:
+                opts[job.job_id] = 0
+                continue
+            opts[job.job_id] = len(candidate_placements(state, job.num_gpus, max_candidates=max_candidates))
+    else:
+        raise ConfigError(f"unknown search space {space!r}; use 'all' or 'candidates'")
+    log10 = float(sum(math.log10(n + 1) for n in opts.values()))
+    return log10, opts
+
+
+def _guard(log10: float, opts: dict[str, int], space: str, limit: float) -> None:
+    if log10 > limit:
+        sizes = ", ".join(f"{j}:{n}" for j, n in opts.items())
+        raise ConfigError(
+            f"exact search (space={space!r}) refuses this instance: its search space is 10^{log10:.1f} "
+            f"combinations ({len(opts)} jobs x options per job [{sizes}]), above the limit of 10^{limit:g} "
+            f"(about a minute on 2 cores); use fewer jobs or a smaller cluster"
+        )
+
+
+# ---------------------------------------------------------------------------- branch and bound
+class _Search:
+    def __init__(self, state: ClusterState, jobs: list[Job], max_nodes: int) -> None:
+        self.state = state
+        self.jobs = jobs
+        self.max_nodes = max_nodes
+        self.nodes = 0
+        self.best_F = -math.inf
+        self.best: list[Placement] = []
+        self.path: list[Placement] = []
+        self.w_max = max((j.weight for j in jobs), default=1.0)
+
+    def tick(self) -> None:
+        self.nodes += 1
+        if self.nodes > self.max_nodes:
+            raise ConfigError(
+                f"exact search gave up after {self.max_nodes} nodes (the node limit); the instance "
+                f"({len(self.jobs)} jobs) is too large for an exact answer; use fewer jobs or a smaller cluster"
+            )
+
+    def bound(self, value_left: float) -> float:
+        return self.state.F + min(value_left, self.w_max * self.state.num_free)
+
+    def record(self) -> None:
+        if self.state.F > self.best_F + _TOL:
+            self.best_F = self.state.F
+            self.best = list(self.path)
+
+    def place(self, job: Job, gpus: NDArray[np.int32]) -> None:
+        self.state.add(job, gpus)
+        self.path.append(Placement(job, gpus))
+
+    def unplace(self) -> None:
+        p = self.path.pop()
+        self.state.remove(p.job.job_id)
+
+
+def _search_all(s: _Search) -> None:
+    state = s.state
+    groups = gpu_groups(state)
+    caps = [len(g) for g in groups]
+    taken = [0] * len(groups)
+    jobs = sorted(s.jobs, key=lambda j: -j.weight * j.num_gpus)  # big jobs first: better pruning
+    vectors: dict[int, list[tuple[int, ...]]] = {}
+    for j in jobs:
+        if j.num_gpus not in vectors:
+            vs = _count_vectors(caps, j.num_gpus, EXACT_LIMITS.max_options) if j.num_gpus <= sum(caps) else []
+            # Fewest servers first (compact placements tend to be good: an earlier incumbent).
+            vectors[j.num_gpus] = sorted(vs, key=lambda v: sum(1 for x in v if x))
+    left = [0.0] * (len(jobs) + 1)
+    for i in range(len(jobs) - 1, -1, -1):
+        left[i] = left[i + 1] + jobs[i].weight * jobs[i].num_gpus
+
+    def rec(i: int) -> None:
+        s.tick()
+        s.record()
+        if i == len(jobs) or s.bound(left[i]) <= s.best_F + _TOL:
+            return
+        job = jobs[i]
+        for v in vectors[job.num_gpus]:
+            if any(taken[g] + n > caps[g] for g, n in enumerate(v) if n):
+                continue
+            gpus = np.concatenate([groups[g][taken[g] : taken[g] + n] for g, n in enumerate(v) if n])
+            for g, n in enumerate(v):
+                taken[g] += n
+            s.place(job, gpus)
+            rec(i + 1)
+            s.unplace()
+            for g, n in enumerate(v):
+                taken[g] -= n
+            if s.bound(left[i]) <= s.best_F + _TOL:
+                return
+        rec(i + 1)  # leave the job out
+
+    rec(0)
+
+
+def _search_candidates(s: _Search, max_candidates: int) -> None:
+    state = s.state
+    jobs = s.jobs
+    cls = {j.job_id: (j.model, j.num_gpus, float(j.batch_size), float(j.weight)) for j in jobs}
+    seen: set[frozenset[tuple[tuple[str, int, float, float], tuple[int, ...]]]] = set()
+    placed: list[bool] = [False] * len(jobs)
+    sig: list[tuple[tuple[str, int, float, float], tuple[int, ...]]] = []
+    total = sum(j.weight * j.num_gpus for j in jobs)
+
+    def rec(value_left: float) -> None:
+        s.tick()
+        s.record()
+        if s.bound(value_left) <= s.best_F + _TOL:
+            return
+        tried: set[tuple[str, int, float, float]] = set()
+        for i, job in enumerate(jobs):
+            c = cls[job.job_id]
+            if placed[i] or c in tried or job.num_gpus > state.num_free:
+                continue
+            tried.add(c)  # identical jobs: only the first pending one branches
+            cands = candidate_placements(state, job.num_gpus, max_candidates=max_candidates)
+            for gpus in list(cands.gpus):
+                key = frozenset([*sig, (c, tuple(gpus.tolist()))])
+                if key in seen:
+                    continue
+                seen.add(key)
+                s.place(job, gpus)
+                sig.append((c, tuple(gpus.tolist())))
+                placed[i] = True
+                rec(value_left - job.weight * job.num_gpus)
+                placed[i] = False
+                sig.pop()
+                s.unplace()
+                if s.bound(value_left) <= s.best_F + _TOL:
+                    return
+
+    rec(total)
+
+
+def branch_and_bound(
+    state: ClusterState,
+    queue: Sequence[Job],
+    *,
+    space: str = "all",
+    max_candidates: int = 32,
+    incumbent: Sequence[Placement] | None = None,
+    max_nodes: int | None = None,
+    log10_limit: float | None = None,
+) -> ExactResult:
+    """Maximise F exactly over a search space (see the module docstring).
+
+    Args:
+        state: The cluster (not mutated).
+        queue: Pending jobs.
+        space: ``"all"`` (every GPU subset; tiny clusters) or ``"candidates"`` (the candidate space).
+        max_candidates: Candidate cap for ``space="candidates"``.
+        incumbent: A feasible answer to start from; it must lie in the space (CROP's answer with
+            ``max_candidates <= 32`` does). Default: CROP's answer.
+        max_nodes: Node limit (default ``EXACT_LIMITS.max_nodes``).
+        log10_limit: Search-space limit (default ``EXACT_LIMITS.log10_space``).
+
+    Returns:
+        The optimal placements and F.
+
+    Raises:
+        ConfigError: If the instance is larger than the limits (the message says which limit).
+    """
+    t0 = time.perf_counter()
+    jobs = [j for j in pending_jobs(state, queue) if j.num_gpus <= state.num_free]
+    log10, opts = search_space(state, jobs, space=space, max_candidates=max_candidates)
+    _guard(log10, opts, space, EXACT_LIMITS.log10_space if log10_limit is None else log10_limit)
+    check_range("max_candidates", max_candidates, 1)
+    work = state.copy()
+    s = _Search(work, jobs, EXACT_LIMITS.max_nodes if max_nodes is None else max_nodes)
+    if incumbent is None:
+        from baselines.crop import crop_greedy
+
+        incumbent = crop_greedy(state, jobs).placements
+    check_placements(state, incumbent, queue)
+    inc = state.copy()
+    apply(inc, incumbent)
+    s.best_F, s.best = inc.F, list(incumbent)
+    if space == "all":
+        _search_all(s)
+    else:
+        _search_candidates(s, max_candidates)
+    final = state.copy()
+    apply(final, s.best)
+    return ExactResult(s.best, final.F, space, s.nodes, time.perf_counter() - t0, log10)
+
+
+def optimum(state: ClusterState, queue: Sequence[Job], **kwargs: object) -> ExactResult:
+    """:func:`branch_and_bound` over every placement when the instance allows it, else over the
+    candidate space (``ExactResult.space`` says which).
+
+    Raises:
+        ConfigError: If neither space is within the limits.
+    """
+    try:
+        search_space_log, opts = search_space(state, queue, space="all")
+        _guard(search_space_log, opts, "all", EXACT_LIMITS.log10_space)
+        space = "all"
+    except ConfigError:
+        space = "candidates"
+    return branch_and_bound(state, queue, space=space, **kwargs)  # type: ignore[arg-type]
+
+
+class OptimumPolicy(PlacementPolicy):
+    """The exact optimum as a policy (small instances only).
+
+    Args:
+        space: ``"auto"`` (every placement if within limits, else the candidate space), ``"all"`` or
+            ``"candidates"``.
+        max_candidates: Candidate cap for the candidate space.
+    """
+
+    name = "optimum"
+
+    def __init__(self, space: str = "auto", max_candidates: int = 32) -> None:
+        if space not in ("auto", "all", "candidates"):
+            raise ConfigError(f"space={space!r} must be 'auto', 'all' or 'candidates'")
+        self.space = space
+        self.max_candidates = max_candidates
+        self.last: ExactResult | None = None
+
+    def place(self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None) -> list[Placement]:
+        """The optimal placements (raises :class:`ConfigError` if the instance is too large)."""
+        if self.space == "auto":
+            self.last = optimum(state, queue, max_candidates=self.max_candidates)
+        else:
+            self.last = branch_and_bound(state, queue, space=self.space, max_candidates=self.max_candidates)
+        return self.last.placements
+
+
+# ---------------------------------------------------------------------------- MILP
+def _server_patterns(caps: Sequence[int], k: int, limit: int) -> Iterator[tuple[int, ...]]:
+    yield from _count_vectors(caps, k, limit)
+
+
+def milp_min_comm(
+    state: ClusterState, queue: Sequence[Job], *, max_vars: int | None = None, time_limit: float = 60.0
+) -> MilpResult:
+    """Place the most jobs, then minimise their total all-reduce time (two-stage MILP, HiGHS).
+
+    Args:
+        state: The cluster (not mutated).
+        queue: Pending jobs.
+        max_vars: Variable limit (default ``EXACT_LIMITS.milp_vars``).
+        time_limit: HiGHS time limit per stage, seconds.
+
+    Returns:
+        The placements (GPUs handed out lowest-numbered first inside each server), the number of jobs
+        placed and the modelled total communication time.
+
+    Raises:
+        ConfigError: If the MILP would have more than ``max_vars`` variables.
+    """
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    t0 = time.perf_counter()
+    limit = EXACT_LIMITS.milp_vars if max_vars is None else max_vars
+    jobs = pending_jobs(state, queue)
+    topo = state.topology
+    free = state.free_mask
+    srv_free = [
+        int(free[topo.server_gpu_lo[s] : topo.server_gpu_hi[s]].sum()) for s in range(topo.num_servers)
+    ]
+    used = [s for s in range(topo.num_servers) if srv_free[s] > 0]
+    caps = [srv_free[s] for s in used]
+    # Options: per-server count vectors of each job size.
+    pats: dict[int, list[tuple[int, ...]]] = {}
+    total = 0
+    for job in jobs:
+        k = job.num_gpus
+        if k not in pats:
+            pats[k] = list(_server_patterns(caps, k, limit)) if k <= sum(caps) else []
+        total += len(pats[k])
+        if total > limit:
+            raise ConfigError(
+                f"MILP refuses this instance: more than {limit} variables (jobs x per-server GPU counts; "
+                f"{len(jobs)} jobs on {sum(caps)} free GPUs in {len(caps)} servers); use fewer jobs or a "
+                "smaller cluster"
+            )
+    # Representative GPUs of each pattern (for the comm time) and the variable list.
+    var_job: list[int] = []
+    var_pat: list[tuple[int, ...]] = []
+    cost: list[float] = []
+    comm_cache: dict[tuple[str, int, tuple[int, ...]], float] = {}
+    for j, job in enumerate(jobs):
+        for p in pats[job.num_gpus]:
+            key = (job.model, job.num_gpus, p)
+            c = comm_cache.get(key)
+            if c is None:
+                gpus = np.concatenate(
+                    [topo.server_gpu_lo[used[i]] + np.arange(n) for i, n in enumerate(p) if n]
+                )
+                c = own_comm_time(state, job, state.stats_for(gpus))
+                comm_cache[key] = c
+            var_job.append(j)
+            var_pat.append(p)
+            cost.append(c)
+    n = len(var_job)
+    if n == 0:
+        return MilpResult([], 0, 0.0, 0, time.perf_counter() - t0)
+    rows, cols, vals = [], [], []
+    for v, (j, p) in enumerate(zip(var_job, var_pat, strict=True)):
+        rows.append(j)
+        cols.append(v)
+        vals.append(1.0)
+        for i, cnt in enumerate(p):
+            if cnt:
+                rows.append(len(jobs) + i)
+                cols.append(v)
+                vals.append(float(cnt))
+    A = coo_matrix((vals, (rows, cols)), shape=(len(jobs) + len(used), n)).tocsr()
+    ub = np.concatenate([np.ones(len(jobs)), np.asarray(caps, dtype=float)])
+    cons = LinearConstraint(A, -np.inf, ub)
+    integrality = np.ones(n)
+    bounds = Bounds(0, 1)
+    opts = {"time_limit": time_limit}
+    r1 = milp(-np.ones(n), constraints=[cons], integrality=integrality, bounds=bounds, options=opts)
+    if r1.x is None:
+        raise ConfigError(f"MILP stage 1 failed: {r1.message}")
+    n_star = round(-r1.fun)
+    cnt = LinearConstraint(np.ones((1, n)), n_star, n_star)
+    r2 = milp(np.asarray(cost), constraints=[cons, cnt], integrality=integrality, bounds=bounds, options=opts)
+    if r2.x is None:
+        raise ConfigError(f"MILP stage 2 failed: {r2.message}")
+    x = np.round(r2.x).astype(bool)
+    # Hand out GPUs.
+    nxt = {s: np.flatnonzero(free[topo.server_gpu_lo[s] : topo.server_gpu_hi[s]]) + topo.server_gpu_lo[s] for s in used}
+    pos = dict.fromkeys(used, 0)
+    placements: list[Placement] = []
+    for v in np.flatnonzero(x):
+        j, p = var_job[v], var_pat[v]
+        parts = []
+        for i, c in enumerate(p):
+            if c:
+                s = used[i]
+                parts.append(nxt[s][pos[s] : pos[s] + c])
+                pos[s] += c
+        placements.append(Placement(jobs[j], np.concatenate(parts)))
+    comm = float(np.asarray(cost)[x].sum())
+    return MilpResult(placements, int(n_star), comm, n, time.perf_counter() - t0, {j.job_id: len(pats[j.num_gpus]) for j in jobs})

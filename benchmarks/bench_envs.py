@@ -1,0 +1,219 @@
+"""Speed and memory of the placement environments, measured beside Gymnasium's CartPole-v1.
+
+Random *masked* actions (uniform over the valid ones), resets when an episode ends. For each
+environment it prints:
+
+* ``step/s``: steps per second counting only the time inside ``env.step`` (the raw step rate);
+* ``e2e/s``: steps per second including the resets (what a training loop sees);
+* ``reset ms``: mean reset time (sampling an instance: background jobs, queue, first candidates);
+* ``ep len``: mean episode length in steps;
+* ``MiB``: peak Python memory allocated while building the env and running it (tracemalloc);
+* a breakdown of the step time: ``ClusterState.add``, the candidate generator, and the rest of the
+  environment (observation features, mask, info).
+
+Usage::
+
+    PYTHONPATH=. python benchmarks/bench_envs.py            # default set, ~1 minute
+    PYTHONPATH=. python benchmarks/bench_envs.py --steps 2000 --ids crop_gym/Placement-v0
+
+Targets (issue 5): >= 5,000 step/s on the 64-GPU env and >= 1,000 step/s on a 1,024-GPU env.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import time
+import tracemalloc
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import crop_gym
+import crop_gym.envs.features as feat_mod
+from crop_gym.objective import ClusterState
+
+DEFAULT_IDS = (
+    "crop_gym/Placement-Testbed8-v0",
+    "crop_gym/Placement-v0",
+    "crop_gym/PlacementGPU-v0",
+    "crop_gym/Placement-512-v0",
+    "crop_gym/Placement-1024-v0",
+)
+TARGETS = {"crop_gym/Placement-v0": 5000.0, "crop_gym/Placement-1024-v0": 1000.0}
+
+
+class _Timer:
+    """Accumulates the time spent in a wrapped function while :attr:`active` (not re-entrant)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.active = False
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.active:
+                return fn(*args, **kwargs)
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.total += time.perf_counter() - t
+
+        return timed
+
+
+def bench_cartpole(seconds: float) -> float:
+    """Raw CartPole-v1 step rate (random actions, reset on episode end)."""
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    n, spent = 0, 0.0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a = env.action_space.sample()
+        t = time.perf_counter()
+        _, _, term, trunc, _ = env.step(a)
+        spent += time.perf_counter() - t
+        n += 1
+        if term or trunc:
+            env.reset()
+    env.close()
+    return n / spent
+
+
+def _run(env: gym.Env[Any, Any], steps: int, seed: int, timers: list[_Timer] = ()) -> dict[str, float]:  # type: ignore[assignment]
+    rng = np.random.default_rng(seed)
+    t = time.perf_counter()
+    _, info = env.reset(seed=seed)
+    resets = [time.perf_counter() - t]
+    step_time, n, episodes = 0.0, 0, 0
+    while n < steps:
+        valid = np.flatnonzero(info["action_mask"])
+        a = int(valid[rng.integers(len(valid))])
+        for tm in timers:
+            tm.active = True
+        t = time.perf_counter()
+        _, _, term, trunc, info = env.step(a)
+        step_time += time.perf_counter() - t
+        for tm in timers:
+            tm.active = False
+        n += 1
+        if term or trunc:
+            episodes += 1
+            t = time.perf_counter()
+            _, info = env.reset()
+            resets.append(time.perf_counter() - t)
+    return {
+        "step_per_s": n / step_time,
+        "e2e_per_s": n / (step_time + float(np.sum(resets[1:]))),
+        "reset_ms": 1e3 * float(np.mean(resets)),
+        "ep_len": n / max(episodes, 1),
+        "step_time": step_time,
+    }
+
+
+def bench_env(env_id: str, steps: int, seed: int, breakdown: bool) -> dict[str, float]:
+    """Measure one environment; returns the figures printed by :func:`main`."""
+    gc.collect()
+    env = gym.make(env_id)
+    _run(env, min(steps, 200), seed + 1)  # warm-up: imports, caches
+    out = _run(env, steps, seed)
+    env.close()
+    if breakdown:
+        add_t, cand_t = _Timer(), _Timer()
+        orig_add, orig_cp = ClusterState.add, feat_mod.candidate_placements
+        ClusterState.add = add_t.wrap(orig_add)  # type: ignore[method-assign]
+        feat_mod.candidate_placements = cand_t.wrap(orig_cp)
+        try:
+            env = gym.make(env_id)
+            r = _run(env, steps, seed, [add_t, cand_t])
+            env.close()
+        finally:
+            ClusterState.add = orig_add  # type: ignore[method-assign]
+            feat_mod.candidate_placements = orig_cp
+        out["share_add"] = add_t.total / r["step_time"]
+        out["share_candidates"] = cand_t.total / r["step_time"]
+    # Memory: a separate, traced run (tracemalloc slows everything down).
+    gc.collect()
+    tracemalloc.start()
+    env = gym.make(env_id)
+    _run(env, min(steps, 300), seed)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    env.close()
+    out["peak_mib"] = peak / 2**20
+    return out
+
+
+def reset_breakdown(env_id: str, resets: int = 5) -> dict[str, float]:
+    """Where reset time goes: sampling the instance vs the env's first table and observation."""
+    env = gym.make(env_id)
+    base = env.unwrapped
+    env.reset(seed=0)
+    sample_t, total_t = 0.0, 0.0
+    orig = base.sampler.sample
+
+    def timed(rng: np.random.Generator) -> Any:
+        nonlocal sample_t
+        t = time.perf_counter()
+        try:
+            return orig(rng)
+        finally:
+            sample_t += time.perf_counter() - t
+
+    base.sampler.sample = timed
+    for _ in range(resets):
+        t = time.perf_counter()
+        env.reset()
+        total_t += time.perf_counter() - t
+    env.close()
+    return {"sample_ms": 1e3 * sample_t / resets, "total_ms": 1e3 * total_t / resets}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the benchmark table."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ids", nargs="*", default=list(DEFAULT_IDS), help="environment IDs")
+    ap.add_argument("--steps", type=int, default=3000, help="steps per environment")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cartpole-seconds", type=float, default=2.0)
+    ap.add_argument("--no-breakdown", action="store_true", help="do not time add/candidates")
+    args = ap.parse_args(argv)
+
+    print(f"crop_gym {crop_gym.__version__}, gymnasium {gym.__version__}, numpy {np.__version__}, "
+          f"python {platform.python_version()}, {platform.machine()}")
+    cp = bench_cartpole(args.cartpole_seconds)
+    print(f"CartPole-v1 (same run): {cp:,.0f} step/s\n")
+    header = f"{'env':34s} {'step/s':>8s} {'e2e/s':>8s} {'x CartPole':>10s} {'reset ms':>9s} {'ep len':>7s} {'MiB':>6s}  step time: add / candidates / env"
+    print(header)
+    print("-" * len(header))
+    results = {}
+    for env_id in args.ids:
+        r = bench_env(env_id, args.steps, args.seed, not args.no_breakdown)
+        results[env_id] = r
+        shares = ""
+        if "share_add" in r:
+            rest = 1.0 - r["share_add"] - r["share_candidates"]
+            shares = f"  {r['share_add']:5.0%} / {r['share_candidates']:5.0%} / {rest:5.0%}"
+        print(
+            f"{env_id:34s} {r['step_per_s']:8,.0f} {r['e2e_per_s']:8,.0f} {r['step_per_s'] / cp:10.3f} "
+            f"{r['reset_ms']:9.1f} {r['ep_len']:7.1f} {r['peak_mib']:6.1f}{shares}"
+        )
+    print()
+    for env_id in args.ids:
+        rb = reset_breakdown(env_id)
+        print(f"reset {env_id:34s} {rb['total_ms']:7.1f} ms, of which ScenarioSampler.sample {rb['sample_ms']:7.1f} ms")
+    print()
+    for env_id, target in TARGETS.items():
+        if env_id in results:
+            got = results[env_id]["step_per_s"]
+            verdict = "met" if got >= target else "NOT met"
+            print(f"target {env_id}: >= {target:,.0f} step/s -> {got:,.0f} ({verdict})")
+
+
+if __name__ == "__main__":
+    main()
