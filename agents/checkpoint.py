@@ -26,6 +26,8 @@ __all__ = [
     "META_NAME",
     "algo_class",
     "checkpoint_metadata",
+    "default_checkpoint",
+    "export_checkpoint",
     "load_checkpoint",
     "read_metadata",
     "resolve_model_path",
@@ -59,7 +61,9 @@ def algo_class(algo: str) -> Any:
     try:
         module, cls = ALGO_CLASSES[algo].split(":")
     except KeyError:
-        raise ValueError(f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGO_CLASSES)}") from None
+        raise ValueError(
+            f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGO_CLASSES)}"
+        ) from None
     return getattr(importlib.import_module(module), cls)
 
 
@@ -73,7 +77,9 @@ def checkpoint_metadata(**fields: Any) -> dict[str, Any]:
     return to_jsonable(meta)
 
 
-def save_checkpoint(model: Any, path: str | Path, metadata: dict[str, Any], *, strip_optimizer: bool = False) -> Path:
+def save_checkpoint(
+    model: Any, path: str | Path, metadata: dict[str, Any], *, strip_optimizer: bool = False
+) -> Path:
     """Save ``model`` with ``metadata`` inside, atomically.
 
     Args:
@@ -106,6 +112,23 @@ def save_checkpoint(model: Any, path: str | Path, metadata: dict[str, Any], *, s
             dst.writestr(META_NAME, meta_text)
 
     return atomic_write(dest, write)
+
+
+def export_checkpoint(
+    src: str | Path, dest: str | Path, *, strip_optimizer: bool = True, **extra: Any
+) -> Path:
+    """Copy a checkpoint for shipping: optimizer moments dropped, metadata extended with ``extra``.
+
+    Args:
+        src: A checkpoint (see :func:`resolve_model_path`).
+        dest: Destination ``.zip``.
+        strip_optimizer: Drop Adam's moment estimates (about two thirds of the file).
+        **extra: Metadata fields to add (e.g. ``source`` or an evaluation summary).
+    """
+    model, meta = load_checkpoint(src)
+    meta.pop("path", None)
+    meta.update(to_jsonable(extra))
+    return save_checkpoint(model, dest, meta, strip_optimizer=strip_optimizer)
 
 
 def resolve_model_path(model: str | Path) -> Path:
@@ -145,7 +168,9 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         return meta
 
 
-def load_checkpoint(model: str | Path, *, env: Any = None, algo: str | None = None, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+def load_checkpoint(
+    model: str | Path, *, env: Any = None, algo: str | None = None, **kwargs: Any
+) -> tuple[Any, dict[str, Any]]:
     """Load a checkpoint: ``(SB3 model, metadata)``.
 
     Args:
@@ -158,7 +183,9 @@ def load_checkpoint(model: str | Path, *, env: Any = None, algo: str | None = No
     meta = read_metadata(path)
     name = meta.get("algo") or algo
     if name is None:
-        raise ValueError(f"{path}: no crop_gym metadata; pass the algorithm (maskable_ppo, ppo or dqn)")
+        raise ValueError(
+            f"{path}: no crop_gym metadata; pass the algorithm (maskable_ppo, ppo or dqn)"
+        )
     cls = algo_class(name)
     loaded = cls.load(path, env=env, device="cpu", **kwargs)
     meta.setdefault("algo", name)

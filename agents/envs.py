@@ -66,7 +66,9 @@ def make_env(
     return env
 
 
-def _factory(env_id: str, env_kwargs: Mapping[str, Any], reward_scale: float) -> Callable[[], gym.Env[Any, Any]]:
+def _factory(
+    env_id: str, env_kwargs: Mapping[str, Any], reward_scale: float
+) -> Callable[[], gym.Env[Any, Any]]:
     kwargs = dict(env_kwargs)
 
     def make() -> gym.Env[Any, Any]:

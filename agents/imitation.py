@@ -242,7 +242,13 @@ def record_demonstrations(
         progress: Show a progress bar.
     """
     return _rollouts(
-        env, seeds, lambda o, m, a: a, gamma=gamma, expert_driven=True, progress=progress, desc="demos"
+        env,
+        seeds,
+        lambda o, m, a: a,
+        gamma=gamma,
+        expert_driven=True,
+        progress=progress,
+        desc="demos",
     )
 
 
@@ -275,7 +281,9 @@ def policy_logits(policy: Any, obs: dict[str, th.Tensor]) -> tuple[th.Tensor, th
     return policy.action_net(latent_pi), policy.value_net(latent_vf)
 
 
-def _batch(demos: Demonstrations, idx: np.ndarray, device: Any) -> tuple[dict[str, th.Tensor], th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+def _batch(
+    demos: Demonstrations, idx: np.ndarray, device: Any
+) -> tuple[dict[str, th.Tensor], th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
     obs = obs_to_tensors({k: v[idx] for k, v in demos.obs.items()}, device)
     return (
         obs,
@@ -286,7 +294,9 @@ def _batch(demos: Demonstrations, idx: np.ndarray, device: Any) -> tuple[dict[st
     )
 
 
-def agreement(policy: Any, demos: Demonstrations, indices: np.ndarray | None = None, batch_size: int = 512) -> float:
+def agreement(
+    policy: Any, demos: Demonstrations, indices: np.ndarray | None = None, batch_size: int = 512
+) -> float:
     """Share of the states where the policy's greedy (masked argmax) action is the expert's."""
     idx_all = np.arange(len(demos)) if indices is None else np.asarray(indices)
     if len(idx_all) == 0:
@@ -338,12 +348,14 @@ def behaviour_cloning(
     """
     rng = np.random.default_rng([seed, 1])
     n_ep = demos.num_episodes
-    n_val = int(round(config.val_fraction * n_ep)) if n_ep >= 10 else 0
+    n_val = round(config.val_fraction * n_ep) if n_ep >= 10 else 0
     val_eps = rng.choice(n_ep, size=n_val, replace=False) if n_val else np.zeros(0, np.int64)
     is_val = np.isin(demos.episode, val_eps)
     train_idx = np.flatnonzero(~is_val)
     val_idx = np.flatnonzero(is_val)
-    opt = th.optim.Adam(policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    opt = th.optim.Adam(
+        policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
+    )
     n_epochs = config.epochs if epochs is None else int(epochs)
     history: dict[str, Any] = {"loss": [], "ce": [], "value_loss": []}
     it: Any = range(n_epochs)
@@ -450,7 +462,15 @@ def dagger(
             return greedy_action(policy, obs, mask)
 
         seeds = [seed_fn(i, e) for e in range(config.dagger_episodes)]
-        new = _rollouts(env, seeds, choose, gamma=config.gamma, expert_driven=False, progress=progress, desc=f"DAgger {i}")
+        new = _rollouts(
+            env,
+            seeds,
+            choose,
+            gamma=config.gamma,
+            expert_driven=False,
+            progress=progress,
+            desc=f"DAgger {i}",
+        )
         demos = demos.extend(new)
         hist = behaviour_cloning(
             policy,

@@ -237,7 +237,9 @@ class _Trunk(nn.Module):
         cand_in = self.widths[1] + 1 + int(cfg.use_gain)  # + the k·η·s·w product
         self.cand_enc = _mlp([cand_in + e, h, h])
 
-    def forward(self, obs: Mapping[str, th.Tensor]) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
+    def forward(
+        self, obs: Mapping[str, th.Tensor]
+    ) -> tuple[th.Tensor, th.Tensor, th.Tensor, th.Tensor]:
         """Return ``(context (B, e), rows (B, M, h), pooled rows (B, 2h), valid (B, M))``."""
         wg, wc, wj = self.widths
         c_valid, c_k, c_vpg, c_w, j_present = self.cols
@@ -304,7 +306,9 @@ class CandidateScorer(nn.Module):
         ctx, rows, pooled, valid = self.actor(obs)
         return self._logits(ctx, rows, pooled, valid)
 
-    def _logits(self, ctx: th.Tensor, rows: th.Tensor, pooled: th.Tensor, valid: th.Tensor) -> th.Tensor:
+    def _logits(
+        self, ctx: th.Tensor, rows: th.Tensor, pooled: th.Tensor, valid: th.Tensor
+    ) -> th.Tensor:
         z = th.relu(self.row_lin(rows) + self.pool_lin(pooled).unsqueeze(1))
         row_logits = self.row_out(z).squeeze(-1)
         row_logits = th.where(valid > 0.5, row_logits, th.full_like(row_logits, MASKED_LOGIT))
@@ -329,7 +333,9 @@ class CandidateScorer(nn.Module):
         return logits, value
 
 
-def adapt_observation(obs: Mapping[str, np.ndarray], env_spec: ObsSpec, scorer_spec: ObsSpec) -> dict[str, np.ndarray]:
+def adapt_observation(
+    obs: Mapping[str, np.ndarray], env_spec: ObsSpec, scorer_spec: ObsSpec
+) -> dict[str, np.ndarray]:
     """Map an observation of one environment onto the columns a scorer was trained with.
 
     Tables are reshaped to ``(rows, columns)`` (flat and 2-D layouts are both accepted), their
@@ -366,7 +372,9 @@ def adapt_observation(obs: Mapping[str, np.ndarray], env_spec: ObsSpec, scorer_s
             arr = arr.reshape(*lead, -1, len(have))
         missing = [c for c in want if c not in have]
         if missing:
-            raise ValueError(f"observation key {key!r} lacks the columns {missing} the policy reads")
+            raise ValueError(
+                f"observation key {key!r} lacks the columns {missing} the policy reads"
+            )
         idx = [have.index(c) for c in want]
         sel = np.array(arr[..., idx], dtype=np.float32, copy=True)
         if "job_gpus" in want and f != 1.0:
@@ -378,14 +386,18 @@ def adapt_observation(obs: Mapping[str, np.ndarray], env_spec: ObsSpec, scorer_s
             raise ValueError(f"observation lacks the key {key!r} the policy reads")
         arr = np.asarray(obs[key], dtype=np.float32)
         if arr.shape[-1] != n:
-            raise ValueError(f"observation key {key!r} has {arr.shape[-1]} entries, the policy reads {n}")
+            raise ValueError(
+                f"observation key {key!r} has {arr.shape[-1]} entries, the policy reads {n}"
+            )
         out[key] = np.array(arr, copy=True)
     if "gain" in obs:
         out["gain"] = np.array(obs["gain"], dtype=np.float32, copy=True)
     return out
 
 
-def obs_to_tensors(obs: Mapping[str, np.ndarray], device: th.device | str = "cpu") -> dict[str, th.Tensor]:
+def obs_to_tensors(
+    obs: Mapping[str, np.ndarray], device: th.device | str = "cpu"
+) -> dict[str, th.Tensor]:
     """A batched dict of float tensors (a leading batch axis is added to unbatched input).
 
     Whether ``obs`` is batched is read from its ``"summary"`` vector (1-D unbatched).

@@ -49,7 +49,7 @@ class DictPassthrough(BaseFeaturesExtractor):
     def __init__(self, observation_space: spaces.Dict) -> None:
         super().__init__(observation_space, features_dim=1)
 
-    def forward(self, observations: Any) -> Any:  # noqa: D102 - a passthrough
+    def forward(self, observations: Any) -> Any:
         return observations
 
 
@@ -175,7 +175,9 @@ class ScorerQNetwork(QNetwork):
         **kwargs: Any,
     ) -> None:
         kwargs["net_arch"] = []
-        super().__init__(observation_space, action_space, features_extractor, features_dim, **kwargs)
+        super().__init__(
+            observation_space, action_space, features_extractor, features_dim, **kwargs
+        )
         self.scorer_config = ScorerConfig.from_dict(scorer or {})
         self.q_net = CandidateScorer(self.scorer_config)
 
@@ -236,7 +238,11 @@ class MaskedDQN(DQN):
         """A uniformly drawn valid action per batch entry (``observation`` is batched)."""
         rng = self._explore_rng()
         spec = getattr(self.policy, "scorer_config", None)
-        names = spec.obs_spec.candidate_features if spec is not None else ObsSpec.default().candidate_features
+        names = (
+            spec.obs_spec.candidate_features
+            if spec is not None
+            else ObsSpec.default().candidate_features
+        )
         cand = np.asarray(observation["candidates"])
         cand = cand.reshape(cand.shape[0], -1, len(names))
         valid = cand[..., names.index("valid")] > 0.5
@@ -254,7 +260,11 @@ class MaskedDQN(DQN):
         deterministic: bool = False,
     ) -> tuple[np.ndarray, tuple[np.ndarray, ...] | None]:
         rng = self._explore_rng()
-        if deterministic or not isinstance(observation, dict) or rng.random() >= self.exploration_rate:
+        if (
+            deterministic
+            or not isinstance(observation, dict)
+            or rng.random() >= self.exploration_rate
+        ):
             return self.policy.predict(observation, state, episode_start, deterministic)
         batched = np.asarray(observation["summary"]).ndim == 2
         obs = observation if batched else {k: np.asarray(v)[None] for k, v in observation.items()}

@@ -1,32 +1,38 @@
 """CROP: efficient and robust multi-job placement by greedy maximisation of F (DESIGN §3).
 
-The algorithm (a reconstruction; see docs/CROP.md):
+The algorithm (a reconstruction; docs/CROP.md has the pseudo-code and the measured ratios):
 
-1. **Candidates.** Every pending job of ``k`` GPUs may go on one of the compact candidates that
-   :func:`crop_gym.candidates.candidate_placements` returns for ``k`` in the current state (jobs of
-   equal size share one list). Candidates follow the state: after each acceptance every size's list is
-   marked stale and recomputed only when that size can still win (see below), so the result is exactly
-   as if every list were regenerated after every acceptance, while only the lists and the candidates
-   that actually changed cost work.
-2. **Greedy on the true ΔF.** Repeatedly place the (job, candidate) pair with the largest marginal gain
-   ``ΔF = state.gain(job, candidate)``: the job's own value plus the change it causes to the placed
-   jobs that share its links. Stop when no pair has a gain above ``min_gain``.
-3. **Lazy evaluation (Minoux).** A max-heap holds (upper bound of ΔF, job, candidate). The top is
+1. **Candidates.** A pending job of ``k`` GPUs may go on one of the candidates that
+   :func:`crop_gym.candidates.candidate_placements` returns for ``k`` in the *current* state (jobs of
+   equal size share one list; the environments use the same generator). After every acceptance each
+   size's list is marked stale and recomputed only when that size can still win (its bound reaches
+   the top of the heap), so the answer is exactly as if every list were regenerated after every
+   acceptance while only the lists and candidates that changed cost work.
+2. **Greedy on the true ΔF.** Repeatedly place the (job, candidate) pair that ranks first, where the
+   rank is the marginal gain ``ΔF = state.gain(job, candidate)`` (the job's own value plus the change it
+   causes to the placed jobs that share its links), or ΔF per GPU. Stop when nothing ranks above
+   ``min_gain``.
+3. **Lazy evaluation (Minoux).** A max-heap holds (upper bound of the rank, job, candidate). The top is
    popped; if its bound is stale it is re-evaluated and pushed back, otherwise it is accepted. Because
    F with link contention is not exactly submodular, stale gains are *not* assumed to be upper bounds:
    a cached ΔF is kept only while it is provably exact (no placement since touched a link that the
-   candidate, or a job sharing its links, uses), and is otherwise replaced by the valid bound
-   ``w·k·s·min(1, T*/t)`` (the job's value with no communication at all; ΔF never exceeds it since link
-   loads only grow and a placement never speeds others up). So the lazy greedy returns exactly what the
-   plain greedy (``lazy=False``: all gains recomputed every round) returns.
-4. **Robustness switch.** ``robust=False`` is the ablation "CROP without robustness": candidates are
-   chosen health-blind and gains are evaluated as if every device were healthy (failed GPUs are still
+   candidate, or a job sharing its links, uses) and is otherwise replaced by the valid bound
+   ``w·k·s·min(1, T*/(t·σ))`` (the job's value with no communication; ΔF never exceeds it because link
+   loads only grow during the greedy and a placement never speeds others up). So the lazy greedy
+   returns exactly what the plain greedy (``lazy=False``: every gain recomputed every round) returns.
+4. **Two rankings, best of both (``rule="best"``, the default).** GPUs are a capacity: ranking by ΔF
+   alone lets one large, mediocre job take the GPUs of several good small ones, ranking by ΔF per GPU
+   does the opposite mistake. As for submodular maximisation under a knapsack constraint (Krause &
+   Golovin; Leskovec et al.'s CELF), CROP runs both greedy passes and keeps the one with the larger F.
+   ``rule="gain"`` or ``"density"`` runs one pass.
+5. **Robustness switch.** ``robust=False`` is the ablation "CROP without robustness": candidates are
+   chosen health-blind and gains evaluated as if every device were healthy (failed GPUs are still
    avoided); the caller measures F on the true state.
 
-Ties are broken deterministically: larger ΔF (rounded to 1e-9 GPU) first, then the job earlier in the
+Ties are broken deterministically: higher rank (rounded to 1e-9) first, then the job earlier in the
 queue, then the better-ranked candidate (fewest servers, healthiest, tightest fit). Identical jobs
-(same model, size, batch and weight) share their gain computations. Re-running CROP on the state after
-its first placement, with the rest of the queue, yields its second placement, and so on.
+(same model, size, batch and weight) share their gain computations. Re-running one pass on the state
+after its first placement, with the rest of the queue, yields its second placement, and so on.
 """
 
 from __future__ import annotations
@@ -43,22 +49,25 @@ from numpy.typing import NDArray
 from baselines._common import blind_state
 from baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.candidates import CandidateSet, candidate_placements
-from crop_gym.errors import check_range
+from crop_gym.errors import ConfigError, check_range
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState, ideal_time
 from crop_gym.perf import PlacementStats
 
-__all__ = ["CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]
+__all__ = ["RULES", "CandidateFn", "CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]
 
 #: Signature of a candidate generator: ``fn(state, k, robust=..., max_candidates=...)``.
 CandidateFn = Callable[..., CandidateSet]
 
-_NDIGITS = 9  # gains are compared after rounding to 1e-9 GPU, so float noise does not break ties
+#: Ranking rules: ``gain`` (ΔF), ``density`` (ΔF per GPU), ``best`` (both passes, larger F wins).
+RULES: tuple[str, ...] = ("best", "gain", "density")
+
+_NDIGITS = 9  # ranks are compared after rounding to 1e-9, so float noise does not break ties
 
 
 @dataclass
 class GreedyStats:
-    """Work counters of one greedy run.
+    """Work counters of a greedy run (summed over passes).
 
     Attributes:
         rounds: Accepted placements.
@@ -74,6 +83,13 @@ class GreedyStats:
     heap_pops: int = 0
     seconds: float = 0.0
 
+    def add(self, other: GreedyStats) -> None:
+        """Accumulate another run's counters."""
+        self.rounds += other.rounds
+        self.gain_evals += other.gain_evals
+        self.refreshes += other.refreshes
+        self.heap_pops += other.heap_pops
+
 
 @dataclass
 class GreedyResult:
@@ -83,11 +99,15 @@ class GreedyResult:
         placements: Accepted placements, in acceptance order.
         gains: ΔF of each acceptance, as evaluated in the decision state (the health-blind view for
             ``robust=False``).
-        stats: Work counters.
+        F: F of the decision state at the end.
+        rule: The ranking of the pass that was kept (``"gain"`` or ``"density"``).
+        stats: Work counters (of every pass run).
     """
 
     placements: list[Placement] = field(default_factory=list)
     gains: list[float] = field(default_factory=list)
+    F: float = 0.0
+    rule: str = "gain"
     stats: GreedyStats = field(default_factory=GreedyStats)
 
 
@@ -100,34 +120,35 @@ def _ideal_time(state: ClusterState, job: Job) -> float:
 
 
 class _Greedy:
-    """State of one greedy run on the decision state ``ws`` (which it mutates)."""
+    """One greedy pass on the decision state ``ws`` (which it mutates)."""
 
     def __init__(
         self,
         ws: ClusterState,
         jobs: list[Job],
+        *,
         robust: bool,
         cap: int,
         min_gain: float,
         lazy: bool,
+        density: bool,
         candidate_fn: CandidateFn,
     ) -> None:
         self.ws = ws
-        self.candidate_fn = candidate_fn
         self.topo = ws.topology
         self.robust = robust
         self.cap = cap
         self.min_gain = min_gain
         self.lazy = lazy
+        self.candidate_fn = candidate_fn
         self.jobs = jobs
-        self.result = GreedyResult()
-        st = self.result.stats
-        self.st = st
+        self.result = GreedyResult(rule="density" if density else "gain")
+        self.st = self.result.stats
         # Classes of identical jobs (their gains are identical).
         self.cls_k: list[int] = []
+        self.cls_scale: list[float] = []  # rank = gain * scale
         self.cls_w: list[float] = []
-        self.cls_tstar: list[float] = []
-        self.cls_tc: list[float] = []
+        self.cls_ratio: list[float] = []  # T* / t_c
         self.cls_members: list[deque[int]] = []
         self.size_classes: dict[int, list[int]] = {}
         index: dict[tuple[str, int, float, float], int] = {}
@@ -140,9 +161,9 @@ class _Greedy:
                 c = len(self.cls_k)
                 index[key] = c
                 self.cls_k.append(job.num_gpus)
+                self.cls_scale.append(1.0 / job.num_gpus if density else 1.0)
                 self.cls_w.append(job.weight)
-                self.cls_tstar.append(_ideal_time(ws, job))
-                self.cls_tc.append(job.compute_time)
+                self.cls_ratio.append(_ideal_time(ws, job) / job.compute_time)
                 self.cls_members.append(deque())
                 self.size_classes.setdefault(job.num_gpus, []).append(c)
             self.cls_members[c].append(q)
@@ -151,7 +172,7 @@ class _Greedy:
         self.c_gpus: list[NDArray[np.int32]] = []
         self.c_stats: list[PlacementStats] = []
         self.size_list: dict[int, list[int]] = {}
-        # (class, candidate) -> [gain or None (bound only), stamp, rank]
+        # (class, candidate) -> [gain or None (bound only), stamp, rank in its list]
         self.entry: dict[tuple[int, int], list] = {}
         self.heap: list[tuple[float, int, int, int, int, int]] = []
         self.size_stamp: dict[int, int] = {}
@@ -196,26 +217,32 @@ class _Greedy:
     def _bound(self, c: int, cid: int) -> float:
         """Upper bound of ΔF of class ``c`` on ``cid``: its value with zero communication."""
         s = self.c_stats[cid]
-        eta = min(1.0, self.cls_tstar[c] / (self.cls_tc[c] * s.slowdown))
-        return self.cls_w[c] * s.k * s.survival * eta
+        return self.cls_w[c] * s.k * s.survival * min(1.0, self.cls_ratio[c] / s.slowdown)
 
     def _size_bound(self, k: int) -> float:
-        return k * max(self.cls_w[c] for c in self.size_classes[k])
+        """Upper bound of the rank of any candidate of size ``k`` (``w k`` scaled)."""
+        return max(self.cls_w[c] * k * self.cls_scale[c] for c in self.size_classes[k])
 
     def _evaluate(self, c: int, cid: int) -> float:
         self.st.gain_evals += 1
         job = self.jobs[self.cls_members[c][0]]
         return float(self.ws.gain(job, stats=self.c_stats[cid]))
 
+    def _rank(self, c: int, value: float) -> float:
+        return round(value * self.cls_scale[c], _NDIGITS)
+
     # --------------------------------------------------------------- lazy heap
     def _push_entry(self, c: int, cid: int, ent: list) -> None:
         ent[1] = self._next_stamp()
         value = ent[0] if ent[0] is not None else self._bound(c, cid)
-        heapq.heappush(self.heap, (-round(value, _NDIGITS), self.cls_members[c][0], ent[2], c, cid, ent[1]))
+        heapq.heappush(
+            self.heap, (-self._rank(c, value), self.cls_members[c][0], ent[2], c, cid, ent[1])
+        )
 
     def _push_refresh(self, k: int) -> None:
         s = self._next_stamp()
         self.size_stamp[k] = s
+        # Queue position -1: on equal rank a stale list is refreshed before any entry is accepted.
         heapq.heappush(self.heap, (-round(self._size_bound(k), _NDIGITS), -1, k, -1, -1, s))
 
     def _kill_size(self, k: int) -> None:
@@ -253,14 +280,14 @@ class _Greedy:
 
     # --------------------------------------------------------------- acceptance
     def _accept(self, c: int, cid: int, gain: float) -> None:
-        ws, st = self.ws, self.st
+        ws = self.ws
         q = self.cls_members[c].popleft()
         job = self.jobs[q]
         stats = self.c_stats[cid]
         ws.add(job, self.c_gpus[cid], stats=stats)
         self.result.placements.append(Placement(job, self.c_gpus[cid]))
         self.result.gains.append(gain)
-        st.rounds += 1
+        self.st.rounds += 1
         k = self.cls_k[c]
         if not self.cls_members[c]:
             classes = self.size_classes[k]
@@ -272,7 +299,8 @@ class _Greedy:
         elif self.lazy:  # the class's queue position changed
             for cid2 in self.size_list.get(k, []):
                 self._push_entry(c, cid2, self.entry[(c, cid2)])
-        # Cached gains that this placement may have changed become bounds again.
+        # Cached gains that this placement may have changed become bounds again: those of candidates
+        # whose links meet its links or the links of the jobs that share them.
         inter = stats.inter_links
         if len(inter):
             touched = np.zeros(self.topo.num_nodes, dtype=bool)
@@ -291,11 +319,9 @@ class _Greedy:
                             if self.lazy:
                                 self._push_entry(c2, cid2, ent)
         # Every size's candidate list may have changed with the free GPUs.
-        for k2 in self.size_classes:
-            if self.lazy:
+        if self.lazy:
+            for k2 in self.size_classes:
                 self._push_refresh(k2)
-            else:
-                self.size_stamp[k2] = 0
 
     # ---------------------------------------------------------------- drivers
     def run_lazy(self, max_rounds: int | None) -> None:
@@ -304,7 +330,7 @@ class _Greedy:
             self._push_refresh(k)
         heap = self.heap
         while heap and (max_rounds is None or st.rounds < max_rounds):
-            negkey, q, r, c, cid, stamp = heapq.heappop(heap)
+            negkey, _, r, c, cid, stamp = heapq.heappop(heap)
             st.heap_pops += 1
             if c < 0:  # a stale candidate list of size r
                 if self.size_stamp.get(r) == stamp:
@@ -318,7 +344,7 @@ class _Greedy:
                 self._push_entry(c, cid, ent)
                 continue
             if -negkey <= self.min_gain:
-                break  # no pair has a positive gain
+                break  # nothing ranks above min_gain
             self._accept(c, cid, ent[0])
 
     def run_plain(self, max_rounds: int | None) -> None:
@@ -330,15 +356,32 @@ class _Greedy:
             best_gain = 0.0
             for classes in self.size_classes.values():
                 for c in classes:
-                    k = self.cls_k[c]
-                    for rank, cid in enumerate(self.size_list[k]):
+                    for rank, cid in enumerate(self.size_list[self.cls_k[c]]):
                         g = self._evaluate(c, cid)
-                        key = (-round(g, _NDIGITS), self.cls_members[c][0], rank, c, cid)
+                        key = (-self._rank(c, g), self.cls_members[c][0], rank, c, cid)
                         if best is None or key < best:
                             best, best_gain = key, g
             if best is None or -best[0] <= self.min_gain:
                 break
             self._accept(best[3], best[4], best_gain)
+
+
+def _one_pass(
+    view: ClusterState,
+    jobs: list[Job],
+    density: bool,
+    lazy: bool,
+    max_rounds: int | None,
+    **kw: object,
+) -> GreedyResult:
+    ws = view.copy()
+    g = _Greedy(ws, jobs, lazy=lazy, density=density, **kw)  # type: ignore[arg-type]
+    if lazy:
+        g.run_lazy(max_rounds)
+    else:
+        g.run_plain(max_rounds)
+    g.result.F = ws.F
+    return g.result
 
 
 def crop_greedy(
@@ -347,6 +390,7 @@ def crop_greedy(
     *,
     robust: bool = True,
     lazy: bool = True,
+    rule: str = "best",
     max_candidates: int = 8,
     min_gain: float = 1e-9,
     max_rounds: int | None = None,
@@ -360,28 +404,51 @@ def crop_greedy(
         robust: Whether device health is seen when choosing (``False``: the ablation).
         lazy: Lazy (Minoux) evaluation; ``False`` recomputes every gain every round. Both return
             the same placements.
+        rule: ``"best"`` (both rankings, the larger F wins; ties go to ``gain``), ``"gain"`` (ΔF) or
+            ``"density"`` (ΔF per GPU).
         max_candidates: Candidates per job size (the candidate generator's cap).
-        min_gain: A pair is accepted only if its ΔF exceeds this (GPU units).
-        max_rounds: Stop after this many acceptances (``1`` gives CROP's next decision).
+        min_gain: A pair is accepted only if its rank (ΔF, or ΔF per GPU) exceeds this.
+        max_rounds: Return at most this many placements (the first ones of the kept pass; ``1`` gives
+            CROP's next decision).
         candidate_fn: The candidate generator, called as ``fn(state, k, robust=..., max_candidates=...)``
             (default :func:`crop_gym.candidates.candidate_placements`, the one the environments use).
 
     Returns:
-        The placements in acceptance order, their gains and work counters.
+        The placements in acceptance order, their gains, the final F of the decision state, the
+        ranking kept and work counters.
+
+    Raises:
+        ConfigError: For an unknown rule, a bad cap or a bad queue.
     """
+    if rule not in RULES:
+        raise ConfigError(f"rule={rule!r} is not one of {', '.join(RULES)}")
     check_range("max_candidates", max_candidates, 1)
     if max_rounds is not None:
         check_range("max_rounds", max_rounds, 0)
     t0 = time.perf_counter()
     jobs = pending_jobs(state, queue)
-    ws = state.copy() if robust else blind_state(state)
-    g = _Greedy(ws, jobs, robust, max_candidates, min_gain, lazy, candidate_fn)
-    if lazy:
-        g.run_lazy(max_rounds)
+    view = state if robust else blind_state(state)
+    kw = {
+        "robust": robust,
+        "cap": max_candidates,
+        "min_gain": min_gain,
+        "candidate_fn": candidate_fn,
+    }
+    if rule == "best":
+        a = _one_pass(view, jobs, False, lazy, None, **kw)
+        b = _one_pass(view, jobs, True, lazy, None, **kw)
+        result = b if b.F > a.F + 1e-9 else a
+        stats = GreedyStats()
+        stats.add(a.stats)
+        stats.add(b.stats)
+        result.stats = stats
+        if max_rounds is not None:
+            result.placements = result.placements[:max_rounds]
+            result.gains = result.gains[:max_rounds]
     else:
-        g.run_plain(max_rounds)
-    g.st.seconds = time.perf_counter() - t0
-    return g.result
+        result = _one_pass(view, jobs, rule == "density", lazy, max_rounds, **kw)
+    result.stats.seconds = time.perf_counter() - t0
+    return result
 
 
 class CropPolicy(PlacementPolicy):
@@ -390,45 +457,59 @@ class CropPolicy(PlacementPolicy):
     Args:
         robust: Device health steers the choice (``False``: "CROP without robustness").
         lazy: Lazy greedy (default) or plain greedy; both return the same placements.
+        rule: Ranking: ``"best"`` (default), ``"gain"`` or ``"density"`` (see :func:`crop_greedy`).
         max_candidates: Candidates per job size.
-        min_gain: Smallest ΔF worth a placement (GPU units).
+        min_gain: Smallest rank worth a placement.
     """
 
     name = "crop"
 
-    def __init__(self, *, robust: bool = True, lazy: bool = True, max_candidates: int = 8, min_gain: float = 1e-9) -> None:
+    def __init__(
+        self,
+        *,
+        robust: bool = True,
+        lazy: bool = True,
+        rule: str = "best",
+        max_candidates: int = 8,
+        min_gain: float = 1e-9,
+    ) -> None:
+        if rule not in RULES:
+            raise ConfigError(f"rule={rule!r} is not one of {', '.join(RULES)}")
         check_range("max_candidates", max_candidates, 1)
         self.robust = robust
         self.lazy = lazy
+        self.rule = rule
         self.max_candidates = max_candidates
         self.min_gain = min_gain
 
-    def run(self, state: ClusterState, queue: Sequence[Job], max_rounds: int | None = None) -> GreedyResult:
+    def run(
+        self, state: ClusterState, queue: Sequence[Job], max_rounds: int | None = None
+    ) -> GreedyResult:
         """:func:`crop_greedy` with this policy's settings (placements, gains and counters)."""
         return crop_greedy(
             state,
             queue,
             robust=self.robust,
             lazy=self.lazy,
+            rule=self.rule,
             max_candidates=self.max_candidates,
             min_gain=self.min_gain,
             max_rounds=max_rounds,
         )
 
-    def place(self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None) -> list[Placement]:
+    def place(
+        self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None
+    ) -> list[Placement]:
         """CROP's placements in acceptance order (``rng`` is ignored: CROP is deterministic)."""
         return self.run(state, queue).placements
 
     def next_placement(self, state: ClusterState, queue: Sequence[Job]) -> Placement | None:
-        """CROP's first decision in ``state`` (``None``: it would place nothing), e.g. for an expert.
-
-        Applying it and calling again with the remaining queue yields CROP's next decision.
-        """
+        """CROP's first decision in ``state`` (``None``: it would place nothing), e.g. for an expert."""
         placements = self.run(state, queue, max_rounds=1).placements
         return placements[0] if placements else None
 
     def __repr__(self) -> str:
         return (
-            f"CropPolicy(name={self.name!r}, robust={self.robust}, lazy={self.lazy}, "
+            f"CropPolicy(name={self.name!r}, robust={self.robust}, lazy={self.lazy}, rule={self.rule!r}, "
             f"max_candidates={self.max_candidates})"
         )

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -44,7 +44,8 @@ from baselines.policy import Placement, PlacementPolicy, apply, check_placements
 from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.objective import ClusterState, ideal_time
+from crop_gym.perf import PlacementStats
 
 __all__ = [
     "EXACT_LIMITS",
@@ -54,6 +55,8 @@ __all__ = [
     "branch_and_bound",
     "gpu_groups",
     "milp_min_comm",
+    "milp_variables",
+    "optimum",
     "search_space",
 ]
 
@@ -210,7 +213,9 @@ def search_space(
             if job.num_gpus > state.topology.num_gpus:
                 opts[job.job_id] = 0
                 continue
-            opts[job.job_id] = len(candidate_placements(state, job.num_gpus, max_candidates=max_candidates))
+            opts[job.job_id] = len(
+                candidate_placements(state, job.num_gpus, max_candidates=max_candidates)
+            )
     else:
         raise ConfigError(f"unknown search space {space!r}; use 'all' or 'candidates'")
     log10 = float(sum(math.log10(n + 1) for n in opts.values()))
@@ -229,6 +234,8 @@ def _guard(log10: float, opts: dict[str, int], space: str, limit: float) -> None
 
 # ---------------------------------------------------------------------------- branch and bound
 class _Search:
+    """Shared state of a branch-and-bound run (the working state is mutated and restored)."""
+
     def __init__(self, state: ClusterState, jobs: list[Job], max_nodes: int) -> None:
         self.state = state
         self.jobs = jobs
@@ -237,7 +244,17 @@ class _Search:
         self.best_F = -math.inf
         self.best: list[Placement] = []
         self.path: list[Placement] = []
-        self.w_max = max((j.weight for j in jobs), default=1.0)
+        self.stats: dict[tuple[int, ...], PlacementStats] = {}
+        h, topo = state.health, state.topology
+        self.slow = h.gpu_slowdown / topo.gpu_speed
+        self.keep = 1.0 - h.gpu_fail_prob
+        # Per job: value with zero communication on reference GPUs, w k min(1, T*/t), and t.
+        self.top: dict[str, float] = {}
+        self.ratio: dict[str, float] = {}
+        for j in jobs:
+            tstar = _ideal_time(state, j)
+            self.ratio[j.job_id] = tstar / j.compute_time
+            self.top[j.job_id] = j.weight * j.num_gpus
 
     def tick(self) -> None:
         self.nodes += 1
@@ -247,16 +264,60 @@ class _Search:
                 f"({len(self.jobs)} jobs) is too large for an exact answer; use fewer jobs or a smaller cluster"
             )
 
-    def bound(self, value_left: float) -> float:
-        return self.state.F + min(value_left, self.w_max * self.state.num_free)
+    def bound(self, left: Sequence[Job], free: NDArray[np.bool_] | None = None) -> float:
+        """F now plus a fractional-knapsack bound of what the jobs ``left`` can still add.
+
+        A job of ``k`` GPUs is worth at most ``w k s min(1, T*/(t σ))`` where ``σ`` is the ``k``-th
+        smallest slowdown and ``s`` the product of the ``k`` best GPU survival odds among the free
+        GPUs (communication and links only lower it; adding it never raises anyone else's value).
+
+        Args:
+            left: Jobs that may still be placed.
+            free: Free GPUs to assume (default: the state's).
+        """
+        return self.state.F + self.potential(left, self.state.free_mask if free is None else free)
+
+    def potential(self, left: Sequence[Job], free: NDArray[np.bool_]) -> float:
+        """Upper bound of what the jobs ``left`` can add on the GPUs ``free``."""
+        n_free = int(free.sum())
+        if not left or n_free == 0:
+            return 0.0
+        slow = np.sort(self.slow[free])
+        keep = np.cumprod(np.sort(self.keep[free])[::-1])
+        items = []
+        for j in left:
+            k = j.num_gpus
+            if k > n_free:
+                continue
+            v = self.top[j.job_id] * float(keep[k - 1]) * min(1.0, self.ratio[j.job_id] / float(slow[k - 1]))
+            items.append((v / k, k))
+        items.sort(reverse=True)
+        cap, add = n_free, 0.0
+        for density, k in items:
+            take = min(k, cap)
+            add += density * take
+            cap -= take
+            if cap == 0:
+                break
+        return add
+
+    def value_bound(self, job: Job, gpus: NDArray[np.int32]) -> float:
+        """Upper bound of ΔF of placing ``job`` on ``gpus``: its value with no communication."""
+        keep = float(np.prod(self.keep[gpus]))
+        return self.top[job.job_id] * keep * min(1.0, self.ratio[job.job_id] / float(self.slow[gpus].max()))
 
     def record(self) -> None:
-        if self.state.F > self.best_F + _TOL:
-            self.best_F = self.state.F
+        now = self.state.F
+        if now > self.best_F + _TOL:
+            self.best_F = now
             self.best = list(self.path)
 
     def place(self, job: Job, gpus: NDArray[np.int32]) -> None:
-        self.state.add(job, gpus)
+        key = tuple(gpus.tolist())
+        stats = self.stats.get(key)
+        if stats is None:
+            stats = self.stats[key] = self.state.stats_for(gpus)
+        self.state.add(job, gpus, stats=stats)
         self.path.append(Placement(job, gpus))
 
     def unplace(self) -> None:
@@ -264,41 +325,76 @@ class _Search:
         self.state.remove(p.job.job_id)
 
 
+def _ideal_time(state: ClusterState, job: Job) -> float:
+    cached = getattr(state, "_tstar_of", None)
+    if callable(cached):
+        return float(cached(job))
+    return ideal_time(state.topology, job, state.perf)
+
+
+def _job_class(job: Job) -> tuple[str, int, float, float]:
+    return job.model, job.num_gpus, float(job.batch_size), float(job.weight)
+
+
 def _search_all(s: _Search) -> None:
-    state = s.state
-    groups = gpu_groups(state)
-    caps = [len(g) for g in groups]
-    taken = [0] * len(groups)
+    groups = gpu_groups(s.state)
+    caps = np.array([len(g) for g in groups], dtype=np.int64)
+    g_slow = np.array([s.slow[g[0]] for g in groups])
+    g_logkeep = np.log(np.array([s.keep[g[0]] for g in groups]))
+    avail = caps.copy()
     jobs = sorted(s.jobs, key=lambda j: -j.weight * j.num_gpus)  # big jobs first: better pruning
-    vectors: dict[int, list[tuple[int, ...]]] = {}
+    # Identical jobs are interchangeable: the placed ones of a class are a prefix of it.
+    prev_same = [-1] * len(jobs)
+    last: dict[tuple[str, int, float, float], int] = {}
+    for i, j in enumerate(jobs):
+        prev_same[i] = last.get(_job_class(j), -1)
+        last[_job_class(j)] = i
+    placed = [False] * len(jobs)
+    vectors: dict[int, NDArray[np.int64]] = {}
     for j in jobs:
         if j.num_gpus not in vectors:
-            vs = _count_vectors(caps, j.num_gpus, EXACT_LIMITS.max_options) if j.num_gpus <= sum(caps) else []
-            # Fewest servers first (compact placements tend to be good: an earlier incumbent).
-            vectors[j.num_gpus] = sorted(vs, key=lambda v: sum(1 for x in v if x))
-    left = [0.0] * (len(jobs) + 1)
-    for i in range(len(jobs) - 1, -1, -1):
-        left[i] = left[i + 1] + jobs[i].weight * jobs[i].num_gpus
+            vs = (
+                _count_vectors(caps.tolist(), j.num_gpus, EXACT_LIMITS.max_options)
+                if j.num_gpus <= caps.sum()
+                else []
+            )
+            arr = np.array(vs, dtype=np.int64).reshape(len(vs), len(caps))
+            # Fewest groups first (compact placements tend to be good: an earlier incumbent).
+            vectors[j.num_gpus] = arr[np.argsort((arr > 0).sum(axis=1), kind="stable")]
 
     def rec(i: int) -> None:
         s.tick()
         s.record()
-        if i == len(jobs) or s.bound(left[i]) <= s.best_F + _TOL:
+        if i == len(jobs) or s.bound(jobs[i:]) <= s.best_F + _TOL:
             return
         job = jobs[i]
-        for v in vectors[job.num_gpus]:
-            if any(taken[g] + n > caps[g] for g, n in enumerate(v) if n):
-                continue
-            gpus = np.concatenate([groups[g][taken[g] : taken[g] + n] for g, n in enumerate(v) if n])
-            for g, n in enumerate(v):
-                taken[g] += n
-            s.place(job, gpus)
-            rec(i + 1)
-            s.unplace()
-            for g, n in enumerate(v):
-                taken[g] -= n
-            if s.bound(left[i]) <= s.best_F + _TOL:
-                return
+        if prev_same[i] < 0 or placed[prev_same[i]]:
+            vecs = vectors[job.num_gpus]
+            rest = jobs[i + 1 :]
+            free = s.state.free_mask
+            ok = (vecs <= avail).all(axis=1)
+            # Value bound of every option at once (GPUs of a group share σ and π).
+            vb = s.top[job.job_id] * np.exp(vecs @ g_logkeep) * np.minimum(1.0, s.ratio[job.job_id] / ((vecs > 0) * g_slow).max(axis=1))
+            ok &= s.state.F + vb + s.potential(rest, free) > s.best_F + _TOL
+            for v in vecs[ok]:
+                nz = np.flatnonzero(v)
+                taken = caps - avail
+                gpus = np.concatenate([groups[g][taken[g] : taken[g] + v[g]] for g in nz])
+                # Prune the child before paying for its evaluation.
+                free[gpus] = False
+                hope = s.state.F + s.value_bound(job, gpus) + s.potential(rest, free)
+                free[gpus] = True
+                if hope <= s.best_F + _TOL:
+                    continue
+                avail[nz] -= v[nz]
+                s.place(job, gpus)
+                placed[i] = True
+                rec(i + 1)
+                placed[i] = False
+                s.unplace()
+                avail[nz] += v[nz]
+                if s.bound(jobs[i:]) <= s.best_F + _TOL:
+                    return
         rec(i + 1)  # leave the job out
 
     rec(0)
@@ -307,16 +403,16 @@ def _search_all(s: _Search) -> None:
 def _search_candidates(s: _Search, max_candidates: int) -> None:
     state = s.state
     jobs = s.jobs
-    cls = {j.job_id: (j.model, j.num_gpus, float(j.batch_size), float(j.weight)) for j in jobs}
+    cls = {j.job_id: _job_class(j) for j in jobs}
     seen: set[frozenset[tuple[tuple[str, int, float, float], tuple[int, ...]]]] = set()
     placed: list[bool] = [False] * len(jobs)
     sig: list[tuple[tuple[str, int, float, float], tuple[int, ...]]] = []
-    total = sum(j.weight * j.num_gpus for j in jobs)
 
-    def rec(value_left: float) -> None:
+    def rec() -> None:
         s.tick()
         s.record()
-        if s.bound(value_left) <= s.best_F + _TOL:
+        left = [j for j, p in zip(jobs, placed, strict=True) if not p]
+        if s.bound(left) <= s.best_F + _TOL:
             return
         tried: set[tuple[str, int, float, float]] = set()
         for i, job in enumerate(jobs):
@@ -333,14 +429,14 @@ def _search_candidates(s: _Search, max_candidates: int) -> None:
                 s.place(job, gpus)
                 sig.append((c, tuple(gpus.tolist())))
                 placed[i] = True
-                rec(value_left - job.weight * job.num_gpus)
+                rec()
                 placed[i] = False
                 sig.pop()
                 s.unplace()
-                if s.bound(value_left) <= s.best_F + _TOL:
+                if s.bound(left) <= s.best_F + _TOL:
                     return
 
-    rec(total)
+    rec()
 
 
 def branch_and_bound(
@@ -429,22 +525,66 @@ class OptimumPolicy(PlacementPolicy):
         self.max_candidates = max_candidates
         self.last: ExactResult | None = None
 
-    def place(self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None) -> list[Placement]:
+    def place(
+        self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None
+    ) -> list[Placement]:
         """The optimal placements (raises :class:`ConfigError` if the instance is too large)."""
         if self.space == "auto":
             self.last = optimum(state, queue, max_candidates=self.max_candidates)
         else:
-            self.last = branch_and_bound(state, queue, space=self.space, max_candidates=self.max_candidates)
+            self.last = branch_and_bound(
+                state, queue, space=self.space, max_candidates=self.max_candidates
+            )
         return self.last.placements
 
 
 # ---------------------------------------------------------------------------- MILP
-def _server_patterns(caps: Sequence[int], k: int, limit: int) -> Iterator[tuple[int, ...]]:
-    yield from _count_vectors(caps, k, limit)
+def milp_variables(
+    state: ClusterState, queue: Sequence[Job], *, max_vars: int | None = None
+) -> int:
+    """Number of variables of :func:`milp_min_comm` on this instance (its size guard).
+
+    Raises:
+        ConfigError: If it exceeds ``max_vars`` (default ``EXACT_LIMITS.milp_vars``).
+    """
+    return _milp_options(state, pending_jobs(state, queue), max_vars)[2]
+
+
+def _milp_options(
+    state: ClusterState, jobs: list[Job], max_vars: int | None
+) -> tuple[list[int], dict[int, list[tuple[int, ...]]], int]:
+    """Servers with free GPUs, per-size count vectors over them, and the variable count."""
+    limit = EXACT_LIMITS.milp_vars if max_vars is None else max_vars
+    topo = state.topology
+    free = state.free_mask
+    srv_free = [
+        int(free[topo.server_gpu_lo[s] : topo.server_gpu_hi[s]].sum())
+        for s in range(topo.num_servers)
+    ]
+    used = [s for s in range(topo.num_servers) if srv_free[s] > 0]
+    caps = [srv_free[s] for s in used]
+    pats: dict[int, list[tuple[int, ...]]] = {}
+    total = 0
+    for job in jobs:
+        k = job.num_gpus
+        if k not in pats:
+            pats[k] = _count_vectors(caps, k, limit) if k <= sum(caps) else []
+        total += len(pats[k])
+        if total > limit:
+            raise ConfigError(
+                f"MILP refuses this instance: more than {limit} variables (jobs x per-server GPU counts; "
+                f"{len(jobs)} jobs on {sum(caps)} free GPUs in {len(caps)} servers); use fewer jobs or a "
+                "smaller cluster"
+            )
+    return used, pats, total
 
 
 def milp_min_comm(
-    state: ClusterState, queue: Sequence[Job], *, max_vars: int | None = None, time_limit: float = 60.0
+    state: ClusterState,
+    queue: Sequence[Job],
+    *,
+    max_vars: int | None = None,
+    time_limit: float = 60.0,
 ) -> MilpResult:
     """Place the most jobs, then minimise their total all-reduce time (two-stage MILP, HiGHS).
 
@@ -465,29 +605,16 @@ def milp_min_comm(
     from scipy.sparse import coo_matrix
 
     t0 = time.perf_counter()
-    limit = EXACT_LIMITS.milp_vars if max_vars is None else max_vars
     jobs = pending_jobs(state, queue)
     topo = state.topology
     free = state.free_mask
-    srv_free = [
-        int(free[topo.server_gpu_lo[s] : topo.server_gpu_hi[s]].sum()) for s in range(topo.num_servers)
-    ]
-    used = [s for s in range(topo.num_servers) if srv_free[s] > 0]
-    caps = [srv_free[s] for s in used]
-    # Options: per-server count vectors of each job size.
-    pats: dict[int, list[tuple[int, ...]]] = {}
-    total = 0
-    for job in jobs:
-        k = job.num_gpus
-        if k not in pats:
-            pats[k] = list(_server_patterns(caps, k, limit)) if k <= sum(caps) else []
-        total += len(pats[k])
-        if total > limit:
-            raise ConfigError(
-                f"MILP refuses this instance: more than {limit} variables (jobs x per-server GPU counts; "
-                f"{len(jobs)} jobs on {sum(caps)} free GPUs in {len(caps)} servers); use fewer jobs or a "
-                "smaller cluster"
-            )
+    used, pats, _ = _milp_options(state, jobs, max_vars)
+    free_of = {
+        s: topo.server_gpu_lo[s]
+        + np.flatnonzero(free[topo.server_gpu_lo[s] : topo.server_gpu_hi[s]])
+        for s in used
+    }
+    caps = [len(free_of[s]) for s in used]
     # Representative GPUs of each pattern (for the comm time) and the variable list.
     var_job: list[int] = []
     var_pat: list[tuple[int, ...]] = []
@@ -498,9 +625,7 @@ def milp_min_comm(
             key = (job.model, job.num_gpus, p)
             c = comm_cache.get(key)
             if c is None:
-                gpus = np.concatenate(
-                    [topo.server_gpu_lo[used[i]] + np.arange(n) for i, n in enumerate(p) if n]
-                )
+                gpus = np.concatenate([free_of[used[i]][:n] for i, n in enumerate(p) if n])
                 c = own_comm_time(state, job, state.stats_for(gpus))
                 comm_cache[key] = c
             var_job.append(j)
@@ -530,12 +655,17 @@ def milp_min_comm(
         raise ConfigError(f"MILP stage 1 failed: {r1.message}")
     n_star = round(-r1.fun)
     cnt = LinearConstraint(np.ones((1, n)), n_star, n_star)
-    r2 = milp(np.asarray(cost), constraints=[cons, cnt], integrality=integrality, bounds=bounds, options=opts)
+    r2 = milp(
+        np.asarray(cost),
+        constraints=[cons, cnt],
+        integrality=integrality,
+        bounds=bounds,
+        options=opts,
+    )
     if r2.x is None:
         raise ConfigError(f"MILP stage 2 failed: {r2.message}")
     x = np.round(r2.x).astype(bool)
     # Hand out GPUs.
-    nxt = {s: np.flatnonzero(free[topo.server_gpu_lo[s] : topo.server_gpu_hi[s]]) + topo.server_gpu_lo[s] for s in used}
     pos = dict.fromkeys(used, 0)
     placements: list[Placement] = []
     for v in np.flatnonzero(x):
@@ -544,8 +674,15 @@ def milp_min_comm(
         for i, c in enumerate(p):
             if c:
                 s = used[i]
-                parts.append(nxt[s][pos[s] : pos[s] + c])
+                parts.append(free_of[s][pos[s] : pos[s] + c])
                 pos[s] += c
         placements.append(Placement(jobs[j], np.concatenate(parts)))
     comm = float(np.asarray(cost)[x].sum())
-    return MilpResult(placements, int(n_star), comm, n, time.perf_counter() - t0, {j.job_id: len(pats[j.num_gpus]) for j in jobs})
+    return MilpResult(
+        placements,
+        int(n_star),
+        comm,
+        n,
+        time.perf_counter() - t0,
+        {j.job_id: len(pats[j.num_gpus]) for j in jobs},
+    )

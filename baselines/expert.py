@@ -64,10 +64,19 @@ class CropExpert:
             CROP's decision among the view's jobs instead.
     """
 
-    def __init__(self, env: gym.Env[Any, Any], *, robust: bool | None = None, lazy: bool = True, min_gain: float = 1e-9) -> None:
+    def __init__(
+        self,
+        env: gym.Env[Any, Any],
+        *,
+        robust: bool | None = None,
+        lazy: bool = True,
+        min_gain: float = 1e-9,
+    ) -> None:
         base = env.unwrapped
         if not isinstance(base, PlacementEnv):
-            raise TypeError(f"CropExpert needs a PlacementEnv (candidate mode), got {type(base).__name__}")
+            raise TypeError(
+                f"CropExpert needs a PlacementEnv (candidate mode), got {type(base).__name__}"
+            )
         self.env: PlacementEnv = base
         self.robust = base.actions.robust if robust is None else bool(robust)
         self.lazy = lazy
@@ -168,7 +177,9 @@ class Transition:
     action_mask: NDArray[np.bool_]
 
 
-def expert_rollouts(env: gym.Env[Any, Any], episodes: int, *, seed: int | None = None, **expert_kwargs: Any) -> Iterator[Transition]:
+def expert_rollouts(
+    env: gym.Env[Any, Any], episodes: int, *, seed: int | None = None, **expert_kwargs: Any
+) -> Iterator[Transition]:
     """Yield CROP's demonstration transitions for ``episodes`` episodes.
 
     Args:

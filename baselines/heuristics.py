@@ -47,7 +47,9 @@ __all__ = [
 class FreeMaskPolicy(PlacementPolicy):
     """A FIFO policy that only needs the free GPUs: subclasses implement :meth:`choose`."""
 
-    def place(self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None) -> list[Placement]:
+    def place(
+        self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None
+    ) -> list[Placement]:
         """Serve the queue in order; each job takes :meth:`choose`'s GPUs or waits."""
         jobs = pending_jobs(state, queue)
         free = state.free_mask.copy()
@@ -66,7 +68,9 @@ class FreeMaskPolicy(PlacementPolicy):
     def _default_rng(self) -> np.random.Generator:
         return np.random.default_rng(0)
 
-    def choose(self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator) -> NDArray[np.int32] | None:
+    def choose(
+        self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator
+    ) -> NDArray[np.int32] | None:
         """``k`` GPUs among ``free`` (at least ``k`` of them are free), or ``None`` to skip the job."""
         raise NotImplementedError
 
@@ -86,7 +90,9 @@ class RandomPolicy(FreeMaskPolicy):
     def _default_rng(self) -> np.random.Generator:
         return np.random.default_rng(self.seed)
 
-    def choose(self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator) -> NDArray[np.int32] | None:
+    def choose(
+        self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator
+    ) -> NDArray[np.int32] | None:
         idx = np.flatnonzero(free)
         return np.sort(rng.choice(idx, size=k, replace=False)).astype(np.int32)
 
@@ -96,7 +102,9 @@ class FirstFitPolicy(FreeMaskPolicy):
 
     name = "first-fit"
 
-    def choose(self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator) -> NDArray[np.int32] | None:
+    def choose(
+        self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator
+    ) -> NDArray[np.int32] | None:
         return np.flatnonzero(free)[:k].astype(np.int32)
 
 
@@ -114,7 +122,9 @@ class BestFitPolicy(FreeMaskPolicy):
 
     name = "best-fit"
 
-    def choose(self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator) -> NDArray[np.int32] | None:
+    def choose(
+        self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator
+    ) -> NDArray[np.int32] | None:
         cs = np.concatenate([[0], np.cumsum(free, dtype=np.int64)])
         srv_free = cs[topo.server_gpu_hi] - cs[topo.server_gpu_lo]
         fits = np.flatnonzero(srv_free >= k)
@@ -138,7 +148,9 @@ class SpreadPolicy(FreeMaskPolicy):
 
     name = "spread"
 
-    def choose(self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator) -> NDArray[np.int32] | None:
+    def choose(
+        self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator
+    ) -> NDArray[np.int32] | None:
         cs = np.concatenate([[0], np.cumsum(free, dtype=np.int64)])
         srv_free = cs[topo.server_gpu_hi] - cs[topo.server_gpu_lo]
         counts: dict[int, int] = {}
@@ -154,14 +166,18 @@ class HivedPolicy(FreeMaskPolicy):
 
     name = "hived"
 
-    def choose(self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator) -> NDArray[np.int32] | None:
+    def choose(
+        self, topo: Topology, free: NDArray[np.bool_], k: int, rng: np.random.Generator
+    ) -> NDArray[np.int32] | None:
         sizes = topo.server_gpu_hi - topo.server_gpu_lo
         if k <= int(sizes.max()):
             return self._in_server(topo, free, k, sizes)
         return self._whole_servers(topo, free, k, sizes)
 
     @staticmethod
-    def _in_server(topo: Topology, free: NDArray[np.bool_], k: int, sizes: NDArray[np.int32]) -> NDArray[np.int32] | None:
+    def _in_server(
+        topo: Topology, free: NDArray[np.bool_], k: int, sizes: NDArray[np.int32]
+    ) -> NDArray[np.int32] | None:
         best: tuple[int, int] | None = None
         best_gpus: NDArray[np.int32] | None = None
         for s in np.flatnonzero(sizes >= k).tolist():
@@ -175,7 +191,10 @@ class HivedPolicy(FreeMaskPolicy):
                     continue
                 # The largest fully free aligned cell holding this one: smaller = its buddies are in use.
                 span = cell
-                while span * 2 <= size and f[(off // (span * 2)) * span * 2 : (off // (span * 2) + 1) * span * 2].all():
+                while (
+                    span * 2 <= size
+                    and f[(off // (span * 2)) * span * 2 : (off // (span * 2) + 1) * span * 2].all()
+                ):
                     span *= 2
                 key = (span, lo + off)
                 if best is None or key < best:
@@ -184,7 +203,9 @@ class HivedPolicy(FreeMaskPolicy):
         return best_gpus
 
     @staticmethod
-    def _whole_servers(topo: Topology, free: NDArray[np.bool_], k: int, sizes: NDArray[np.int32]) -> NDArray[np.int32] | None:
+    def _whole_servers(
+        topo: Topology, free: NDArray[np.bool_], k: int, sizes: NDArray[np.int32]
+    ) -> NDArray[np.int32] | None:
         cs = np.concatenate([[0], np.cumsum(free, dtype=np.int64)])
         whole = (cs[topo.server_gpu_hi] - cs[topo.server_gpu_lo]) == sizes
         best: tuple[int, int, int] | None = None
@@ -202,7 +223,9 @@ class HivedPolicy(FreeMaskPolicy):
                 pick = srv[:need].tolist()
         if best is None:
             return None
-        gpus = np.concatenate([np.arange(topo.server_gpu_lo[s], topo.server_gpu_hi[s]) for s in pick])
+        gpus = np.concatenate(
+            [np.arange(topo.server_gpu_lo[s], topo.server_gpu_hi[s]) for s in pick]
+        )
         return gpus[:k].astype(np.int32)
 
 
@@ -219,7 +242,9 @@ class CommGreedyPolicy(PlacementPolicy):
         check_range("max_candidates", max_candidates, 1)
         self.max_candidates = max_candidates
 
-    def place(self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None) -> list[Placement]:
+    def place(
+        self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None
+    ) -> list[Placement]:
         """Serve the queue in order; each job takes its candidate with the least all-reduce time."""
         jobs = pending_jobs(state, queue)
         view = blind_state(state)
@@ -227,7 +252,9 @@ class CommGreedyPolicy(PlacementPolicy):
         for job in jobs:
             if job.num_gpus > view.num_free:
                 continue
-            cands = candidate_placements(view, job.num_gpus, robust=False, max_candidates=self.max_candidates)
+            cands = candidate_placements(
+                view, job.num_gpus, robust=False, max_candidates=self.max_candidates
+            )
             if len(cands) == 0:
                 continue
             times = [own_comm_time(view, job, view.stats_for(g)) for g in cands.gpus]
@@ -235,4 +262,3 @@ class CommGreedyPolicy(PlacementPolicy):
             view.add(job, gpus)
             out.append(Placement(job, gpus))
         return out
-

@@ -141,7 +141,9 @@ def pending_jobs(state: ClusterState, queue: Iterable[Job]) -> list[Job]:
     return jobs
 
 
-def check_placements(state: ClusterState, placements: Sequence[Placement], queue: Sequence[Job] | None = None) -> None:
+def check_placements(
+    state: ClusterState, placements: Sequence[Placement], queue: Sequence[Job] | None = None
+) -> None:
     """Check a policy's answer against the contract (without changing ``state``).
 
     Args:
@@ -168,7 +170,9 @@ def check_placements(state: ClusterState, placements: Sequence[Placement], queue
         if len(g) and (g[0] < 0 or g[-1] >= len(free)):
             raise ConfigError(f"job {jid!r}: GPU index out of range in {g.tolist()}")
         if not free[g].all():
-            raise ConfigError(f"job {jid!r}: GPUs {g[~free[g]].tolist()} are busy, failed or taken twice")
+            raise ConfigError(
+                f"job {jid!r}: GPUs {g[~free[g]].tolist()} are busy, failed or taken twice"
+            )
         free[g] = False
         placed.add(jid)
 
@@ -215,15 +219,53 @@ def _info(name: str, target: str, description: str, **kwargs: Any) -> tuple[str,
 #: Registered policies, by name, in the order tables list them.
 POLICIES: dict[str, PolicyInfo] = dict(
     [
-        _info("crop", "baselines.crop:CropPolicy", "CROP: lazy submodular greedy on the true ΔF, health-aware"),
-        _info("crop-plain", "baselines.crop:CropPolicy", "CROP with plain greedy (all gains recomputed each round)", lazy=False),
-        _info("crop-nonrobust", "baselines.crop:CropPolicy", "CROP ablation: device health ignored when choosing", robust=False),
-        _info("random", "baselines.heuristics:RandomPolicy", "FIFO, k free GPUs drawn uniformly at random"),
-        _info("first-fit", "baselines.heuristics:FirstFitPolicy", "FIFO, the k lowest-numbered free GPUs"),
-        _info("best-fit", "baselines.heuristics:BestFitPolicy", "FIFO, consolidate on the fewest servers, tightest fit (Tiresias-style)"),
-        _info("spread", "baselines.heuristics:SpreadPolicy", "FIFO, one GPU at a time on the least-loaded server (load balancing)"),
-        _info("hived", "baselines.heuristics:HivedPolicy", "FIFO, buddy cells: aligned power-of-two cells, whole servers (HiveD-style)"),
-        _info("comm-greedy", "baselines.heuristics:CommGreedyPolicy", "FIFO, the candidate with the least all-reduce time, health ignored"),
+        _info(
+            "crop",
+            "baselines.crop:CropPolicy",
+            "CROP: lazy submodular greedy on the true ΔF, health-aware",
+        ),
+        _info(
+            "crop-plain",
+            "baselines.crop:CropPolicy",
+            "CROP with plain greedy (all gains recomputed each round)",
+            lazy=False,
+        ),
+        _info(
+            "crop-nonrobust",
+            "baselines.crop:CropPolicy",
+            "CROP ablation: device health ignored when choosing",
+            robust=False,
+        ),
+        _info(
+            "random",
+            "baselines.heuristics:RandomPolicy",
+            "FIFO, k free GPUs drawn uniformly at random",
+        ),
+        _info(
+            "first-fit",
+            "baselines.heuristics:FirstFitPolicy",
+            "FIFO, the k lowest-numbered free GPUs",
+        ),
+        _info(
+            "best-fit",
+            "baselines.heuristics:BestFitPolicy",
+            "FIFO, consolidate on the fewest servers, tightest fit (Tiresias-style)",
+        ),
+        _info(
+            "spread",
+            "baselines.heuristics:SpreadPolicy",
+            "FIFO, one GPU at a time on the least-loaded server (load balancing)",
+        ),
+        _info(
+            "hived",
+            "baselines.heuristics:HivedPolicy",
+            "FIFO, buddy cells: aligned power-of-two cells, whole servers (HiveD-style)",
+        ),
+        _info(
+            "comm-greedy",
+            "baselines.heuristics:CommGreedyPolicy",
+            "FIFO, the candidate with the least all-reduce time, health ignored",
+        ),
     ]
 )
 

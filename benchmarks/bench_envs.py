@@ -8,6 +8,7 @@ environment it prints:
 * ``reset ms``: mean reset time (sampling an instance: background jobs, queue, first candidates);
 * ``ep len``: mean episode length in steps;
 * ``MiB``: peak Python memory allocated while building the env and running it (tracemalloc);
+* ``RSS+``: growth of a fresh process's peak RSS over ``import crop_gym`` for one env;
 * a breakdown of the step time: ``ClusterState.add``, the candidate generator, and the rest of the
   environment (observation features, mask, info).
 
@@ -149,6 +150,36 @@ def bench_env(env_id: str, steps: int, seed: int, breakdown: bool) -> dict[str, 
     return out
 
 
+_RSS_CODE = """
+import sys, numpy as np, gymnasium as gym, crop_gym
+def hwm():  # peak RSS of this process image, KiB (ru_maxrss would include the parent's)
+    return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
+base = hwm()
+env = gym.make(sys.argv[1])
+_, info = env.reset(seed=0)
+rng = np.random.default_rng(0)
+for _ in range(300):
+    valid = np.flatnonzero(info["action_mask"])
+    _, _, term, trunc, info = env.step(int(valid[rng.integers(len(valid))]))
+    if term or trunc:
+        _, info = env.reset()
+print(base, hwm())
+"""
+
+
+def rss_mib(env_id: str) -> tuple[float, float]:
+    """Peak RSS (MiB) of a fresh process after ``import crop_gym``, and its growth with one env
+    made, reset and stepped 300 times (Linux: reads ``VmHWM``)."""
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_CODE, env_id], capture_output=True, text=True, check=True
+    ).stdout.split()
+    base, peak = (float(x) / 1024 for x in out[-2:])
+    return base, peak - base
+
+
 def reset_breakdown(env_id: str, resets: int = 5) -> dict[str, float]:
     """Where reset time goes: sampling the instance vs the env's first table and observation."""
     env = gym.make(env_id)
@@ -188,12 +219,16 @@ def main(argv: list[str] | None = None) -> None:
           f"python {platform.python_version()}, {platform.machine()}")
     cp = bench_cartpole(args.cartpole_seconds)
     print(f"CartPole-v1 (same run): {cp:,.0f} step/s\n")
-    header = f"{'env':34s} {'step/s':>8s} {'e2e/s':>8s} {'x CartPole':>10s} {'reset ms':>9s} {'ep len':>7s} {'MiB':>6s}  step time: add / candidates / env"
+    header = (
+        f"{'env':34s} {'step/s':>8s} {'e2e/s':>8s} {'x CartPole':>10s} {'reset ms':>9s} {'ep len':>7s} "
+        f"{'MiB':>6s} {'RSS+':>6s}  step time: add / candidates / env"
+    )
     print(header)
     print("-" * len(header))
     results = {}
     for env_id in args.ids:
         r = bench_env(env_id, args.steps, args.seed, not args.no_breakdown)
+        base_rss, r["rss_mib"] = rss_mib(env_id)
         results[env_id] = r
         shares = ""
         if "share_add" in r:
@@ -201,9 +236,10 @@ def main(argv: list[str] | None = None) -> None:
             shares = f"  {r['share_add']:5.0%} / {r['share_candidates']:5.0%} / {rest:5.0%}"
         print(
             f"{env_id:34s} {r['step_per_s']:8,.0f} {r['e2e_per_s']:8,.0f} {r['step_per_s'] / cp:10.3f} "
-            f"{r['reset_ms']:9.1f} {r['ep_len']:7.1f} {r['peak_mib']:6.1f}{shares}"
+            f"{r['reset_ms']:9.1f} {r['ep_len']:7.1f} {r['peak_mib']:6.1f} {r['rss_mib']:6.1f}{shares}"
         )
-    print()
+    print(f"(MiB: peak traced Python allocations of make + 300 steps; RSS+: process RSS growth over "
+          f"'import crop_gym' ({base_rss:.0f} MiB) for make + reset + 300 steps)\n")
     for env_id in args.ids:
         rb = reset_breakdown(env_id)
         print(f"reset {env_id:34s} {rb['total_ms']:7.1f} ms, of which ScenarioSampler.sample {rb['sample_ms']:7.1f} ms")

@@ -22,11 +22,40 @@ import time
 from typing import Any
 
 CASES: dict[str, dict[str, Any]] = {
-    "cluster10/n32g8/crop/none": {"trace": "elasticflow:cluster10", "cluster": "n32g8", "policy": "crop", "profile": "none", "budget_s": 10.0},
-    "cluster10/n32g8/crop/severe": {"trace": "elasticflow:cluster10", "cluster": "n32g8", "policy": "crop", "profile": "severe"},
-    "cluster04/n128g8/crop/none": {"trace": "elasticflow:cluster04", "cluster": "n128g8", "policy": "crop", "profile": "none", "budget_s": 300.0, "budget_mib": 2048.0},
-    "cluster04[:3000]/n128g8/crop/severe": {"trace": "elasticflow:cluster04", "jobs": 3000, "cluster": "n128g8", "policy": "crop", "profile": "severe"},
-    "cluster04/n128g8/first-fit/none": {"trace": "elasticflow:cluster04", "cluster": "n128g8", "policy": "first-fit", "profile": "none"},
+    "cluster10/n32g8/crop/none": {
+        "trace": "elasticflow:cluster10",
+        "cluster": "n32g8",
+        "policy": "crop",
+        "profile": "none",
+        "budget_s": 10.0,
+    },
+    "cluster10/n32g8/crop/severe": {
+        "trace": "elasticflow:cluster10",
+        "cluster": "n32g8",
+        "policy": "crop",
+        "profile": "severe",
+    },
+    "cluster04/n128g8/crop/none": {
+        "trace": "elasticflow:cluster04",
+        "cluster": "n128g8",
+        "policy": "crop",
+        "profile": "none",
+        "budget_s": 300.0,
+        "budget_mib": 2048.0,
+    },
+    "cluster04[:3000]/n128g8/crop/severe": {
+        "trace": "elasticflow:cluster04",
+        "jobs": 3000,
+        "cluster": "n128g8",
+        "policy": "crop",
+        "profile": "severe",
+    },
+    "cluster04/n128g8/first-fit/none": {
+        "trace": "elasticflow:cluster04",
+        "cluster": "n128g8",
+        "policy": "first-fit",
+        "profile": "none",
+    },
 }
 QUICK = ("cluster10/n32g8/crop/none", "cluster10/n32g8/crop/severe")
 
@@ -127,7 +156,9 @@ def child(name: str, profile: bool) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="cluster10 cases only")
-    ap.add_argument("--profile", action="store_true", help="print cProfile's top functions per case")
+    ap.add_argument(
+        "--profile", action="store_true", help="print cProfile's top functions per case"
+    )
     ap.add_argument("--json", default=None, help="also write the figures as JSON")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -137,7 +168,9 @@ def main() -> int:
     names = QUICK if args.quick else tuple(CASES)
     results: dict[str, Any] = {}
     ok = True
-    print(f"{'case':<38} {'jobs':>6} {'run s':>8} {'policy s':>9} {'events':>8} {'ev/s':>7} {'peak MiB':>9}  budget")
+    print(
+        f"{'case':<38} {'jobs':>6} {'run s':>8} {'policy s':>9} {'events':>8} {'ev/s':>7} {'peak MiB':>9}  budget"
+    )
     for name in names:
         r = child(name, args.profile)
         spec = CASES[name]

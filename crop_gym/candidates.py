@@ -8,6 +8,12 @@ capped, keeping the candidates that span the fewest servers, then the healthiest
 (fewest free GPUs left in the subtree, which limits fragmentation). Ring order = DFS order = sorted
 GPU indices.
 
+With ``robust=True`` every switch subtree also offers a *health-first* candidate: its ``k`` healthiest
+free GPUs (servers with the most free GPUs first among equally healthy ones), when that set is
+healthier than every compact candidate taken inside the subtree. Without it a job could only avoid a
+straggler by leaving a server that holds it whole, and CROP's measured ratio to the optimum under the
+``severe`` profile dropped from 0.96 to 0.87 (docs/CROP.md).
+
 With ``robust=False`` device health is ignored when choosing (the "CROP without robustness"
 ablation): every usable GPU looks alike. Failed GPUs are never candidates.
 
@@ -24,7 +30,7 @@ from numpy.typing import NDArray
 
 from crop_gym.errors import check_range
 from crop_gym.objective import ClusterState
-from crop_gym.topology import SWITCH
+from crop_gym.topology import SWITCH, Topology
 
 __all__ = ["CandidateSet", "candidate_placements", "gpu_quality"]
 
@@ -132,6 +138,7 @@ def _compute(state: ClusterState, k: int, robust: bool, cap: int) -> CandidateSe
     server_badness = (qcs[srv_start + np.minimum(srv_free, k)] - qcs[srv_start]) / np.maximum(
         np.minimum(srv_free, k), 1
     )
+    compact_q: dict[int, float] = {}
     for node in switches:
         lo, hi = topo.node_srv_lo[node], topo.node_srv_hi[node]
         if srv_free[lo:hi].max() >= k:
@@ -150,6 +157,12 @@ def _compute(state: ClusterState, k: int, robust: bool, cap: int) -> CandidateSe
         subtree.append(np.array([node], np.int32))
         qual.append(np.array([q_sorted[pos].sum()]))
         leftover.append(np.array([node_free[node] - k], np.int64))
+        compact_q[int(node)] = float(qual[-1][0])
+
+    if robust and len(switches):
+        ends = np.minimum(srv_start + k, len(q))
+        srv_q = np.where(srv_free >= k, qcs[ends] - qcs[srv_start], np.inf)
+        _health_first(topo, free, q, srv_free, node_free, k, switches, srv_q, compact_q, (gpu_rows, n_srv, subtree, qual, leftover))
 
     if not gpu_rows:
         return _empty(k)
@@ -164,3 +177,44 @@ def _compute(state: ClusterState, k: int, robust: bool, cap: int) -> CandidateSe
     _, first = np.unique(G, axis=0, return_index=True)
     keep = np.sort(first)[:cap]
     return CandidateSet(G[keep], NS[keep], ST[keep], QU[keep])
+
+
+def _health_first(
+    topo: Topology,
+    free: NDArray[np.bool_],
+    q: NDArray[np.float64],
+    srv_free: NDArray[np.int64],
+    node_free: NDArray[np.int64],
+    k: int,
+    switches: NDArray[np.int64],
+    srv_q: NDArray[np.float64],
+    compact_q: dict[int, float],
+    out: tuple[list, list, list, list, list],
+) -> None:
+    """Append each switch subtree's ``k`` healthiest free GPUs if healthier than its compact candidates."""
+    gpu_rows, n_srv, subtree, qual, leftover = out
+    # Skip a subtree at once if a compact candidate inside is made of its healthiest free GPUs.
+    srv_qmin = np.minimum.reduceat(np.where(free, q, np.inf), topo.server_gpu_lo)
+    rank: NDArray[np.int64] | None = None
+    for node in switches:
+        slo, shi = topo.node_srv_lo[node], topo.node_srv_hi[node]
+        inside = min(float(srv_q[slo:shi].min()), compact_q.get(int(node), np.inf))
+        if inside <= k * float(srv_qmin[slo:shi].min()) + 1e-9:
+            continue
+        if rank is None:
+            g_all = np.flatnonzero(free)
+            g_all = g_all[np.lexsort((g_all, -srv_free[topo.gpu_server[g_all]], np.round(q[g_all], 9)))]
+            rank = np.full(topo.num_gpus, len(g_all), dtype=np.int64)  # busy GPUs rank last
+            rank[g_all] = np.arange(len(g_all))
+        glo, ghi = int(topo.node_gpu_lo[node]), int(topo.node_gpu_hi[node])
+        r = rank[glo:ghi]
+        g = glo + (np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r)))
+        qv = float(q[g].sum())
+        if qv >= inside - 1e-9:
+            continue  # a compact candidate is as healthy
+        g = np.sort(g).astype(np.int32)
+        gpu_rows.append(g[None, :])
+        n_srv.append(np.array([len(np.unique(topo.gpu_server[g]))], np.int32))
+        subtree.append(np.array([node], np.int32))
+        qual.append(np.array([qv]))
+        leftover.append(np.array([node_free[node] - k], np.int64))

@@ -114,7 +114,7 @@ def test_effective_reward_integrates_F() -> None:
     assert sim is not None
     assert total == pytest.approx(sim.int_F / (env.topology.num_gpus * 3600.0), rel=1e-9)
     assert total > 0
-    assert "episode" in info and info["episode"]["jobs_total"] == 12
+    assert "sim_metrics" in info and info["sim_metrics"]["jobs_total"] == 12
 
 
 def test_jct_reward_is_minus_mean_jct_when_all_finish() -> None:
@@ -127,8 +127,8 @@ def test_jct_reward_is_minus_mean_jct_when_all_finish() -> None:
         if term or trunc:
             break
     assert term
-    assert info["episode"]["jobs_completed"] == 8
-    assert total == pytest.approx(-info["episode"]["mean_jct_s"] / 3600.0, rel=1e-9)
+    assert info["sim_metrics"]["jobs_completed"] == 8
+    assert total == pytest.approx(-info["sim_metrics"]["mean_jct_s"] / 3600.0, rel=1e-9)
 
 
 def test_invalid_actions_do_not_crash_and_stop_advances_time() -> None:

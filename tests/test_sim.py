@@ -349,6 +349,9 @@ def test_time_limit_truncates() -> None:
     assert res.metrics["truncated"]
     assert res.metrics["makespan_s"] == 600.0
     assert res.metrics["jobs_unfinished"] > 0
+    # Running jobs' partial runs are counted: GPU-time is still conserved.
+    busy_gpu_s = float((res.records["num_gpus"] * res.records["run_s"]).sum())
+    assert sim.int_busy == pytest.approx(busy_gpu_s, rel=1e-9)
 
 
 def test_writers(tmp_path: Any) -> None:
@@ -375,3 +378,16 @@ def test_simulator_rejects_bad_config() -> None:
         SimConfig(queue_view="some")
     with pytest.raises(ConfigError):
         Simulator([Job("a", "resnet50", 1, 1, 1.0)], "testbed-8", scripted_failures=[(1.0, 99)])
+
+
+def test_queue_view_fitting_equals_all_for_a_backfilling_policy() -> None:
+    # All 60 jobs (100 GPUs) arrive within seconds on 64 GPUs: a real queue builds up.
+    jobs = [dataclasses.replace(j, arrival=j.arrival * 1e-4) for j in small_trace(60)]
+    out = []
+    for view in ("fitting", "all"):
+        sim = Simulator(
+            jobs, "leafspine-64", profile="mild", config=SimConfig(queue_view=view), seed=2
+        )
+        out.append(sim.run(FirstCandidate()))
+    assert out[0].metrics["mean_queueing_s"] > 0
+    np.testing.assert_array_equal(out[0].records["finish_s"], out[1].records["finish_s"])

@@ -22,7 +22,9 @@ REQUIRED_KEYS = (
 )
 
 
-def test_simulate_writes_json_csv_and_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_simulate_writes_json_csv_and_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     js, cs, png = tmp_path / "m.json", tmp_path / "r.csv", tmp_path / "p.png"
     rc = main(
         [
@@ -65,13 +67,23 @@ def test_simulate_writes_json_csv_and_plot(tmp_path: Path, capsys: pytest.Captur
 def test_simulate_refuses_oversized_jobs_with_a_clear_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["simulate", "--trace", "elasticflow:cluster10", "--cluster", "testbed-8", "--jobs", "40"]
+    args = [
+        "simulate",
+        "--trace",
+        "elasticflow:cluster10",
+        "--cluster",
+        "testbed-8",
+        "--jobs",
+        "40",
+    ]
     rc = main([*args, "--policy", "first-fit", "--no-progress"])
     assert rc == 1
     err = capsys.readouterr().err
     assert "more GPUs than the cluster testbed-8 has (8)" in err and "--skip-oversized" in err
     js = tmp_path / "m.json"
-    rc = main([*args, "--policy", "first-fit", "--no-progress", "--skip-oversized", "--json", str(js)])
+    rc = main(
+        [*args, "--policy", "first-fit", "--no-progress", "--skip-oversized", "--json", str(js)]
+    )
     assert rc == 0
     data = json.loads(js.read_text())
     assert data["jobs_skipped"] > 0

@@ -94,7 +94,7 @@ JOB_FEATURES: tuple[str, ...] = (
 #: Summary feature columns (key ``"summary"``, shape ``(len(SUMMARY_FEATURES),)``).
 SUMMARY_FEATURES: tuple[str, ...] = (
     "pending",  # pending jobs / queue size
-    "hidden",  # pending jobs outside the view / queue size
+    "hidden",  # pending jobs the view does not stand for (not placeable now, or beyond it) / queue size
     "pending_gpus",  # GPUs requested by pending jobs / G (clipped)
     "free_gpus",  # free usable GPUs / G
     "F",  # F / G
@@ -147,6 +147,7 @@ class CandidateActions:
         copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty).
         groups: The distinct candidate sets of the view (one per job size).
         slot_group: ``int[Q]`` index into :attr:`groups` of each slot (-1 if empty).
+        pending_gpus: GPUs requested by all pending jobs.
     """
 
     def __init__(self, num_jobs: int, max_candidates: int, *, robust: bool = True, group_identical: bool = True) -> None:
@@ -167,6 +168,8 @@ class CandidateActions:
         self.groups: list[CandidateSet] = []
         self.slot_group = np.full(self.num_jobs, -1, dtype=np.int64)
         self._info_cache: dict[int, tuple[Job, tuple[int, int]]] = {}
+        self._col = np.arange(self.max_candidates)
+        self.pending_gpus = 0
         self._class_ids: dict[tuple[str, int, float, float], int] = {}
 
     @property
@@ -186,7 +189,7 @@ class CandidateActions:
             return hit[1]
         key = job_key(job)
         cls = self._class_ids.setdefault(key, len(self._class_ids))
-        info = (job.num_gpus, cls if self.group_identical else -1)
+        info = (job.num_gpus, cls)
         self._info_cache[id(job)] = (job, info)
         return info
 
@@ -201,57 +204,61 @@ class CandidateActions:
             state: The cluster state.
             pending: Pending jobs in queue order.
         """
+        Q, C = self.num_jobs, self.max_candidates
         mask = self.mask
         mask[:] = False
         mask[self.stop_action] = True
-        Q, C = self.num_jobs, self.max_candidates
-        copies = self.copies
-        copies.fill(0)
-        slot_group = self.slot_group
-        slot_group.fill(-1)
         sets = self.sets
-        for q in range(Q):
-            sets[q] = None
-        self.groups = []
-        self.view = ()
-        self.positions = ()
-        if not pending:
-            return
-        info = np.array([self._job_info(j) for j in pending], dtype=np.int64).reshape(-1, 2)
-        sizes = info[:, 0]
+        infos = [self._job_info(j) for j in pending]
+        self.pending_gpus = sum(k for k, _ in infos)
         n_free = state.num_free
+        robust = self.robust
+        grouping = self.group_identical
+        group_of_size: dict[int, int] = {}
         groups: list[CandidateSet] = []
-        group_of_size = np.full(int(sizes.max()) + 1, -1, dtype=np.int64)
-        for k in np.unique(sizes).tolist():
-            if k <= n_free:
-                cs = candidate_placements(state, k, robust=self.robust, max_candidates=C)
-                if len(cs):
-                    group_of_size[k] = len(groups)
-                    groups.append(cs)
-        gidx = group_of_size[sizes]
-        ok = np.flatnonzero(gidx >= 0)
-        if len(ok) == 0:
-            return
-        if self.group_identical:
-            cls = info[ok, 1]
-            _, first, inverse, counts = np.unique(cls, return_index=True, return_inverse=True, return_counts=True)
-            order = np.argsort(first, kind="stable")[:Q]
-            pos = ok[first[order]]
-            copies[: len(order)] = counts[order]
-        else:
-            pos = ok[:Q]
-            copies[: len(pos)] = 1
-        n = len(pos)
-        g = gidx[pos]
-        slot_group[:n] = g
-        lens = np.array([len(cs) for cs in groups])[g]
-        grid = mask[:-1].reshape(Q, C)
-        grid[:n] = np.arange(C)[None, :] < lens[:, None]
-        for q, gi in enumerate(g.tolist()):
-            sets[q] = groups[gi]
+        slot_of: dict[int, int] = {}
+        copies: list[int] = []
+        slot_group: list[int] = []
+        pos: list[int] = []
+        n = 0
+        for i, (k, cls) in enumerate(infos):
+            if grouping:
+                q = slot_of.get(cls)
+                if q is not None:
+                    copies[q] += 1
+                    continue
+                if n == Q:
+                    continue  # the view is full: only count copies of its jobs
+            elif n == Q:
+                break
+            gi = group_of_size.get(k)
+            if gi is None:
+                gi = -1
+                if k <= n_free:
+                    cs = candidate_placements(state, k, robust=robust, max_candidates=C)
+                    if len(cs):
+                        gi = len(groups)
+                        groups.append(cs)
+                group_of_size[k] = gi
+            if gi < 0:
+                continue
+            slot_of[cls] = n
+            copies.append(1)
+            slot_group.append(gi)
+            pos.append(i)
+            n += 1
+        self.copies.fill(0)
+        self.copies[:n] = copies
+        self.slot_group.fill(-1)
+        self.slot_group[:n] = slot_group
+        if n:
+            lens = np.array([len(cs) for cs in groups])[slot_group]
+            mask[: n * C].reshape(n, C)[:] = self._col[None, :] < lens[:, None]
+        for q in range(Q):
+            sets[q] = groups[slot_group[q]] if q < n else None
         self.groups = groups
-        self.positions = tuple(pos.tolist())
-        self.view = tuple(pending[i] for i in self.positions)
+        self.positions = tuple(pos)
+        self.view = tuple(pending[i] for i in pos)
 
     def decode(self, action: Any) -> tuple[int, int] | None:
         """``(view slot, candidate index)`` of a valid placement action, else ``None``.
@@ -409,11 +416,22 @@ class ObservationBuilder:
         topo = self.topology
         self.health = health
         self._eff_bw = topo.link_bw * health.link_degradation
-        self._link_ok = 1.0 - health.link_fail_prob
-        self._gpu_ok = 1.0 - health.gpu_fail_prob
-        self._gpu_slow = health.gpu_slowdown / topo.gpu_speed
-        self._is_slow = (health.gpu_slowdown > 1.0).astype(np.float64)
-        self._is_fp = (health.gpu_fail_prob > 0).astype(np.float64)
+        self._link_logok = np.log1p(-health.link_fail_prob)
+        gl = topo.gpu_node
+        # Per-GPU static columns: slow?, failure-prone?, σ/speed, log(1-π_g), log(1-π) of its GPU
+        # link, ρ·B of its GPU link, latency of its GPU link.
+        self._gpu_static = np.stack(
+            [
+                (health.gpu_slowdown > 1.0).astype(np.float64),
+                (health.gpu_fail_prob > 0).astype(np.float64),
+                health.gpu_slowdown / topo.gpu_speed,
+                np.log1p(-health.gpu_fail_prob),
+                self._link_logok[gl],
+                self._eff_bw[gl],
+                topo.link_lat[gl],
+            ],
+            axis=1,
+        )
         self._failed = health.gpu_failed.astype(np.float32)
         self._abnormal_frac = float(health.is_abnormal_gpu.mean())
         g = self._gpu
@@ -450,56 +468,62 @@ class ObservationBuilder:
         """Per-candidate, job-independent stats of a candidate set, ``float64[C, 13]``.
 
         Columns: s, g, switches, slow_frac, failprone_frac, slowdown, survival, b_intra, b_inter,
-        a_intra, a_inter, max_load, k.
+        a_intra, a_inter, max_load, k. Single-server rows (most of them) need only per-GPU arrays;
+        rows spanning servers also walk their inter-server links.
         """
-        topo = self.topology
         P = cs.gpus
         n, k = P.shape
         out = np.empty((n, 13))
         out[:, 12] = k
+        out[:, 0:3] = (1.0, float(k), 1.0)  # s, g, switches of a single-server row
+        out[:, 8] = np.inf
+        out[:, 10:12] = 0.0
+        X = self._gpu_static[P]  # (n, k, 7)
+        out[:, 3:5] = X[:, :, 0:2].mean(axis=1)
+        out[:, 5] = X[:, :, 2].max(axis=1)
         if k == 1:
-            p = P[:, 0]
-            out[:, 0:3] = 1.0
-            out[:, 3] = self._is_slow[p]
-            out[:, 4] = self._is_fp[p]
-            out[:, 5] = self._gpu_slow[p]
-            out[:, 6] = self._gpu_ok[p]
-            out[:, 7:9] = np.inf
-            out[:, 9:12] = 0.0
+            out[:, 6] = np.exp(X[:, 0, 3])
+            out[:, 7] = np.inf
+            out[:, 9] = 0.0
             return out
-        anc = topo.gpu_links[P]  # (n, k, D)
+        logs = X[:, :, 3:5].sum(axis=(1, 2))  # GPUs and their (all spanned) GPU links
+        out[:, 7] = X[:, :, 5].min(axis=1)
+        out[:, 9] = X[:, :, 6].max(axis=1)
+        multi = np.flatnonzero(cs.num_servers > 1)
+        if len(multi):
+            logs[multi] += self._inter_stats(P[multi], load, out, multi)
+        out[:, 6] = np.exp(logs)
+        return out
+
+    def _inter_stats(
+        self, P: NDArray[np.int32], load: NDArray[np.int32], out: NDArray[np.float64], rows: NDArray[np.intp]
+    ) -> NDArray[np.float64]:
+        """Fill s, g, switches, b_inter, a_inter, max_load of multi-server ``rows`` of ``out``;
+        return the log-survival of their spanned inter-server links."""
+        topo = self.topology
+        n, k = P.shape
+        anc = topo.gpu_links[P][:, :, 1:]  # links above the GPU links: (n, k, D-1)
         lo = topo.node_gpu_lo[anc]
-        hi = topo.node_gpu_hi[anc]
-        span = (anc > 0) & ((lo > P[:, :1, None]) | (hi <= P[:, -1:, None]))
+        span = (anc > 0) & ((lo > P[:, :1, None]) | (topo.node_gpu_hi[anc] <= P[:, -1:, None]))
         prev = np.empty_like(P)
         prev[:, 0] = -1
         prev[:, 1:] = P[:, :-1]
-        uniq = span & (prev[:, :, None] < lo)  # first GPU of the placement under that link
-        intra = topo.is_intra[anc]
-        sp_intra = span & intra
-        sp_inter = span & ~intra
-        eff = self._eff_bw[anc]
+        first = span & (prev[:, :, None] < lo)  # the first GPU of the placement under that link
         ld = load[anc]
-        lat = topo.link_lat[anc]
-        out[:, 7] = np.where(sp_intra, eff, np.inf).min(axis=(1, 2))
-        out[:, 8] = np.where(sp_inter, eff / (ld + 1.0), np.inf).min(axis=(1, 2))
-        out[:, 9] = np.where(sp_intra, lat, 0.0).max(axis=(1, 2))
-        out[:, 10] = np.where(sp_inter, lat, 0.0).max(axis=(1, 2))
-        out[:, 11] = np.where(sp_inter, ld, 0).max(axis=(1, 2))
-        out[:, 6] = np.where(uniq, self._link_ok[anc], 1.0).prod(axis=(1, 2)) * self._gpu_ok[P].prod(axis=1)
-        out[:, 3] = self._is_slow[P].mean(axis=1)
-        out[:, 4] = self._is_fp[P].mean(axis=1)
-        out[:, 5] = self._gpu_slow[P].max(axis=1)
+        out[rows, 8] = np.where(span, self._eff_bw[anc] / (ld + 1.0), np.inf).min(axis=(1, 2))
+        out[rows, 10] = np.where(span, topo.link_lat[anc], 0.0).max(axis=(1, 2))
+        out[rows, 11] = np.where(span, ld, 0).max(axis=(1, 2))
         srv = topo.gpu_server[P]
         new_run = np.ones((n, k), dtype=bool)
         new_run[:, 1:] = srv[:, 1:] != srv[:, :-1]
-        out[:, 0] = new_run.sum(axis=1)
+        out[rows, 0] = new_run.sum(axis=1)
         idx = np.arange(k)
         run_start = np.maximum.accumulate(np.where(new_run, idx, 0), axis=1)
-        out[:, 1] = (idx - run_start + 1).max(axis=1)
+        out[rows, 1] = (idx - run_start + 1).max(axis=1)
         par = self._srv_parent[srv]
-        out[:, 2] = 1 + (par[:, 1:] != par[:, :-1]).sum(axis=1)
-        return out
+        out[rows, 2] = 1 + (par[:, 1:] != par[:, :-1]).sum(axis=1)
+        logs: NDArray[np.float64] = np.where(first, self._link_logok[anc], 0.0).sum(axis=(1, 2))
+        return logs
 
     def _candidate_features(self, state: ClusterState, view: Sequence[Job]) -> None:
         acts = self.actions
@@ -607,14 +631,15 @@ class ObservationBuilder:
         qb[:n, 7] = np.minimum(self.actions.copies[:n] / 16.0, 1.0)
 
     def _summary_features(
-        self, state: ClusterState, pending: Sequence[Job], view_len: int, step: int, max_steps: int
+        self, state: ClusterState, pending: Sequence[Job], step: int, max_steps: int
     ) -> None:
         G = self.topology.num_gpus
         m = self.last_metrics = state.metrics()
         sb = self._summary
         sb[0] = min(len(pending) / self.queue_size, 1.0)
-        sb[1] = min((len(pending) - view_len) / self.queue_size, 1.0)
-        sb[2] = min(sum(j.num_gpus for j in pending) / G, 1.0)
+        in_view = int(self.actions.copies.sum())
+        sb[1] = min(max(len(pending) - in_view, 0) / self.queue_size, 1.0)
+        sb[2] = min(self.actions.pending_gpus / G, 1.0)
         sb[3] = state.num_free / G
         sb[4] = min(max(m.F / G, 0.0), 1.0)
         sb[5] = m.utilization
@@ -650,7 +675,7 @@ class ObservationBuilder:
         else:
             self._best_eta.fill(0.0)
         self._queue_features(view)
-        self._summary_features(state, pending, len(view), step, max_steps)
+        self._summary_features(state, pending, step, max_steps)
         out = self._out
         obs = {"gpus": out(self._gpu)}
         if self.with_candidates:

@@ -83,7 +83,7 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         v0: Initial version.
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012
 
     def __init__(
         self,
@@ -132,7 +132,7 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         if self.privileged:
             obs_spaces["hint"] = spaces.Box(0.0, 1.0, (G,), np.float32)
             obs_spaces["gain"] = spaces.Box(-1.0, 1.0, (1,), np.float32)
-        self.observation_space = spaces.Dict(obs_spaces)
+        self.observation_space = spaces.Dict(obs_spaces)  # type: ignore[assignment]
         self._mask = np.zeros(G + 1, dtype=bool)
         self._chosen_col = len(self.features.gpu_features) - 1
         self._head = np.zeros(len(HEAD_FEATURES), dtype=np.float32)

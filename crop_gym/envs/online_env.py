@@ -77,7 +77,7 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
 
     **Info**: ``action_mask``, ``time_s``, ``F``, ``queued``, ``running``, ``completed``,
     ``invalid_action``, ``placed``, ``interval_s`` (simulated seconds advanced by this step),
-    ``effective_gpu_hours`` (``∫ F dt`` over it, unnormalised); at the end also ``episode``
+    ``effective_gpu_hours`` (``∫ F dt`` over it, unnormalised); at the end also ``sim_metrics``
     (the simulator's metrics: JCT, utilisation, ...).
 
     Args:
@@ -337,7 +337,7 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
             effective_gpu_hours=area / _HOUR,
         )
         if terminated or truncated:
-            info["episode"] = sim.result(policy_name="agent").summary()
+            info["sim_metrics"] = sim.result(policy_name="agent").summary()
         return obs, float(reward), terminated, truncated, info
 
     def action_masks(self) -> NDArray[np.bool_]:

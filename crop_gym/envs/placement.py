@@ -110,7 +110,7 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         v0: Initial version.
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012
 
     def __init__(
         self,
@@ -154,7 +154,7 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         )
         self.privileged = bool(privileged)
         self.action_space = self.actions.space
-        self.observation_space = self.features.observation_space
+        self.observation_space = self.features.observation_space  # type: ignore[assignment]
         self._renderer = ClusterRenderer(self.topology)
         self.state: ClusterState = ClusterState(self.topology, perf=sc.perf)
         self.pending: list[Job] = []

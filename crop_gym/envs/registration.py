@@ -49,12 +49,12 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
     f"{NAMESPACE}/Placement-512-v0": (
         _STATIC,
         {"scenario": "n64g8"},
-        "ElasticFlow n64g8 (512 GPUs, 2 switches), 64 jobs, view of 32; candidate actions",
+        "ElasticFlow n64g8 (512 GPUs, 2 switches), 64 jobs, view of 64; candidate actions",
     ),
     f"{NAMESPACE}/Placement-1024-v0": (
         _STATIC,
         {"scenario": "n128g8"},
-        "ElasticFlow n128g8 (1,024 GPUs), 200 jobs, view of 32; candidate actions (speed target)",
+        "ElasticFlow n128g8 (1,024 GPUs), 200 jobs, view of 64 job classes; candidate actions",
     ),
     f"{NAMESPACE}/PlacementGPU-v0": (
         _GPU,

@@ -110,13 +110,13 @@ class ClusterRenderer:
         segs = np.stack([np.stack([x[child], y[child]], 1), np.stack([x[par], y[par]], 1)], 1)
         self._inter = ~topo.is_intra[child]
         widths = np.where(self._inter, 2.5, 0.6)
-        self._links = LineCollection(segs, linewidths=widths, colors="0.8", zorder=1)
+        self._links = LineCollection(list(segs), linewidths=widths, colors="0.8", zorder=1)
         ax.add_collection(self._links)
         sw = np.flatnonzero(topo.kind != 0)
         ax.scatter(x[sw], y[sw], s=18, marker="s", c="0.35", zorder=2)
         gx, gy = x[topo.gpu_node], y[topo.gpu_node]
         size = float(np.clip(4000.0 / n_gpu, 3.0, 120.0))
-        self._gpus = ax.scatter(gx, gy, s=size, marker="o", facecolors="white", edgecolors="0.4", linewidths=0.8, zorder=3)
+        self._gpus: Any = ax.scatter(gx, gy, s=size, marker="o", facecolors="white", edgecolors="0.4", linewidths=0.8, zorder=3)
         self._failed = ax.scatter([], [], s=size, marker="x", c="k", zorder=4)
         self._gxy = np.stack([gx, gy], 1)
         pad = 1.0
@@ -160,8 +160,8 @@ class ClusterRenderer:
         edge = np.tile(np.array((0.4, 0.4, 0.4, 1.0)), (topo.num_gpus, 1))
         edge[h.gpu_fail_prob > 0] = (1.0, 0.55, 0.0, 1.0)
         edge[h.gpu_slowdown > 1.0] = (0.85, 0.0, 0.0, 1.0)
-        self._gpus.set_facecolors(face)
-        self._gpus.set_edgecolors(edge)
+        self._gpus.set_facecolor(face)
+        self._gpus.set_edgecolor(edge)
         self._failed.set_offsets(self._gxy[h.gpu_failed] if h.gpu_failed.any() else np.empty((0, 2)))
         load = state.link_load[1:].astype(np.float64)
         peak = max(2.0, float(load.max()) if len(load) else 2.0)

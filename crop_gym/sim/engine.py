@@ -399,6 +399,7 @@ class Simulator:
         """Iterations ``job_id`` still has to train (as of now)."""
         i = self._index[job_id]
         if self._status[i] == _RUNNING:
+            self._sync()
             s = self.state.jobs[job_id]
             return max(float(self._s_rem[s] - (self.now - self._s_tupd[s]) / self._s_T[s]), 0.0)
         if self._status[i] == _DONE:
@@ -407,6 +408,7 @@ class Simulator:
 
     def remaining_time_by_gpu(self) -> NDArray[np.float64]:
         """Per GPU, the remaining run time (s) of the job holding it at its current speed; 0 if free."""
+        self._sync()
         out = np.zeros(self.topology.num_gpus)
         owner = self.state.gpu_owner
         busy = owner >= 0
@@ -416,6 +418,13 @@ class Simulator:
             rem = np.maximum(self._s_rem[s] - (self.now - self._s_tupd[s]) / T, 0.0)
             out[busy] = rem * T
         return out
+
+    def throughput(self) -> float:
+        """``Σ k_j η_j`` over the running jobs now: effective GPUs without the survival term."""
+        act = self._active_slots()
+        if not len(act):
+            return 0.0
+        return float((self._s_k[act] * np.minimum(1.0, self._s_tstar[act] / self._s_T[act])).sum())
 
     def next_arrival_time(self) -> float:
         """Arrival time of the next job still to arrive (``inf`` if none)."""
@@ -588,9 +597,7 @@ class Simulator:
         F = self.state.F
         area_F = F * dt
         if dt > 0 and self._running:
-            act = self._active_slots()
-            k = self._s_k[act]
-            thr = float((k * np.minimum(1.0, self._s_tstar[act] / self._s_T[act])).sum())
+            thr = self.throughput()
             comm = self.state.metrics().comm_overhead * self._busy
             self.int_F += area_F
             self.int_busy += self._busy * dt

@@ -48,12 +48,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.workloads.atomic import atomic_write_text
-
 if TYPE_CHECKING:
     from crop_gym.sim.engine import Simulator
 
-__all__ = ["RECORD_COLUMNS", "SimResult", "atomic_write_bytes"]
+__all__ = ["RECORD_COLUMNS", "SimResult", "atomic_write_bytes", "atomic_write_text"]
 
 #: Columns of the per-job records (``SimResult.records`` and the CSV).
 RECORD_COLUMNS: tuple[str, ...] = (
@@ -75,8 +73,18 @@ RECORD_COLUMNS: tuple[str, ...] = (
 )
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
+    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
+
+    Readers see the old file or the new one, never half of one. The file gets the usual permissions
+    (``0o666`` minus the umask), not the temporary file's private ``0o600``.
+    """
     dest = Path(path)
     folder = dest.parent if str(dest.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=folder)
@@ -85,11 +93,17 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
+    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _pct(a: NDArray[np.float64], q: float) -> float:
@@ -142,6 +156,10 @@ class SimResult:
         queued = sim._status == 1
         queueing[queued] += sim.now - sim._queued_since[queued]
         ideal_run = sim._work * sim._tstar
+        # Jobs still running at the end: count their current run so far.
+        run_time = sim._run_time.copy()
+        act = np.flatnonzero(sim._s_active)
+        run_time[sim._s_job[act]] += sim.now - sim._s_seg[act]
         makespan = float(finish[done].max()) if done.any() else float(sim.now)
         if sim.truncated:
             makespan = float(sim.now)
@@ -167,7 +185,7 @@ class SimResult:
             "goodput_gpus": float((sim._k * ideal_run)[done].sum()) / horizon,
             "mean_efficiency": sim.int_thr / busy_int if busy_int > 0 else math.nan,
             "comm_overhead": sim.int_comm / busy_int if busy_int > 0 else math.nan,
-            "mean_slowdown": float((sim._run_time[done] / ideal_run[done]).mean())
+            "mean_slowdown": float((run_time[done] / ideal_run[done]).mean())
             if done.any()
             else math.nan,
             "restarts": int(sim._restarts.sum()),
@@ -190,7 +208,7 @@ class SimResult:
             "finish_s": finish.copy(),
             "jct_s": jct,
             "queueing_s": queueing,
-            "run_s": sim._run_time.copy(),
+            "run_s": run_time,
             "ideal_run_s": ideal_run,
             "restarts": sim._restarts.copy(),
             "lost_gpu_hours": sim._lost_gpu_s / 3600.0,
@@ -205,7 +223,19 @@ class SimResult:
         tl = np.array(sim._timeline, dtype=np.float64).reshape(-1, 6)
         if len(tl) or sim.now > 0:
             tl = np.vstack(
-                [tl, [[sim.now, float(sim._busy), sim.state.F, 0.0, len(sim._queue), sim._running]]]
+                [
+                    tl,
+                    [
+                        [
+                            sim.now,
+                            float(sim._busy),
+                            sim.state.F,
+                            sim.throughput(),
+                            len(sim._queue),
+                            sim._running,
+                        ]
+                    ],
+                ]
             )
         timeline = {
             name: tl[:, c].copy()

@@ -1,0 +1,336 @@
+"""The ``crop-gym train`` and ``crop-gym eval`` commands.
+
+Usage::
+
+    crop-gym train [--algo maskable_ppo|ppo|dqn] [--env ID] [--steps N] [--seed S] --out DIR
+        [--bc-demos N] [--dagger R] [--resume] [--policy CandidateScorer|MultiInputPolicy]
+        [--n-envs N] [--vec-env dummy|subproc] [--config YML] [--hyperparams KEY=VALUE ...]
+    crop-gym eval [--model PATH|DIR|default] [--env ID] [--episodes N] [--seed S] [--json PATH]
+        [--baselines all|crop|NAME,NAME] [--predict]
+
+Importing this module is cheap and needs neither torch nor Stable-Baselines3; they are imported when
+a command runs (install them with ``pip install 'crop-gym[rl]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+_RL_HINT = "needs the rl extra: pip install 'crop-gym[rl]' (torch, stable-baselines3, sb3-contrib)"
+
+
+def _require_rl() -> None:
+    import importlib.util
+
+    missing = [
+        m
+        for m in ("torch", "stable_baselines3", "sb3_contrib")
+        if importlib.util.find_spec(m) is None
+    ]
+    if missing:
+        raise ValueError(f"{', '.join(missing)} missing; this command {_RL_HINT}")
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _pos_int(text: str) -> int:
+    v = _nonneg_int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
+    return v
+
+
+def register(subparsers: Any) -> None:
+    """Add ``train`` and ``eval`` to the ``crop-gym`` parser."""
+    from agents.config import ALGOS, EVAL_SEED_BASE
+
+    t = subparsers.add_parser(
+        "train",
+        help="train an RL agent (MaskablePPO, PPO or DQN), optionally cloning CROP first",
+        description=(
+            "Train an agent on a crop_gym environment with Stable-Baselines3, configured by "
+            "agents/configs/<algo>.yml (rl-baselines3-zoo style, keyed by env ID). With --bc-demos N "
+            "the policy first imitates CROP on N expert episodes (behaviour cloning on its own "
+            "logits, optional DAgger), then RL fine-tunes it. Writes run.json, checkpoints, "
+            f"TensorBoard logs and a learning curve into --out. {_RL_HINT}."
+        ),
+    )
+    t.add_argument(
+        "--algo", choices=ALGOS, default="maskable_ppo", help="algorithm (default: maskable_ppo)"
+    )
+    t.add_argument(
+        "--env",
+        default="crop_gym/Placement-v0",
+        help="environment ID (default: crop_gym/Placement-v0)",
+    )
+    t.add_argument(
+        "--steps",
+        type=_nonneg_int,
+        default=None,
+        help="RL environment steps (default: the config's n_timesteps; 0: clone only)",
+    )
+    t.add_argument("--seed", type=_nonneg_int, default=0, help="run seed, < 10^6 (default 0)")
+    t.add_argument("--out", required=True, help="output directory")
+    t.add_argument(
+        "--bc-demos",
+        type=_nonneg_int,
+        default=0,
+        metavar="N",
+        help="CROP demonstration episodes for behaviour cloning before RL (default 0: from scratch)",
+    )
+    t.add_argument(
+        "--dagger",
+        type=_nonneg_int,
+        default=None,
+        metavar="R",
+        help="DAgger rounds after cloning (default: the config's)",
+    )
+    t.add_argument(
+        "--resume", action="store_true", help="continue the run in --out from its newest checkpoint"
+    )
+    t.add_argument(
+        "--policy",
+        choices=("CandidateScorer", "MultiInputPolicy"),
+        default=None,
+        help="policy network (default: the config's, CandidateScorer)",
+    )
+    t.add_argument(
+        "--n-envs",
+        type=_pos_int,
+        default=None,
+        help="parallel environments (default: the config's)",
+    )
+    t.add_argument(
+        "--vec-env", choices=("dummy", "subproc"), default=None, help="vector environment kind"
+    )
+    t.add_argument(
+        "--eval-freq", type=_pos_int, default=None, help="steps between validation evaluations"
+    )
+    t.add_argument("--eval-episodes", type=_pos_int, default=None, help="validation episodes")
+    t.add_argument(
+        "--config", default=None, help="hyperparameter YAML to use instead of the bundled one"
+    )
+    t.add_argument(
+        "--hyperparams",
+        nargs="*",
+        default=None,
+        metavar="KEY=VALUE",
+        help="override config entries (values parsed as YAML)",
+    )
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    t.add_argument("--verbose", type=int, default=0, help="SB3 verbosity (default 0)")
+    t.set_defaults(func=_train)
+
+    e = subparsers.add_parser(
+        "eval",
+        help="evaluate a trained agent against CROP and the baselines on held-out seeds",
+        description=(
+            "Play a trained agent greedily on --episodes instances (reset seeds --seed, --seed+1, ...; "
+            f"default {EVAL_SEED_BASE}, the held-out range), run CROP and the baselines on the same "
+            "instances, and report mean F and ratio_to_crop (policy mean F / CROP mean F). Without "
+            "--env the environment the checkpoint was trained on is used; a candidate-scorer policy "
+            f"also runs on environments of other sizes. {_RL_HINT}."
+        ),
+    )
+    e.add_argument(
+        "--model",
+        default="default",
+        help="checkpoint .zip, training run directory, or 'default' (the shipped checkpoint)",
+    )
+    e.add_argument("--env", default=None, help="environment ID (default: the checkpoint's)")
+    e.add_argument(
+        "--episodes", type=_pos_int, default=20, help="evaluation instances (default 20)"
+    )
+    e.add_argument(
+        "--seed",
+        type=_nonneg_int,
+        default=EVAL_SEED_BASE,
+        help=f"first evaluation seed (default {EVAL_SEED_BASE})",
+    )
+    e.add_argument(
+        "--json",
+        default=None,
+        help="write the full report (per-episode records included) to this JSON file",
+    )
+    e.add_argument(
+        "--baselines",
+        default="all",
+        help="'all' (default), 'crop', 'none' or a comma-separated list of policy names",
+    )
+    e.add_argument(
+        "--algo",
+        choices=ALGOS,
+        default=None,
+        help="algorithm of a plain SB3 zip without crop_gym metadata",
+    )
+    e.add_argument(
+        "--predict",
+        action="store_true",
+        help="use model.predict instead of running the scorer module directly",
+    )
+    e.add_argument("--no-progress", action="store_true", help="no progress bar")
+    e.set_defaults(func=_eval)
+
+
+def _train(args: argparse.Namespace) -> int:
+    _require_rl()
+    from agents.training import train
+
+    meta = train(
+        algo=args.algo,
+        env_id=args.env,
+        steps=args.steps,
+        seed=args.seed,
+        out=args.out,
+        bc_demos=args.bc_demos,
+        resume=args.resume,
+        config=args.config,
+        policy=args.policy,
+        n_envs=args.n_envs,
+        vec_env=args.vec_env,
+        eval_freq=args.eval_freq,
+        eval_episodes=args.eval_episodes,
+        dagger=args.dagger,
+        hyperparams=args.hyperparams,
+        progress=not args.no_progress,
+        verbose=args.verbose,
+        argv=["crop-gym", *sys.argv[1:]],
+    )
+    fin = meta.get("final_validation") or {}
+    best = meta.get("best_validation") or {}
+    rl = (meta.get("phases") or {}).get("rl") or {}
+    print(f"run: {args.out}  ({meta['algo']} on {meta['env_id']}, seed {meta['seed']})")
+    if "bc" in meta.get("phases", {}):
+        bc = meta["phases"]["bc"]
+        print(
+            f"behaviour cloning: agreement with CROP {bc['train_agreement']:.3f} (train), {bc['val_agreement']} (held-out episodes)"
+        )
+    if rl.get("steps_per_s"):
+        print(
+            f"RL: {rl['steps']} steps, {rl['steps_per_s']:.1f} steps/s ({rl['steps_per_s_excluding_eval']:.1f} excluding validation)"
+        )
+    for label, row in (("final", fin), ("best", best)):
+        if row.get("ratio_to_crop") is not None:
+            extra = (
+                f", gain ratio {row['gain_ratio_to_crop']:.4f}"
+                if row.get("gain_ratio_to_crop") is not None
+                else ""
+            )
+            print(
+                f"{label} validation (steps {row['steps']}): ratio to CROP {row['ratio_to_crop']:.4f}{extra}"
+            )
+    ttt = meta.get("time_to_target") or {}
+    hit = ttt.get("ratio_to_crop")
+    if hit:
+        print(
+            f"reached {ttt['target']} x CROP (mean F) at step {hit['steps']} ({hit['phase']}), {hit['wall_s']:.0f} s into the run"
+        )
+    return 0
+
+
+def _baseline_list(text: str) -> tuple[str, ...] | None:
+    from agents.evaluation import DEFAULT_BASELINES
+
+    if text == "all":
+        return DEFAULT_BASELINES
+    if text == "none":
+        return ()
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    return names
+
+
+def _eval(args: argparse.Namespace) -> int:
+    _require_rl()
+    import torch as th
+
+    from agents._io import atomic_write_json, versions
+    from agents.checkpoint import load_checkpoint
+    from agents.config import TRAIN_SEED_LIMIT
+    from agents.evaluation import PolicyAgent, evaluate
+
+    th.set_num_threads(1)
+    model, meta = load_checkpoint(args.model, algo=args.algo)
+    env_id = args.env or meta.get("env_id")
+    if not env_id:
+        raise ValueError("the checkpoint does not name its environment; pass --env")
+    env_kwargs = meta.get("env_kwargs") if env_id == meta.get("env_id") else {}
+    if args.seed < TRAIN_SEED_LIMIT:
+        print(
+            f"warning: --seed {args.seed} is in the training seed range [0, {TRAIN_SEED_LIMIT}); use >= 10^9 for held-out results",
+            file=sys.stderr,
+        )
+    agent = PolicyAgent(model, direct=False if args.predict else None)
+    baselines = _baseline_list(args.baselines)
+    kwargs: dict[str, Any] = {
+        "episodes": args.episodes,
+        "first_seed": args.seed,
+        "env_kwargs": env_kwargs,
+        "progress": not args.no_progress,
+    }
+    if baselines is not None:
+        kwargs["baselines"] = baselines
+    rep = evaluate(agent, env_id, **kwargs)
+    report = {
+        "model": meta.get("path"),
+        "algo": meta.get("algo"),
+        "policy": meta.get("policy"),
+        "agent": agent.name,
+        "trained_on": meta.get("env_id"),
+        "train_seed": meta.get("seed"),
+        "train_steps": meta.get("num_timesteps"),
+        "bc_demos": meta.get("bc_demos"),
+        "eval_seed": args.seed,
+        **rep,
+        "versions": versions(),
+    }
+    _print_report(report)
+    if args.json:
+        atomic_write_json(args.json, report)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _print_report(rep: dict[str, Any]) -> None:
+    print(
+        f"{rep['agent']} trained on {rep['trained_on']} (seed {rep['train_seed']}), evaluated on {rep['env_id']}, "
+        f"{rep['episodes']} episodes, seeds {rep['first_seed']}..{rep['first_seed'] + rep['episodes'] - 1}"
+    )
+    if rep["kind"] == "static":
+        print(
+            f"  {'policy':<22} mean F {rep['policy_mean_F']:9.3f}   mean gain {rep['policy_mean_gain']:8.3f}"
+        )
+        for name, b in rep["baselines"].items():
+            print(
+                f"  {name:<22} mean F {b['mean_F']:9.3f}   mean gain {b['mean_gain']:8.3f}   "
+                f"policy/it: F {b['ratio']:.4f}, gain {b['gain_ratio'] if b['gain_ratio'] is None else round(b['gain_ratio'], 4)}"
+            )
+        if rep.get("ratio_to_crop") is not None:
+            print(
+                f"  ratio_to_crop {rep['ratio_to_crop']:.4f}   gain_ratio_to_crop {rep['gain_ratio_to_crop']:.4f}   episodes vs CROP {rep['episodes_vs_crop']}"
+            )
+    else:
+        pj = rep.get("policy_mean_jct_s")
+        print(
+            f"  {'policy':<14} mean JCT {pj / 3600 if pj else float('nan'):8.3f} h   effective GPU-h {rep['policy_effective_gpu_hours']:9.2f}"
+        )
+        for name, b in rep["baselines"].items():
+            j = b.get("mean_jct_s")
+            print(
+                f"  {name:<14} mean JCT {j / 3600 if j else float('nan'):8.3f} h   effective GPU-h {b['effective_gpu_hours']:9.2f}"
+            )
+        if rep.get("jct_ratio_to_crop") is not None:
+            print(
+                f"  jct_ratio_to_crop {rep['jct_ratio_to_crop']:.4f} (< 1: shorter JCT than CROP)   ratio_to_crop (GPU-h) {rep['ratio_to_crop']:.4f}"
+            )

@@ -1,0 +1,140 @@
+"""Benchmark of the RL agents: MaskablePPO training throughput and wall time to 0.98 x CROP.
+
+Prints:
+
+* training throughput (environment steps per second during ``MaskablePPO.learn``, rollouts and
+  updates included) on ``crop_gym/Placement-v0`` with the candidate scorer, with 1 environment
+  (``DummyVecEnv``) and 2 environments (``SubprocVecEnv``), and with SB3's ``MultiInputPolicy``;
+* the raw environment step rate with random valid actions (for reference);
+* the wall time to reach 0.98 x CROP's mean F on validation seeds: read from the ``run.json`` of
+  training runs given with ``--runs`` (``time_to_target``), or measured by a short behaviour-cloning
+  run with ``--measure-target``.
+
+Usage::
+
+    PYTHONPATH=. python benchmarks/bench_agents.py [--steps 2048] [--runs runs/bc_ppo runs/scratch]
+        [--measure-target]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch as th
+
+import crop_gym  # noqa: F401
+
+ENV_ID = "crop_gym/Placement-v0"
+
+
+def env_rate(seconds: float = 3.0) -> float:
+    """Raw environment steps/s with random valid actions (resets included)."""
+    env = gym.make(ENV_ID)
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        m = env.unwrapped.action_masks()
+        v = np.flatnonzero(m[:-1])
+        a = int(rng.choice(v)) if len(v) else len(m) - 1
+        _, _, term, trunc, _ = env.step(a)
+        n += 1
+        if term or trunc:
+            env.reset(seed=int(rng.integers(10**6)))
+    return n / (time.perf_counter() - t0)
+
+
+def train_rate(n_envs: int, steps: int, policy: str = "CandidateScorer") -> float:
+    """MaskablePPO steps/s (learn() wall time, rollouts and updates) with ``n_envs`` environments."""
+    from sb3_contrib import MaskablePPO
+
+    from agents.config import load_config
+    from agents.envs import make_vec_env
+    from agents.training import policy_spec
+
+    cfg = load_config("maskable_ppo", ENV_ID)
+    kw = cfg.algo_arguments()
+    probe = gym.make(ENV_ID)
+    pol, pkw = policy_spec("maskable_ppo", policy, kw.pop("policy_kwargs", None), probe)
+    kw["n_steps"] = max(64, int(kw["n_steps"]) // n_envs)
+    venv = make_vec_env(
+        ENV_ID,
+        n_envs=n_envs,
+        seed=0,
+        reward_scale=cfg.run["reward_scale"],
+        vec_env="subproc" if n_envs > 1 else "dummy",
+    )
+    model = MaskablePPO(pol, venv, seed=0, policy_kwargs=pkw, **kw)
+    model.learn(kw["n_steps"] * n_envs)  # warm-up (process start, first allocations)
+    t0 = time.perf_counter()
+    model.learn(steps, reset_num_timesteps=False)
+    rate = (int(model.num_timesteps) - kw["n_steps"] * n_envs) / (time.perf_counter() - t0)
+    venv.close()
+    return rate
+
+
+def main() -> None:
+    """Run the benchmark and print the figures."""
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--steps", type=int, default=2048, help="training steps timed per configuration"
+    )
+    ap.add_argument(
+        "--runs", nargs="*", default=[], help="training run directories to read time-to-target from"
+    )
+    ap.add_argument(
+        "--measure-target",
+        action="store_true",
+        help="time a short BC + MaskablePPO run to 0.98 x CROP",
+    )
+    args = ap.parse_args()
+    th.set_num_threads(1)
+    print(f"environment: {ENV_ID}")
+    print(f"raw env step rate (random valid actions): {env_rate():8.1f} steps/s")
+    for n_envs in (1, 2):
+        print(
+            f"MaskablePPO training, scorer, {n_envs} env(s):     {train_rate(n_envs, args.steps):8.1f} steps/s"
+        )
+    print(
+        f"MaskablePPO training, MultiInputPolicy, 1 env: {train_rate(1, args.steps, 'MultiInputPolicy'):8.1f} steps/s"
+    )
+    runs = [Path(r) for r in args.runs]
+    if args.measure_target:
+        from agents.training import train
+
+        tmp = Path(tempfile.mkdtemp(prefix="bench_agents_"))
+        t0 = time.perf_counter()
+        train(
+            env_id=ENV_ID,
+            steps=0,
+            seed=0,
+            out=tmp,
+            bc_demos=100,
+            progress=False,
+            argv=["bench_agents"],
+        )
+        print(f"BC run (100 CROP episodes, no RL) total wall: {time.perf_counter() - t0:.1f} s")
+        runs.append(tmp)
+    for run in runs:
+        meta = json.loads((run / "run.json").read_text())
+        hit = (meta.get("time_to_target") or {}).get("ratio_to_crop")
+        label = f"{meta['algo']}{' + BC(' + str(meta['bc_demos']) + ')' if meta.get('bc_demos') else ' from scratch'}"
+        if hit:
+            print(
+                f"{run}: {label}: 0.98 x CROP (mean F, validation) at step {hit['steps']} ({hit['phase']}), {hit['wall_s']:.0f} s wall"
+            )
+        else:
+            print(f"{run}: {label}: did not reach 0.98 x CROP")
+
+
+if __name__ == "__main__":
+    main()
