@@ -321,16 +321,37 @@ def _print_report(rep: dict[str, Any]) -> None:
                 f"  ratio_to_crop {rep['ratio_to_crop']:.4f}   gain_ratio_to_crop {rep['gain_ratio_to_crop']:.4f}   episodes vs CROP {rep['episodes_vs_crop']}"
             )
     else:
-        pj = rep.get("policy_mean_jct_s")
-        print(
-            f"  {'policy':<14} mean JCT {pj / 3600 if pj else float('nan'):8.3f} h   effective GPU-h {rep['policy_effective_gpu_hours']:9.2f}"
-        )
-        for name, b in rep["baselines"].items():
-            j = b.get("mean_jct_s")
+
+        def h(v: float | None) -> float:
+            return v / 3600 if v else float("nan")
+
+        rows = [
+            (
+                "policy",
+                rep["policy_mean_jct_s"],
+                rep["policy_mean_time_in_system_s"],
+                rep["policy_completed"],
+                rep["policy_effective_gpu_hours"],
+            )
+        ]
+        rows += [
+            (
+                n,
+                b["mean_jct_s"],
+                b["mean_time_in_system_s"],
+                b["completed"],
+                b["effective_gpu_hours"],
+            )
+            for n, b in rep["baselines"].items()
+        ]
+        for name, j, t, c, e in rows:
             print(
-                f"  {name:<14} mean JCT {j / 3600 if j else float('nan'):8.3f} h   effective GPU-h {b['effective_gpu_hours']:9.2f}"
+                f"  {name:<14} mean JCT {h(j):7.3f} h   time in system {h(t):7.3f} h   "
+                f"completed {c:5d}   effective GPU-h {e:9.2f}"
             )
         if rep.get("jct_ratio_to_crop") is not None:
             print(
-                f"  jct_ratio_to_crop {rep['jct_ratio_to_crop']:.4f} (< 1: shorter JCT than CROP)   ratio_to_crop (GPU-h) {rep['ratio_to_crop']:.4f}"
+                f"  time_in_system_ratio_to_crop {rep['time_in_system_ratio_to_crop']:.4f}   "
+                f"jct_ratio_to_crop {rep['jct_ratio_to_crop']:.4f} (< 1: faster than CROP)   "
+                f"ratio_to_crop (GPU-h) {rep['ratio_to_crop']:.4f}"
             )
