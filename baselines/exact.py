@@ -35,6 +35,7 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -45,7 +46,7 @@ from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState, ideal_time
-from crop_gym.perf import PlacementStats
+from crop_gym.perf import PlacementStats, comm_time, iteration_time
 
 __all__ = [
     "EXACT_LIMITS",
@@ -234,7 +235,14 @@ def _guard(log10: float, opts: dict[str, int], space: str, limit: float) -> None
 
 # ---------------------------------------------------------------------------- branch and bound
 class _Search:
-    """Shared state of a branch-and-bound run (the working state is mutated and restored)."""
+    """Shared state of a branch-and-bound run (the working state is mutated and restored).
+
+    Bounds: a job placed on GPUs with largest slowdown ``σ``, survival odds ``s`` (GPUs only) and
+    ``n`` servers is worth at most ``w k s min(1, T*/T)`` with ``T = iteration_time(t σ, C_lb(n))``,
+    where ``C_lb(n)`` is the all-reduce time over ``n`` servers at the best server uplink share
+    available now (0 on one server). Link loads only grow during the search and a placement never
+    raises another job's value, so these bound every later ΔF.
+    """
 
     def __init__(self, state: ClusterState, jobs: list[Job], max_nodes: int) -> None:
         self.state = state
@@ -248,13 +256,10 @@ class _Search:
         h, topo = state.health, state.topology
         self.slow = h.gpu_slowdown / topo.gpu_speed
         self.keep = 1.0 - h.gpu_fail_prob
-        # Per job: value with zero communication on reference GPUs, w k min(1, T*/t), and t.
-        self.top: dict[str, float] = {}
-        self.ratio: dict[str, float] = {}
-        for j in jobs:
-            tstar = _ideal_time(state, j)
-            self.ratio[j.job_id] = tstar / j.compute_time
-            self.top[j.job_id] = j.weight * j.num_gpus
+        up = topo.server_node
+        self.b_up = float((state.eff_bandwidth[up] / (state.link_load[up] + 1)).max())
+        self.perf = state.perf
+        self.tstar = {j.job_id: _ideal_time(state, j) for j in jobs}
 
     def tick(self) -> None:
         self.nodes += 1
@@ -264,12 +269,19 @@ class _Search:
                 f"({len(self.jobs)} jobs) is too large for an exact answer; use fewer jobs or a smaller cluster"
             )
 
+    def value_ub(self, job: Job, sigma: Any, keep: Any, servers: Any) -> Any:
+        """Upper bound of ΔF of ``job`` (vectorised over options)."""
+        k = job.num_gpus
+        c = comm_time(self.perf.allreduce, job.grad_bytes, k, 1, servers, np.inf, self.b_up, 0.0, 0.0)
+        c = np.where(np.asarray(servers) > 1, c, 0.0)
+        t = iteration_time(job.compute_time * np.asarray(sigma, dtype=float), c, self.perf.overlap)
+        return job.weight * k * keep * np.minimum(1.0, self.tstar[job.job_id] / t)
+
     def bound(self, left: Sequence[Job], free: NDArray[np.bool_] | None = None) -> float:
         """F now plus a fractional-knapsack bound of what the jobs ``left`` can still add.
 
-        A job of ``k`` GPUs is worth at most ``w k s min(1, T*/(t σ))`` where ``σ`` is the ``k``-th
-        smallest slowdown and ``s`` the product of the ``k`` best GPU survival odds among the free
-        GPUs (communication and links only lower it; adding it never raises anyone else's value).
+        A job of ``k`` GPUs is bounded with the ``k``-th smallest slowdown, the ``k`` best survival
+        odds and the fewest servers that hold ``k`` of the free GPUs.
 
         Args:
             left: Jobs that may still be placed.
@@ -282,14 +294,18 @@ class _Search:
         n_free = int(free.sum())
         if not left or n_free == 0:
             return 0.0
+        topo = self.state.topology
         slow = np.sort(self.slow[free])
         keep = np.cumprod(np.sort(self.keep[free])[::-1])
+        per_srv = np.bincount(topo.gpu_server[free], minlength=topo.num_servers)
+        reach = np.cumsum(np.sort(per_srv)[::-1])
         items = []
         for j in left:
             k = j.num_gpus
             if k > n_free:
                 continue
-            v = self.top[j.job_id] * float(keep[k - 1]) * min(1.0, self.ratio[j.job_id] / float(slow[k - 1]))
+            n_srv = int(np.searchsorted(reach, k) + 1)
+            v = float(self.value_ub(j, slow[k - 1], keep[k - 1], n_srv))
             items.append((v / k, k))
         items.sort(reverse=True)
         cap, add = n_free, 0.0
@@ -300,11 +316,6 @@ class _Search:
             if cap == 0:
                 break
         return add
-
-    def value_bound(self, job: Job, gpus: NDArray[np.int32]) -> float:
-        """Upper bound of ΔF of placing ``job`` on ``gpus``: its value with no communication."""
-        keep = float(np.prod(self.keep[gpus]))
-        return self.top[job.job_id] * keep * min(1.0, self.ratio[job.job_id] / float(self.slow[gpus].max()))
 
     def record(self) -> None:
         now = self.state.F
@@ -341,6 +352,8 @@ def _search_all(s: _Search) -> None:
     caps = np.array([len(g) for g in groups], dtype=np.int64)
     g_slow = np.array([s.slow[g[0]] for g in groups])
     g_logkeep = np.log(np.array([s.keep[g[0]] for g in groups]))
+    g_srv = np.array([s.state.topology.gpu_server[g[0]] for g in groups])
+    g_onehot = (g_srv[:, None] == np.unique(g_srv)[None, :]).astype(np.int64)
     avail = caps.copy()
     jobs = sorted(s.jobs, key=lambda j: -j.weight * j.num_gpus)  # big jobs first: better pruning
     # Identical jobs are interchangeable: the placed ones of a class are a prefix of it.
@@ -373,16 +386,18 @@ def _search_all(s: _Search) -> None:
             rest = jobs[i + 1 :]
             free = s.state.free_mask
             ok = (vecs <= avail).all(axis=1)
-            # Value bound of every option at once (GPUs of a group share σ and π).
-            vb = s.top[job.job_id] * np.exp(vecs @ g_logkeep) * np.minimum(1.0, s.ratio[job.job_id] / ((vecs > 0) * g_slow).max(axis=1))
+            # Value bound of every option at once (GPUs of a group share σ, π and server).
+            used = vecs > 0
+            n_srv = (used @ g_onehot > 0).sum(axis=1)
+            vb = s.value_ub(job, (used * g_slow).max(axis=1), np.exp(vecs @ g_logkeep), n_srv)
             ok &= s.state.F + vb + s.potential(rest, free) > s.best_F + _TOL
-            for v in vecs[ok]:
+            for v, ub in zip(vecs[ok], vb[ok], strict=True):
                 nz = np.flatnonzero(v)
                 taken = caps - avail
                 gpus = np.concatenate([groups[g][taken[g] : taken[g] + v[g]] for g in nz])
                 # Prune the child before paying for its evaluation.
                 free[gpus] = False
-                hope = s.state.F + s.value_bound(job, gpus) + s.potential(rest, free)
+                hope = s.state.F + float(ub) + s.potential(rest, free)
                 free[gpus] = True
                 if hope <= s.best_F + _TOL:
                     continue

@@ -87,134 +87,147 @@ def candidate_placements(
         Up to ``max_candidates`` distinct candidates, best first; empty if fewer than ``k`` GPUs are
         free.
     """
-    check_range("k", k, 1, state.topology.num_gpus)
-    check_range("max_candidates", max_candidates, 1)
-    cache: dict[tuple[int, bool, int], CandidateSet]
-    cache_version, cache = getattr(state, "_candidate_cache", (-1, {}))
-    if cache_version != state.version:
-        cache = {}
-        state._candidate_cache = (state.version, cache)  # type: ignore[attr-defined]
+    if not 1 <= k <= state.topology.num_gpus:
+        check_range("k", k, 1, state.topology.num_gpus)
+    if max_candidates < 1:
+        check_range("max_candidates", max_candidates, 1)
+    cache = state._candidate_cache
+    if cache.version != state.version:
+        cache.reset(state.version)
     key = (k, robust, max_candidates)
-    hit = cache.get(key)
+    hit = cache.sets.get(key)
     if hit is None:
-        hit = _compute(state, k, robust, max_candidates)
-        cache[key] = hit
+        shared = cache.shared.get(robust)
+        if shared is None:
+            shared = cache.shared[robust] = _Shared(state, robust)
+        hit = _compute(state.topology, shared, k, max_candidates)
+        cache.sets[key] = hit
     return hit
 
 
-def _compute(state: ClusterState, k: int, robust: bool, cap: int) -> CandidateSet:
-    topo = state.topology
-    free = state.free_mask
-    if free.sum() < k:
-        return _empty(k)
-    q = gpu_quality(state, robust)
-    # GPUs sorted by (server, busy, badness, index): a server's best free GPUs come first.
-    order = np.lexsort((np.arange(topo.num_gpus), q, ~free, topo.gpu_server)).astype(np.int32)
-    cs = np.concatenate([[0], np.cumsum(free)])
-    srv_free = cs[topo.server_gpu_hi] - cs[topo.server_gpu_lo]
-    node_free = cs[topo.node_gpu_hi] - cs[topo.node_gpu_lo]
-    q_sorted = q[order]
-    qcs = np.concatenate([[0.0], np.cumsum(q_sorted)])
-    srv_start = topo.server_gpu_lo  # position of each server's block in ``order``
+class _Shared:
+    """Arrays every job size needs: GPU order per server, free counts, badness prefix sums."""
 
-    gpu_rows: list[NDArray[np.int32]] = []
-    n_srv: list[NDArray[np.int32]] = []
-    subtree: list[NDArray[np.int32]] = []
-    qual: list[NDArray[np.float64]] = []
-    leftover: list[NDArray[np.int64]] = []
+    __slots__ = ("free", "n_free", "node_free", "order", "q", "q_sorted", "qcs", "rank", "srv_free", "srv_qmin", "uniform")
+
+    def __init__(self, state: ClusterState, robust: bool) -> None:
+        topo = state.topology
+        free = state.free_mask
+        q = gpu_quality(state, robust)
+        # GPUs sorted by (server, busy, badness, index): a server's best free GPUs come first.
+        order = np.lexsort((np.arange(topo.num_gpus), q, ~free, topo.gpu_server)).astype(np.int32)
+        cs = np.zeros(len(free) + 1, dtype=np.int64)
+        np.cumsum(free, out=cs[1:])
+        self.free = free
+        self.n_free = int(cs[-1])
+        self.q = q
+        self.uniform = not robust or bool(np.all(q == 1.0))
+        self.order = order
+        self.srv_free = cs[topo.server_gpu_hi] - cs[topo.server_gpu_lo]
+        self.node_free = cs[topo.node_gpu_hi] - cs[topo.node_gpu_lo]
+        self.q_sorted = q[order]
+        self.qcs = np.zeros(len(q) + 1)
+        np.cumsum(self.q_sorted, out=self.qcs[1:])
+        self.srv_qmin: NDArray[np.float64] | None = None
+        self.rank: NDArray[np.int64] | None = None
+
+
+def _compute(topo: Topology, sh: _Shared, k: int, cap: int) -> CandidateSet:
+    if sh.n_free < k:
+        return _empty(k)
+    srv_free, node_free, qcs, order = sh.srv_free, sh.node_free, sh.qcs, sh.order
+    srv_start = topo.server_gpu_lo  # position of each server's block in ``order``
 
     # Single-server candidates, vectorised over servers.
     servers = np.flatnonzero(srv_free >= k)
-    if len(servers):
-        pos = srv_start[servers][:, None] + np.arange(k)[None, :]
-        gpu_rows.append(np.sort(order[pos], axis=1))
-        n_srv.append(np.ones(len(servers), np.int32))
-        subtree.append(topo.server_node[servers].astype(np.int32))
-        qual.append(qcs[srv_start[servers] + k] - qcs[srv_start[servers]])
-        leftover.append((srv_free[servers] - k).astype(np.int64))
+    base_rows = np.sort(order[srv_start[servers][:, None] + np.arange(k)], axis=1).astype(np.int32)
+    base_ns = np.ones(len(servers), np.int32)
+    base_st = topo.server_node[servers].astype(np.int32)
+    base_q = qcs[srv_start[servers] + k] - qcs[srv_start[servers]]
+    base_lo = (srv_free[servers] - k).astype(np.int64)
 
     # Multi-server candidates: switch subtrees whose servers cannot hold k alone.
+    extra: list[tuple[NDArray[np.int32], int, int, float, int]] = []
     switches = np.flatnonzero((node_free >= k) & (topo.kind == SWITCH))
-    server_badness = (qcs[srv_start + np.minimum(srv_free, k)] - qcs[srv_start]) / np.maximum(
-        np.minimum(srv_free, k), 1
-    )
     compact_q: dict[int, float] = {}
-    for node in switches:
-        lo, hi = topo.node_srv_lo[node], topo.node_srv_hi[node]
-        if srv_free[lo:hi].max() >= k:
-            continue  # the best single server inside is already a candidate
-        srv = np.arange(lo, hi)
-        srv = srv[srv_free[srv] > 0]
-        srv = srv[np.lexsort((srv, server_badness[srv], -srv_free[srv]))]
-        take = np.minimum(
-            srv_free[srv], np.maximum(k - np.concatenate([[0], np.cumsum(srv_free[srv])[:-1]]), 0)
-        )
-        used = take > 0
-        srv, take = srv[used], take[used]
-        pos = np.concatenate([srv_start[s] + np.arange(t) for s, t in zip(srv, take, strict=True)])
-        gpu_rows.append(np.sort(order[pos])[None, :])
-        n_srv.append(np.array([len(srv)], np.int32))
-        subtree.append(np.array([node], np.int32))
-        qual.append(np.array([q_sorted[pos].sum()]))
-        leftover.append(np.array([node_free[node] - k], np.int64))
-        compact_q[int(node)] = float(qual[-1][0])
+    if len(switches):
+        take_k = np.minimum(srv_free, k)
+        server_badness = (qcs[srv_start + take_k] - qcs[srv_start]) / np.maximum(take_k, 1)
+        for node in switches:
+            lo, hi = topo.node_srv_lo[node], topo.node_srv_hi[node]
+            if srv_free[lo:hi].max() >= k:
+                continue  # the best single server inside is already a candidate
+            srv = np.arange(lo, hi)
+            srv = srv[srv_free[srv] > 0]
+            srv = srv[np.lexsort((srv, server_badness[srv], -srv_free[srv]))]
+            before = np.concatenate([[0], np.cumsum(srv_free[srv])[:-1]])
+            take = np.minimum(srv_free[srv], np.maximum(k - before, 0))
+            used = take > 0
+            srv, take = srv[used], take[used]
+            pos = np.concatenate([srv_start[s] + np.arange(t) for s, t in zip(srv, take, strict=True)])
+            qv = float(sh.q_sorted[pos].sum())
+            extra.append((np.sort(order[pos]), len(srv), int(node), qv, int(node_free[node] - k)))
+            compact_q[int(node)] = qv
+        if not sh.uniform:
+            ends = np.minimum(srv_start + k, len(sh.q))
+            srv_q = np.where(srv_free >= k, qcs[ends] - qcs[srv_start], np.inf)
+            _health_first(topo, sh, k, switches, srv_q, compact_q, extra)
 
-    if robust and len(switches):
-        ends = np.minimum(srv_start + k, len(q))
-        srv_q = np.where(srv_free >= k, qcs[ends] - qcs[srv_start], np.inf)
-        _health_first(topo, free, q, srv_free, node_free, k, switches, srv_q, compact_q, (gpu_rows, n_srv, subtree, qual, leftover))
-
-    if not gpu_rows:
+    n_base = len(base_rows)
+    if extra:
+        base_rows = np.concatenate([base_rows, np.stack([r[0] for r in extra])]).astype(np.int32)
+        base_ns = np.concatenate([base_ns, np.array([r[1] for r in extra], np.int32)])
+        base_st = np.concatenate([base_st, np.array([r[2] for r in extra], np.int32)])
+        base_q = np.concatenate([base_q, np.array([r[3] for r in extra])])
+        base_lo = np.concatenate([base_lo, np.array([r[4] for r in extra], np.int64)])
+    if len(base_rows) == 0:
         return _empty(k)
-    G = np.concatenate(gpu_rows).astype(np.int32)
-    NS = np.concatenate(n_srv)
-    ST = np.concatenate(subtree)
-    QU = np.concatenate(qual)
-    LO = np.concatenate(leftover)
-    rank = np.lexsort((ST, LO, np.round(QU, 9), NS))
-    G, NS, ST, QU = G[rank], NS[rank], ST[rank], QU[rank]
-    # Deduplicate identical GPU sets (keep the first = best ranked).
-    _, first = np.unique(G, axis=0, return_index=True)
-    keep = np.sort(first)[:cap]
-    return CandidateSet(G[keep], NS[keep], ST[keep], QU[keep])
+    rank = np.lexsort((base_st, base_lo, np.round(base_q, 9), base_ns))
+    if extra:
+        # Identical GPU sets keep their best-ranked row. Only the few extra (multi-server or
+        # health-first) rows can repeat another row: single-server rows are disjoint.
+        pos = np.empty(len(rank), np.int64)
+        pos[rank] = np.arange(len(rank))
+        drop = np.zeros(len(rank), bool)
+        for e in range(n_base, len(base_rows)):
+            same = np.flatnonzero((base_rows == base_rows[e]).all(axis=1))
+            if len(same) > 1:
+                drop[same[pos[same] != pos[same].min()]] = True
+        rank = rank[~drop[rank]]
+    rank = rank[:cap]
+    return CandidateSet(base_rows[rank].astype(np.int32, copy=False), base_ns[rank], base_st[rank], base_q[rank])
 
 
 def _health_first(
     topo: Topology,
-    free: NDArray[np.bool_],
-    q: NDArray[np.float64],
-    srv_free: NDArray[np.int64],
-    node_free: NDArray[np.int64],
+    sh: _Shared,
     k: int,
     switches: NDArray[np.int64],
     srv_q: NDArray[np.float64],
     compact_q: dict[int, float],
-    out: tuple[list, list, list, list, list],
+    out: list[tuple[NDArray[np.int32], int, int, float, int]],
 ) -> None:
     """Append each switch subtree's ``k`` healthiest free GPUs if healthier than its compact candidates."""
-    gpu_rows, n_srv, subtree, qual, leftover = out
+    free, q, srv_free, node_free = sh.free, sh.q, sh.srv_free, sh.node_free
     # Skip a subtree at once if a compact candidate inside is made of its healthiest free GPUs.
-    srv_qmin = np.minimum.reduceat(np.where(free, q, np.inf), topo.server_gpu_lo)
-    rank: NDArray[np.int64] | None = None
+    if sh.srv_qmin is None:
+        sh.srv_qmin = np.minimum.reduceat(np.where(free, q, np.inf), topo.server_gpu_lo)
+    srv_qmin = sh.srv_qmin
     for node in switches:
         slo, shi = topo.node_srv_lo[node], topo.node_srv_hi[node]
         inside = min(float(srv_q[slo:shi].min()), compact_q.get(int(node), np.inf))
         if inside <= k * float(srv_qmin[slo:shi].min()) + 1e-9:
             continue
-        if rank is None:
+        if sh.rank is None:
             g_all = np.flatnonzero(free)
             g_all = g_all[np.lexsort((g_all, -srv_free[topo.gpu_server[g_all]], np.round(q[g_all], 9)))]
-            rank = np.full(topo.num_gpus, len(g_all), dtype=np.int64)  # busy GPUs rank last
-            rank[g_all] = np.arange(len(g_all))
+            sh.rank = np.full(topo.num_gpus, len(g_all), dtype=np.int64)  # busy GPUs rank last
+            sh.rank[g_all] = np.arange(len(g_all))
         glo, ghi = int(topo.node_gpu_lo[node]), int(topo.node_gpu_hi[node])
-        r = rank[glo:ghi]
+        r = sh.rank[glo:ghi]
         g = glo + (np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r)))
         qv = float(q[g].sum())
         if qv >= inside - 1e-9:
             continue  # a compact candidate is as healthy
         g = np.sort(g).astype(np.int32)
-        gpu_rows.append(g[None, :])
-        n_srv.append(np.array([len(np.unique(topo.gpu_server[g]))], np.int32))
-        subtree.append(np.array([node], np.int32))
-        qual.append(np.array([qv]))
-        leftover.append(np.array([node_free[node] - k], np.int64))
+        out.append((g, len(np.unique(topo.gpu_server[g])), int(node), qv, int(node_free[node] - k)))

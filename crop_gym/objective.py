@@ -17,6 +17,7 @@ scratch (vectorised) and is what the incremental path is tested against.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -24,31 +25,64 @@ from numpy.typing import NDArray
 
 from crop_gym.devices import Health
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
-from crop_gym.perf import PerfConfig, PlacementStats, comm_time, iteration_time, placement_stats
+from crop_gym.jobs import Job, get_model
+from crop_gym.perf import (
+    PerfConfig,
+    PlacementStats,
+    comm_time,
+    comm_time_scalar,
+    iteration_time,
+    placement_stats,
+)
 from crop_gym.topology import Topology
 
-__all__ = ["ClusterMetrics", "ClusterState", "ideal_time"]
+__all__ = ["ClusterMetrics", "ClusterState", "VersionedCache", "ideal_time"]
+
+
+class VersionedCache:
+    """Derived data of one :attr:`ClusterState.version` (e.g. candidate sets); reset when it changes.
+
+    Never pickled or copied with the state: a copy starts empty.
+    """
+
+    __slots__ = ("sets", "shared", "version")
+
+    def __init__(self) -> None:
+        self.version = -1
+        self.sets: dict[Any, Any] = {}
+        self.shared: dict[Any, Any] = {}
+
+    def reset(self, version: int) -> None:
+        """Forget everything; the state is now at ``version``."""
+        self.version = version
+        self.sets = {}
+        self.shared = {}
+
+    def __getstate__(self) -> tuple[int, dict[Any, Any], dict[Any, Any]]:
+        return (-1, {}, {})
+
+    def __setstate__(self, st: tuple[int, dict[Any, Any], dict[Any, Any]]) -> None:
+        self.version, self.sets, self.shared = st
 
 
 def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
-    """``T*``: iteration time of ``job`` on a compact placement of healthy reference GPUs, alone."""
-    gpus = topology.compact_placement(job.num_gpus)
-    healthy = Health.healthy(topology)
-    st = placement_stats(topology, healthy, gpus)
+    """``T*``: iteration time of ``job`` on a compact placement of healthy reference GPUs, alone.
+
+    Cached per (topology, all-reduce, overlap, model, GPUs, batch): topologies are immutable.
+    """
+    return _ideal_time(topology, perf.allreduce, perf.overlap, job.model, job.num_gpus, float(job.batch_size))
+
+
+@lru_cache(maxsize=1 << 16)
+def _ideal_time(topology: Topology, allreduce: str, overlap: float, model: str, k: int, batch: float) -> float:
+    spec = get_model(model)
+    gpus = topology.compact_placement(k)
+    st = placement_stats(topology, Health.healthy(topology), gpus)
     b_inter = float(topology.link_bw[st.inter_links].min()) if len(st.inter_links) else np.inf
-    comm = comm_time(
-        perf.allreduce,
-        job.grad_bytes,
-        st.k,
-        st.g,
-        st.s,
-        st.b_intra,
-        b_inter,
-        st.a_intra,
-        st.a_inter,
+    comm = comm_time_scalar(
+        allreduce, spec.grad_bytes, st.k, st.g, st.s, st.b_intra, b_inter, st.a_intra, st.a_inter
     )
-    return float(iteration_time(job.compute_time, comm, perf.overlap))
+    return float(iteration_time(spec.compute_time(batch / k), comm, overlap))
 
 
 @dataclass(frozen=True)
@@ -81,7 +115,7 @@ class ClusterState:
 
     Example:
         >>> from crop_gym.topology import make_topology
-        >>> from crop_gym.jobs import Job
+        >>> from crop_gym.jobs import Job, get_model
         >>> state = ClusterState(make_topology("testbed-8"))
         >>> _ = state.add(Job("a", "resnet50", 4, 128), np.arange(4))
         >>> round(state.F, 6)
@@ -120,6 +154,7 @@ class ClusterState:
         self._mark = np.zeros(topology.num_nodes, dtype=bool)
         self._tstar_cache: dict[tuple[str, int, float], float] = {}
         self.version = 0
+        self._candidate_cache = VersionedCache()
         self._alloc(self._INIT_SLOTS, self._INIT_LINKS)
         self.jobs: dict[str, int] = {}
         self._slot_job: list[Job | None] = [None] * self._INIT_SLOTS
@@ -448,10 +483,11 @@ class ClusterState:
         if len(inter):
             load = load.copy()
             load[inter] += 1
+            b_inter = float((self._eff_bw[inter] / load[inter]).min())
+        else:
+            b_inter = np.inf
         # The new job's own value.
-        share = self._eff_bw[inter] / load[inter] if len(inter) else np.empty(0)
-        b_inter = float(share.min()) if len(share) else np.inf
-        C = comm_time(
+        C = comm_time_scalar(
             self.perf.allreduce,
             job.grad_bytes,
             st.k,
@@ -462,8 +498,10 @@ class ClusterState:
             st.a_intra,
             st.a_inter,
         )
-        T = iteration_time(job.compute_time * st.slowdown, C, self.perf.overlap)
-        own = job.weight * st.k * st.survival * min(1.0, self._tstar_of(job) / float(T))
+        t = job.compute_time * st.slowdown
+        phi = self.perf.overlap
+        T = t + C if phi == 0.0 else (1.0 - phi) * (t + C) + phi * max(t, C)
+        own = job.weight * st.k * st.survival * min(1.0, self._tstar_of(job) / T)
         if len(rows) == 0:
             return own
         _, _, new_vals = self._rows_values(rows, load)
@@ -483,6 +521,7 @@ class ClusterState:
             *(f"_{f}" for f in self._FLOAT_FIELDS),
         ):
             setattr(new, name, getattr(self, name).copy())
+        new._candidate_cache = VersionedCache()
         new.jobs = dict(self.jobs)
         new._slot_job = list(self._slot_job)
         new._slot_stats = list(self._slot_stats)

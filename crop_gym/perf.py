@@ -38,6 +38,7 @@ from crop_gym.topology import Topology
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
+    "comm_time_scalar",
     "PerfConfig",
     "PlacementStats",
     "comm_time",
@@ -48,6 +49,8 @@ __all__ = [
 AllReduce = Literal["ring", "hierarchical"]
 ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring", "hierarchical")
 FloatLike = Any  # float or NDArray[np.float64]
+_NO_LINKS: NDArray[np.int32] = np.empty(0, dtype=np.int32)
+_NO_LINKS.setflags(write=False)
 
 
 def _default_allreduce() -> AllReduce:
@@ -105,22 +108,41 @@ def comm_time(
     Returns:
         Seconds per iteration spent in the all-reduce.
     """
-    with np.errstate(divide="ignore", invalid="ignore"):
-        if allreduce == "ring":
-            b = np.minimum(b_intra, b_inter)
-            steps = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0)
-            return np.where(
-                steps > 0, steps / k * grad_bytes / b + steps * np.maximum(a_intra, a_inter), 0.0
-            )
-        gf = np.asarray(g, dtype=np.float64)
-        sf = np.asarray(s, dtype=np.float64)
-        intra = np.where(
-            gf > 1, 2.0 * (gf - 1.0) / gf * grad_bytes / b_intra + 2.0 * (gf - 1.0) * a_intra, 0.0
-        )
-        inter = np.where(
-            sf > 1, 2.0 * (sf - 1.0) / sf * grad_bytes / b_inter + 2.0 * (sf - 1.0) * a_inter, 0.0
-        )
-        return intra + inter
+    # No branch is needed: a term whose step count is 0 has an infinite bandwidth (no link spanned),
+    # and 0 * (M / inf) = 0. Bandwidths are > 0 by construction.
+    if allreduce == "ring":
+        steps = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0)
+        return steps / k * (grad_bytes / np.minimum(b_intra, b_inter)) + steps * np.maximum(a_intra, a_inter)
+    gf = np.asarray(g, dtype=np.float64)
+    sf = np.asarray(s, dtype=np.float64)
+    intra = (2.0 * (gf - 1.0) / gf) * (grad_bytes / b_intra) + 2.0 * (gf - 1.0) * a_intra
+    inter = (2.0 * (sf - 1.0) / sf) * (grad_bytes / b_inter) + 2.0 * (sf - 1.0) * a_inter
+    return intra + inter
+
+
+def comm_time_scalar(
+    allreduce: str,
+    grad_bytes: float,
+    k: int,
+    g: int,
+    s: int,
+    b_intra: float,
+    b_inter: float,
+    a_intra: float,
+    a_inter: float,
+) -> float:
+    """:func:`comm_time` for one job, in plain Python (no numpy overhead on the hot path)."""
+    if allreduce == "ring":
+        if k <= 1:
+            return 0.0
+        steps = 2.0 * (k - 1)
+        return steps / k * grad_bytes / min(b_intra, b_inter) + steps * max(a_intra, a_inter)
+    out = 0.0
+    if g > 1:
+        out += 2.0 * (g - 1) / g * grad_bytes / b_intra + 2.0 * (g - 1) * a_intra
+    if s > 1:
+        out += 2.0 * (s - 1) / s * grad_bytes / b_inter + 2.0 * (s - 1) * a_inter
+    return out
 
 
 def iteration_time(compute: FloatLike, comm: FloatLike, overlap: float = 0.0) -> Any:
@@ -171,10 +193,27 @@ def placement_stats(
     """
     p = np.sort(np.asarray(gpus, dtype=np.int32))
     k = len(p)
+    if k == 1:
+        g0 = int(p[0])
+        return PlacementStats(
+            gpus=p,
+            inter_links=_NO_LINKS,
+            k=1,
+            g=1,
+            s=1,
+            b_intra=np.inf,
+            a_intra=0.0,
+            a_inter=0.0,
+            slowdown=float(health.gpu_slowdown[g0] / topology.gpu_speed[g0]),
+            survival=float(1.0 - health.gpu_fail_prob[g0]),
+        )
     links = topology.spanned_links(p)
     intra_mask = topology.is_intra[links]
     intra, inter = links[intra_mask], links[~intra_mask]
-    servers, per_server = np.unique(topology.gpu_server[p], return_counts=True)
+    srv = topology.gpu_server[p]  # sorted, since GPUs are numbered in DFS order
+    cuts = np.flatnonzero(srv[1:] != srv[:-1]) + 1
+    s_count = len(cuts) + 1
+    g_max = int(np.diff(cuts, prepend=0, append=k).max()) if s_count > 1 else k
     b_intra = (
         float((topology.link_bw[intra] * health.link_degradation[intra]).min())
         if len(intra)
@@ -190,8 +229,8 @@ def placement_stats(
         gpus=p,
         inter_links=inter,
         k=k,
-        g=int(per_server.max()),
-        s=len(servers),
+        g=g_max,
+        s=s_count,
         b_intra=b_intra,
         a_intra=a_intra,
         a_inter=a_inter,

@@ -102,6 +102,7 @@ class Topology:
     node_gpu_hi: IntArray = field(repr=False)
     node_srv_lo: IntArray = field(repr=False)
     node_srv_hi: IntArray = field(repr=False)
+    uniform_depth: bool = field(default=False, repr=False)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -306,6 +307,7 @@ class Topology:
             node_gpu_hi=_readonly(node_gpu_hi.astype(np.int32)),
             node_srv_lo=_readonly(node_srv_lo),
             node_srv_hi=_readonly(node_srv_hi.astype(np.int32)),
+            uniform_depth=bool(depth[gpu_node].min() == max_d),
         )
 
     # ------------------------------------------------------------- placement
@@ -321,6 +323,18 @@ class Topology:
         k = len(gpus)
         if k <= 1:
             return np.empty(0, dtype=np.int32)
+        if self.uniform_depth:
+            # Each column of gpu_links[sorted P] is sorted (DFS order), so equal links are
+            # contiguous; a level with more than one distinct link spans all of them.
+            a = self.gpu_links[np.sort(gpus)].T
+            change = a[:, 1:] != a[:, :-1]
+            multi = change.any(axis=1)
+            if not multi.any():
+                return np.empty(0, dtype=np.int32)
+            first = np.ones(a.shape, dtype=bool)
+            first[:, 1:] = change
+            rows = a[multi]
+            return np.sort(rows[first[multi]]).astype(np.int32, copy=False)
         anc = self.gpu_links[gpus].ravel()
         links, counts = np.unique(anc, return_counts=True)
         keep = (counts < k) & (links > 0)
