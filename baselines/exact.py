@@ -290,7 +290,14 @@ class _Search:
         return self.state.F + self.potential(left, self.state.free_mask if free is None else free)
 
     def potential(self, left: Sequence[Job], free: NDArray[np.bool_]) -> float:
-        """Upper bound of what the jobs ``left`` can add on the GPUs ``free``."""
+        """Upper bound of what the jobs ``left`` can add on the GPUs ``free``.
+
+        With free slowdowns sorted, ``σ_(1) <= σ_(2) <= ...``, if a set ``S`` of jobs is placed, the
+        one whose slowest GPU is slowest has a slowest GPU of at least ``σ_(K(S))``, ``K(S)`` the GPUs
+        of ``S``. So ``best[S] = max_{j in S} best[S - j] + ub_j(σ_(K(S)))`` bounds ``S`` (a dynamic
+        programme over subsets, up to 10 jobs); beyond that, a fractional knapsack of each job's bound
+        at the ``k``-th smallest slowdown.
+        """
         n_free = int(free.sum())
         if not left or n_free == 0:
             return 0.0
@@ -299,15 +306,43 @@ class _Search:
         keep = np.cumprod(np.sort(self.keep[free])[::-1])
         per_srv = np.bincount(topo.gpu_server[free], minlength=topo.num_servers)
         reach = np.cumsum(np.sort(per_srv)[::-1])
-        items = []
-        for j in left:
+        jobs = [j for j in left if j.num_gpus <= n_free]
+        if not jobs:
+            return 0.0
+        # ub[i][K-1]: bound of job i if its slowest GPU is the K-th slowest (K >= its size).
+        table = []
+        for j in jobs:
             k = j.num_gpus
-            if k > n_free:
-                continue
             n_srv = int(np.searchsorted(reach, k) + 1)
-            v = float(self.value_ub(j, slow[k - 1], keep[k - 1], n_srv))
-            items.append((v / k, k))
-        items.sort(reverse=True)
+            table.append(np.asarray(self.value_ub(j, slow, keep[k - 1], n_srv), dtype=float).tolist())
+        sizes = [j.num_gpus for j in jobs]
+        m = len(jobs)
+        if m <= 10:
+            best = [0.0] * (1 << m)
+            used = [0] * (1 << m)
+            top = 0.0
+            for mask in range(1, 1 << m):
+                low = mask & -mask
+                i0 = low.bit_length() - 1
+                used[mask] = used[mask ^ low] + sizes[i0]
+                n_used = used[mask]
+                if n_used > n_free:
+                    best[mask] = -math.inf
+                    continue
+                b = -math.inf
+                rest = mask
+                while rest:
+                    bit = rest & -rest
+                    i = bit.bit_length() - 1
+                    cand = best[mask ^ bit] + table[i][n_used - 1]
+                    if cand > b:
+                        b = cand
+                    rest ^= bit
+                best[mask] = b
+                if b > top:
+                    top = b
+            return top
+        items = sorted(((table[i][sizes[i] - 1] / sizes[i], sizes[i]) for i in range(m)), reverse=True)
         cap, add = n_free, 0.0
         for density, k in items:
             take = min(k, cap)

@@ -39,6 +39,12 @@ from crop_gym.topology import Topology
 __all__ = ["ClusterMetrics", "ClusterState", "VersionedCache", "ideal_time"]
 
 
+def _view(a: NDArray[np.float64]) -> NDArray[np.float64]:
+    v = a.view()
+    v.setflags(write=False)
+    return v
+
+
 class VersionedCache:
     """Derived data of one :attr:`ClusterState.version` (e.g. candidate sets); reset when it changes.
 
@@ -227,6 +233,21 @@ class ClusterState:
         """``float64[N]``: ``ρ_e · B_e`` per link (root: inf)."""
         return self._eff_bw
 
+    @property
+    def slot_iteration_times(self) -> NDArray[np.float64]:
+        """Read-only ``T_j`` per slot (index with ``jobs[job_id]`` or ``gpu_owner``; unused slots stale)."""
+        return _view(self._T)
+
+    @property
+    def slot_eta(self) -> NDArray[np.float64]:
+        """Read-only ``η_j`` per slot (see :attr:`slot_iteration_times`)."""
+        return _view(self._eta)
+
+    @property
+    def slot_num_gpus(self) -> NDArray[np.float64]:
+        """Read-only ``k_j`` per slot (see :attr:`slot_iteration_times`)."""
+        return _view(self._k)
+
     def placed_jobs(self) -> list[Job]:
         """The placed jobs, in slot order."""
         return [self._slot_job[s] for s in sorted(self.jobs.values())]  # type: ignore[misc]
@@ -269,25 +290,59 @@ class ClusterState:
         )
 
     # ------------------------------------------------------------------- health
-    def set_health(self, health: Health) -> None:
-        """Replace the device health and recompute every placed job.
+    def set_health(
+        self,
+        health: Health,
+        changed_gpus: NDArray[np.integer[Any]] | None = None,
+        changed_links: NDArray[np.integer[Any]] | None = None,
+    ) -> None:
+        """Replace the device health and recompute the placed jobs it affects.
+
+        Args:
+            health: The new health.
+            changed_gpus: GPUs whose health changed, if known: only the jobs holding one of them, or
+                spanning one of ``changed_links``, get their placement facts recomputed (then every
+                job is re-evaluated, vectorised). ``None`` for both = recompute every job.
+            changed_links: Links (child node indices) whose health changed, if known.
 
         Raises:
             ConfigError: If a placed job holds a GPU that the new health marks failed (remove the job
                 first, as the simulator does on a failure).
         """
-        self._health = health
-        self._usable = health.usable
-        self._eff_bw = self.topology.link_bw * health.link_degradation
-        self._eff_bw.setflags(write=False)
-        for jid, s in self.jobs.items():
+        if changed_gpus is None and changed_links is None:
+            slots = list(self.jobs.values())
+        else:
+            hit = np.zeros(len(self._active), dtype=bool)
+            if changed_gpus is not None and len(changed_gpus):
+                owners = self.gpu_owner[np.asarray(changed_gpus)]
+                hit[owners[owners >= 0]] = True
+            if changed_links is not None and len(changed_links):
+                cl = np.asarray(changed_links, dtype=np.int64)
+                topo = self.topology
+                intra = cl[topo.is_intra[cl]]
+                if len(intra):
+                    owners = self.gpu_owner[np.searchsorted(topo.gpu_node, intra)]
+                    hit[owners[owners >= 0]] = True
+                inter = cl[~topo.is_intra[cl] & (cl > 0)]
+                if len(inter):
+                    hit[self._affected(inter.astype(np.int32))] = True
+            slots = np.flatnonzero(hit & self._active).tolist()
+        usable = health.usable
+        for s in slots:
             st = self._slot_stats[s]
             assert st is not None
-            if not self._usable[st.gpus].all():
-                raise ConfigError(
-                    f"job {jid} holds a failed GPU; remove it before marking the GPU failed"
-                )
-            self._write_stats(s, placement_stats(self.topology, health, st.gpus), self._slot_job[s])  # type: ignore[arg-type]
+            if not usable[st.gpus].all():
+                job = self._slot_job[s]
+                assert job is not None
+                raise ConfigError(f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed")
+        self._health = health
+        self._usable = usable
+        self._eff_bw = self.topology.link_bw * health.link_degradation
+        self._eff_bw.setflags(write=False)
+        for s in slots:
+            st, job = self._slot_stats[s], self._slot_job[s]
+            assert st is not None and job is not None
+            self._write_stats(s, placement_stats(self.topology, health, st.gpus), job)
         self.version += 1
         self.evaluate()
 

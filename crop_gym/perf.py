@@ -38,10 +38,10 @@ from crop_gym.topology import Topology
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
-    "comm_time_scalar",
     "PerfConfig",
     "PlacementStats",
     "comm_time",
+    "comm_time_scalar",
     "iteration_time",
     "placement_stats",
 ]

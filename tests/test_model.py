@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crop_gym.devices import Health
+from crop_gym.candidates import candidate_placements
+from crop_gym.devices import Health, get_profile
 from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
 from crop_gym.perf import PerfConfig, comm_time, iteration_time
-from crop_gym.topology import build_tree
+from crop_gym.topology import build_tree, make_topology
 
 INTER, INTRA = 1e9, 4e9  # bytes/s
 
@@ -214,3 +215,34 @@ def test_slot_growth() -> None:
         st.add(job(f"j{i}", 1), [i])
     st.add(job("wide", 20), np.arange(100, 160, 3)[:20])
     assert pytest.approx(st.evaluate()) == st.F
+
+
+def test_set_health_with_changed_devices_matches_full_recompute() -> None:
+    topo = make_topology("leafspine-64")
+    rng = np.random.default_rng(0)
+    prof = get_profile("severe")
+    for trial in range(5):
+        h0 = prof.sample(topo, rng).replace(gpu_failed=np.zeros(topo.num_gpus, bool))
+        st = ClusterState(topo, h0)
+        for i in range(8):
+            k = int(rng.choice([1, 2, 4, 8, 16]))
+            c = candidate_placements(st, k)
+            if len(c):
+                st.add(Job(f"j{trial}-{i}", "vgg16", k, 256), c.gpus[rng.integers(len(c))])
+        # Change a few devices (not failing a held GPU).
+        sig = h0.gpu_slowdown.copy()
+        rho = h0.link_degradation.copy()
+        cg = rng.choice(topo.num_gpus, 4, replace=False)
+        sig[cg] = rng.uniform(1, 3, 4)
+        links = np.flatnonzero(~topo.is_intra)[1:]
+        cl = rng.choice(links, 3, replace=False)
+        rho[cl] = rng.uniform(0.2, 1, 3)
+        h1 = h0.replace(gpu_slowdown=sig, link_degradation=rho)
+        ref = st.copy()
+        ref.set_health(h1)
+        st.set_health(h1, changed_gpus=cg, changed_links=cl)
+        assert pytest.approx(ref.F, rel=1e-12) == st.F
+        t1, t2 = st.iteration_times(), ref.iteration_times()
+        for jid in t1:
+            assert t1[jid] == pytest.approx(t2[jid], rel=1e-12)
+            assert st.job_record(jid) == pytest.approx(ref.job_record(jid), rel=1e-12)

@@ -21,7 +21,6 @@ from crop_gym.sim import (
     SimConfig,
     SimulationError,
     Simulator,
-    apply_health,
 )
 from crop_gym.topology import make_topology
 from crop_gym.workloads import load_workload
@@ -282,37 +281,6 @@ def test_health_timeline_does_not_depend_on_the_policy() -> None:
     np.testing.assert_array_equal(ha.sigma, hb.sigma)
     np.testing.assert_array_equal(ha.failed, hb.failed)
     np.testing.assert_array_equal(ha.pi_link, hb.pi_link)
-
-
-def test_apply_health_matches_set_health() -> None:
-    topo = make_topology("leafspine-64")
-    rng = np.random.default_rng(0)
-    prof = get_profile("severe")
-    for trial in range(5):
-        h0 = prof.sample(topo, rng).replace(gpu_failed=np.zeros(topo.num_gpus, bool))
-        st = ClusterState(topo, h0)
-        for i in range(8):
-            k = int(rng.choice([1, 2, 4, 8, 16]))
-            c = candidate_placements(st, k)
-            if len(c):
-                st.add(Job(f"j{trial}-{i}", "vgg16", k, 256), c.gpus[rng.integers(len(c))])
-        # Change a few devices (not failing a held GPU).
-        sig = h0.gpu_slowdown.copy()
-        rho = h0.link_degradation.copy()
-        cg = rng.choice(topo.num_gpus, 4, replace=False)
-        sig[cg] = rng.uniform(1, 3, 4)
-        links = np.flatnonzero(~topo.is_intra)[1:]
-        cl = rng.choice(links, 3, replace=False)
-        rho[cl] = rng.uniform(0.2, 1, 3)
-        h1 = h0.replace(gpu_slowdown=sig, link_degradation=rho)
-        ref = st.copy()
-        ref.set_health(h1)
-        apply_health(st, h1, cg, cl)
-        assert pytest.approx(ref.F, rel=1e-12) == st.F
-        t1, t2 = st.iteration_times(), ref.iteration_times()
-        for jid in t1:
-            assert t1[jid] == pytest.approx(t2[jid], rel=1e-12)
-            assert st.job_record(jid) == pytest.approx(ref.job_record(jid), rel=1e-12)
 
 
 def test_oversized_jobs_are_refused_or_skipped_and_reported() -> None:

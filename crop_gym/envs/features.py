@@ -607,7 +607,7 @@ class ObservationBuilder:
         g[:, 1] = busy
         n = state.link_load[self._server_uplink]
         g[:, 6] = n / (n + 1.0)
-        eta, k = _slot_arrays(state)
+        eta, k = state.slot_eta, state.slot_num_gpus
         slot = np.where(busy, owner, 0)
         g[:, 8] = np.where(busy, eta[slot], 0.0)
         g[:, 9] = np.where(busy, np.minimum(k[slot] / self.max_job_gpus, 1.0), 0.0)
@@ -688,13 +688,3 @@ class ObservationBuilder:
 
     def _out(self, buf: NDArray[np.float32]) -> NDArray[np.float32]:
         return buf.copy() if self.table_layout else buf.ravel().copy()
-
-
-def _slot_arrays(state: ClusterState) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-    """Per-slot ``η`` and ``k`` of the placed jobs, indexed like ``state.gpu_owner``.
-
-    Reads the state's slot arrays directly (hot path); the public per-job alternative is
-    :meth:`ClusterState.job_record`.
-    """
-    return state._eta, state._k
-

@@ -11,7 +11,7 @@ the baselines in ``baselines.policy``). See docs/SIMULATOR.md.
 from __future__ import annotations
 
 from crop_gym.sim.config import QUEUE_VIEWS, SimConfig, SimulationError
-from crop_gym.sim.engine import Simulator, apply_health, simulate
+from crop_gym.sim.engine import Simulator, simulate
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
 from crop_gym.sim.protocol import PlacementLike, PlacementPolicy
 from crop_gym.sim.result import RECORD_COLUMNS, SimResult
@@ -28,6 +28,5 @@ __all__ = [
     "SimResult",
     "SimulationError",
     "Simulator",
-    "apply_health",
     "simulate",
 ]

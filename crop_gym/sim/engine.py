@@ -32,18 +32,16 @@ from __future__ import annotations
 import bisect
 import math
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.devices import AbnormalityProfile, Health, get_profile
+from crop_gym.devices import AbnormalityProfile, get_profile
 from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState, ideal_time
-from crop_gym.perf import PerfConfig, placement_stats
 from crop_gym.sim.config import SimConfig, SimulationError
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
 from crop_gym.sim.protocol import PlacementPolicy
@@ -55,93 +53,6 @@ __all__ = ["Simulator", "simulate"]
 
 # Job status codes.
 _FUTURE, _QUEUED, _RUNNING, _DONE = 0, 1, 2, 3
-
-
-def _slot_times(state: ClusterState) -> NDArray[np.float64]:
-    """Iteration time of every slot of ``state`` (the array ``ClusterState`` keeps per slot).
-
-    ``ClusterState`` stores ``T`` per slot in a private array; reading it avoids building the
-    ``iteration_times()`` dict at every event. Falls back to that dict if the array is absent.
-    """
-    arr = getattr(state, "_T", None)
-    if isinstance(arr, np.ndarray):
-        return arr
-    out = np.zeros(max(state.jobs.values(), default=-1) + 1)
-    for jid, t in state.iteration_times().items():
-        out[state.jobs[jid]] = t
-    return out
-
-
-def apply_health(
-    state: ClusterState,
-    health: Health,
-    changed_gpus: Sequence[int] | NDArray[np.integer[Any]] = (),
-    changed_links: Sequence[int] | NDArray[np.integer[Any]] = (),
-) -> None:
-    """``state.set_health(health)``, recomputing only the jobs that touch a changed device.
-
-    :meth:`ClusterState.set_health` recomputes the placement facts of every placed job (~0.1 ms a
-    job); a health event changes one device, so this recomputes only the jobs holding a changed GPU
-    or spanning a changed link, then re-evaluates every job vectorised (link bandwidths may have
-    changed). The result equals ``set_health`` exactly (tested). Falls back to ``set_health`` if
-    ``ClusterState``'s internals differ from what this expects.
-
-    Raises:
-        ConfigError: If a placed job holds a GPU that ``health`` marks failed.
-    """
-    needed = ("_slot_stats", "_slot_job", "_write_stats", "_links", "_active", "_eff_bw", "_usable")
-    if not all(hasattr(state, a) for a in needed):  # pragma: no cover - internals changed
-        state.set_health(health)
-        return
-    topo = state.topology
-    cg = np.asarray(changed_gpus, dtype=np.int64)
-    cl = np.asarray(changed_links, dtype=np.int64)
-    slots: set[int] = set()
-    if len(cg):
-        owners = state.gpu_owner[cg]
-        slots.update(int(s) for s in owners[owners >= 0])
-    if len(cl):
-        intra = cl[topo.is_intra[cl]]
-        if len(intra):
-            node_gpu = np.full(topo.num_nodes, -1, dtype=np.int64)
-            node_gpu[topo.gpu_node] = np.arange(topo.num_gpus)
-            owners = state.gpu_owner[node_gpu[intra]]
-            slots.update(int(s) for s in owners[owners >= 0])
-        inter = cl[~topo.is_intra[cl]]
-        if len(inter):
-            hit = np.isin(state._links, inter).any(axis=1) & state._active
-            slots.update(int(s) for s in np.flatnonzero(hit))
-    usable = health.usable
-    todo: list[tuple[int, Job, NDArray[np.int32]]] = []
-    for s in slots:
-        st = state._slot_stats[s]
-        job = state._slot_job[s]
-        assert st is not None and job is not None
-        if not usable[st.gpus].all():
-            raise ConfigError(
-                f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed"
-            )
-        todo.append((s, job, st.gpus))
-    state._health = health
-    state._usable = usable
-    eff = topo.link_bw * health.link_degradation
-    eff.setflags(write=False)
-    state._eff_bw = eff
-    for s, job, gpus in todo:
-        state._write_stats(s, placement_stats(topo, health, gpus), job)
-    state.version += 1
-    state.evaluate()
-
-
-_IDEAL: weakref.WeakKeyDictionary[
-    Topology, dict[PerfConfig, dict[tuple[str, int, float], float]]
-] = weakref.WeakKeyDictionary()
-
-
-def _ideal_cache(topology: Topology, perf: PerfConfig) -> dict[tuple[str, int, float], float]:
-    """The shared cache of ideal iteration times ``T*`` for a topology and perf options."""
-    per_topo = _IDEAL.setdefault(topology, {})
-    return per_topo.setdefault(perf, {})
 
 
 class Simulator:
@@ -206,23 +117,12 @@ class Simulator:
             scripted_failures,
         )
         self.state = ClusterState(self.topology, self.health_process.health(), self.config.perf)
-        state_cache = getattr(self.state, "_tstar_cache", None)
 
         # Per-job arrays.
         self._k = np.fromiter((j.num_gpus for j in self.jobs), np.int64, n)
         self._work = np.fromiter((j.iterations for j in self.jobs), np.float64, n)
         self._arrival = np.fromiter((j.arrival for j in self.jobs), np.float64, n)
-        tcache = _ideal_cache(self.topology, self.config.perf)
-        tstar = np.empty(n)
-        for i, j in enumerate(self.jobs):
-            key = (j.model, j.num_gpus, float(j.batch_size))
-            v = tcache.get(key)
-            if v is None:
-                v = tcache[key] = ideal_time(self.topology, j, self.config.perf)
-            tstar[i] = v
-        self._tstar = tstar
-        if isinstance(state_cache, dict):  # spare ClusterState recomputing the same ideal times
-            state_cache.update(tcache)
+        self._tstar = np.fromiter((ideal_time(self.topology, j, self.config.perf) for j in self.jobs), np.float64, n)
         self._status = np.zeros(n, dtype=np.int8)
         self._start = np.full(n, np.nan)
         self._finish = np.full(n, np.nan)
@@ -333,11 +233,11 @@ class Simulator:
         act = self._active_slots()
         if not len(act):
             return
-        Tnow = _slot_times(self.state)[act]
+        Tnow = self.state.slot_iteration_times[act]
         ch = act[Tnow != self._s_T[act]]
         if len(ch):
             self._rebase(ch, self.now)
-            self._s_T[ch] = _slot_times(self.state)[ch]
+            self._s_T[ch] = self.state.slot_iteration_times[ch]
 
     # ------------------------------------------------------------------ queue
     def _enqueue(self, i: int) -> None:
@@ -488,7 +388,7 @@ class Simulator:
         self._s_ckrem[s] = self._rem_saved[i]
         self._s_tupd[s] = self.now
         self._s_seg[s] = self.now
-        self._s_T[s] = _slot_times(self.state)[s]
+        self._s_T[s] = self.state.slot_iteration_times[s]
         self._s_k[s] = self._k[i]
         self._s_tstar[s] = self._tstar[i]
         self._busy += int(self._k[i])
@@ -544,11 +444,10 @@ class Simulator:
                         self._kill(self.state.jobs[jid])
                         self.job_failures_link += 1
         if change.health_changed:
-            apply_health(
-                self.state,
+            self.state.set_health(
                 self.health_process.health(),
-                sorted(change.changed_gpus),
-                sorted(change.changed_links),
+                changed_gpus=np.array(sorted(change.changed_gpus), dtype=np.int64),
+                changed_links=np.array(sorted(change.changed_links), dtype=np.int64),
             )
             self._dirty = True
         if change.repaired_gpus:
