@@ -240,10 +240,17 @@ class _Greedy:
         )
 
     def _push_refresh(self, k: int) -> None:
+        """Mark size ``k``'s list stale: an item that pops before any entry the new list could hold.
+
+        Any entry of size ``k`` (from the stale list or the fresh one) has a key of at least
+        ``(-bound_k, q_k, 0)`` with ``q_k`` the earliest queue position among the size's pending
+        jobs, so the item ``(-bound_k, q_k, -1)`` is refreshed before such an entry can be accepted,
+        and not earlier than needed.
+        """
         s = self._next_stamp()
         self.size_stamp[k] = s
-        # Queue position -1: on equal rank a stale list is refreshed before any entry is accepted.
-        heapq.heappush(self.heap, (-round(self._size_bound(k), _NDIGITS), -1, k, -1, -1, s))
+        q = min(self.cls_members[c][0] for c in self.size_classes[k])
+        heapq.heappush(self.heap, (-round(self._size_bound(k), _NDIGITS), q, -1, -k, -1, s))
 
     def _kill_size(self, k: int) -> None:
         for c in self.size_classes.pop(k, []):
@@ -330,11 +337,11 @@ class _Greedy:
             self._push_refresh(k)
         heap = self.heap
         while heap and (max_rounds is None or st.rounds < max_rounds):
-            negkey, _, r, c, cid, stamp = heapq.heappop(heap)
+            negkey, _, _, c, cid, stamp = heapq.heappop(heap)
             st.heap_pops += 1
-            if c < 0:  # a stale candidate list of size r
-                if self.size_stamp.get(r) == stamp:
-                    self._refresh(r)
+            if c < 0:  # a stale candidate list of size -c
+                if self.size_stamp.get(-c) == stamp:
+                    self._refresh(-c)
                 continue
             ent = self.entry.get((c, cid))
             if ent is None or ent[1] != stamp:

@@ -124,16 +124,27 @@ def main() -> None:
         )
         print(f"BC run (100 CROP episodes, no RL) total wall: {time.perf_counter() - t0:.1f} s")
         runs.append(tmp)
+    from agents.training import time_to_target
+
     for run in runs:
         meta = json.loads((run / "run.json").read_text())
-        hit = (meta.get("time_to_target") or {}).get("ratio_to_crop")
+        ttt = time_to_target(meta.get("curve") or [])
         label = f"{meta['algo']}{' + BC(' + str(meta['bc_demos']) + ')' if meta.get('bc_demos') else ' from scratch'}"
+        label += f", {meta.get('policy', 'CandidateScorer')}"
+        hit = ttt["ratio_to_crop"]
         if hit:
             print(
-                f"{run}: {label}: 0.98 x CROP (mean F, validation) at step {hit['steps']} ({hit['phase']}), {hit['wall_s']:.0f} s wall"
+                f"{run}: {label}: mean F >= 0.98 x CROP (validation) at step {hit['steps']} ({hit['phase']}), {hit['wall_s']:.0f} s wall"
             )
         else:
-            print(f"{run}: {label}: did not reach 0.98 x CROP")
+            print(f"{run}: {label}: mean F did not reach 0.98 x CROP")
+        for level, h in ttt["gain_thresholds"].items():
+            where = (
+                f"step {h['steps']} ({h['phase']}), {h['wall_s']:.0f} s wall"
+                if h
+                else "not reached"
+            )
+            print(f"    gain (F(end) - F(start)) >= {level} x CROP's: {where}")
 
 
 if __name__ == "__main__":

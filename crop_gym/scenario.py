@@ -10,7 +10,7 @@ Scenarios load from TOML, YAML or JSON files with the same field names, e.g.::
 
     name = "my-scenario"
     cluster = "leafspine-64"
-    workload = "elasticflow:cluster10"
+    workload = "elasticflow:cluster04"
     queue_size = 16
     background_load = 0.3
 
@@ -73,7 +73,7 @@ class Scenario:
     name: str = "custom"
     cluster: str = "leafspine-64"
     abnormal: AbnormalityProfile = field(default_factory=lambda: PROFILES["mild"])
-    workload: str = "elasticflow:cluster10"
+    workload: str = "elasticflow:cluster04"
     workload_format: str | None = None
     queue_size: int = 16
     background_load: float = 0.3
@@ -201,7 +201,7 @@ class Scenario:
 
 #: Built-in scenarios.
 SCENARIOS: dict[str, Scenario] = {
-    "default": Scenario(name="default"),
+    "default": Scenario(name="default"),  # leafspine-64, mild, 16 jobs from cluster04 (<= 32 GPUs), 30% background
     "testbed-8": Scenario(
         name="testbed-8",
         cluster="testbed-8",

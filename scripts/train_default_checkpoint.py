@@ -1,7 +1,8 @@
 """Rebuild the checkpoint shipped in ``agents/checkpoints/default.zip``.
 
 Trains MaskablePPO with the candidate scorer on ``crop_gym/Placement-v0``: behaviour cloning on 200
-CROP episodes, then 20,000 steps of RL fine-tuning (seed 1), evaluates the final model on 50 held-out
+CROP episodes and one DAgger round (the config's defaults), then 20,000 steps of RL fine-tuning
+(seed 1), evaluates the final model on 50 held-out
 seeds (from 10^9) and exports it without the optimizer's moments (a ~0.25 MB file) with the
 evaluation summary in its metadata.
 
@@ -26,6 +27,7 @@ def main() -> None:
     """Train (or take an existing run), evaluate on held-out seeds, export."""
     import torch as th
 
+    from agents._io import read_json
     from agents.checkpoint import export_checkpoint, load_checkpoint
     from agents.config import EVAL_SEED_BASE
     from agents.evaluation import PolicyAgent, evaluate_static
@@ -74,6 +76,7 @@ def main() -> None:
         args.dest,
         source_run=str(run),
         recipe="crop-gym train --algo maskable_ppo --env crop_gym/Placement-v0 --bc-demos 200 --steps 20000 --seed 1",
+        command=" ".join(read_json(run / "run.json").get("command") or []) or None,
         test_evaluation=summary,
     )
     print(

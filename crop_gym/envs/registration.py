@@ -24,7 +24,7 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
     f"{NAMESPACE}/Placement-v0": (
         _STATIC,
         {"scenario": "default"},
-        "64-GPU leaf-spine (8x8, 2 ToRs), mild abnormalities, 30% background, 16 ElasticFlow jobs; candidate actions",
+        "64-GPU leaf-spine (8x8, 2 ToRs), mild abnormalities, 30% background, 16 jobs from ElasticFlow cluster04 (scarce GPUs); candidate actions",
     ),
     f"{NAMESPACE}/Placement-Testbed8-v0": (
         _STATIC,
