@@ -142,16 +142,18 @@ def _check_exact(insts: Sequence[PlacementInstance], seeds: Sequence[int]) -> st
             except ConfigError as exc:
                 errors.append(str(exc))
                 continue
-            if log10 <= EXACT_LIMITS.log10_space:
+            if log10 <= EXACT_LIMITS.log10_limit(space):
                 spaces.append(space)
                 break
-            errors.append(f"space={space!r}: 10^{log10:.1f} combinations")
+            errors.append(
+                f"space={space!r}: 10^{log10:.1f} combinations, limit 10^{EXACT_LIMITS.log10_limit(space):g}"
+            )
         else:
             raise ConfigError(
                 f"--exact: scenario {insts[0].scenario.name!r} is too large for the exact solver "
                 f"(seed {seed}: {len(inst.queue)} pending jobs on {inst.state.num_free} free GPUs; "
-                f"{'; '.join(errors)}; the limit is 10^{EXACT_LIMITS.log10_space:g} combinations of "
-                "jobs x candidates); try --scenario testbed-8"
+                f"{'; '.join(errors)}; the limit is on combinations of jobs x placement options); "
+                "try --scenario testbed-8"
             )
     return "all" if all(s == "all" for s in spaces) else "candidates"
 

@@ -64,19 +64,28 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ExactLimits:
-    """Size limits of the exact solvers (measured on a 2-core machine; see docs/CROP.md).
+    """Size limits of the exact solvers, measured on a 2-core machine (``benchmarks/bench_crop.py``;
+    docs/CROP.md has the figures): instances within them finish in about a minute or less.
 
     Attributes:
-        log10_space: Largest ``log10 ∏ (options_j + 1)`` the branch-and-bound accepts.
-        max_nodes: Most search nodes expanded before giving up.
+        log10_all: Largest ``log10 ∏ (options_j + 1)`` accepted in ``space="all"`` (16-GPU trees with
+            8 jobs, about 10^16, take under 15 s).
+        log10_candidates: Largest ``log10 ∏ (candidates_j + 1)`` accepted in ``space="candidates"``
+            (about 6 jobs x 8 candidates; 8 jobs on 64 GPUs take minutes).
+        max_nodes: Most search nodes expanded before giving up (about a minute).
         max_options: Most placement options of one job in ``space="all"``.
-        milp_vars: Most MILP variables (job × per-server count vector).
+        milp_vars: Most MILP variables (job x per-server count vector).
     """
 
-    log10_space: float = 14.0
+    log10_all: float = 18.0
+    log10_candidates: float = 5.5
     max_nodes: int = 200_000
     max_options: int = 20_000
     milp_vars: int = 50_000
+
+    def log10_limit(self, space: str) -> float:
+        """The search-space limit of ``space``."""
+        return self.log10_all if space == "all" else self.log10_candidates
 
 
 #: Default limits.
@@ -272,7 +281,9 @@ class _Search:
     def value_ub(self, job: Job, sigma: Any, keep: Any, servers: Any) -> Any:
         """Upper bound of ΔF of ``job`` (vectorised over options)."""
         k = job.num_gpus
-        c = comm_time(self.perf.allreduce, job.grad_bytes, k, 1, servers, np.inf, self.b_up, 0.0, 0.0)
+        c = comm_time(
+            self.perf.allreduce, job.grad_bytes, k, 1, servers, np.inf, self.b_up, 0.0, 0.0
+        )
         c = np.where(np.asarray(servers) > 1, c, 0.0)
         t = iteration_time(job.compute_time * np.asarray(sigma, dtype=float), c, self.perf.overlap)
         return job.weight * k * keep * np.minimum(1.0, self.tstar[job.job_id] / t)
@@ -314,7 +325,9 @@ class _Search:
         for j in jobs:
             k = j.num_gpus
             n_srv = int(np.searchsorted(reach, k) + 1)
-            table.append(np.asarray(self.value_ub(j, slow, keep[k - 1], n_srv), dtype=float).tolist())
+            table.append(
+                np.asarray(self.value_ub(j, slow, keep[k - 1], n_srv), dtype=float).tolist()
+            )
         sizes = [j.num_gpus for j in jobs]
         m = len(jobs)
         if m <= 10:
@@ -342,7 +355,9 @@ class _Search:
                 if b > top:
                     top = b
             return top
-        items = sorted(((table[i][sizes[i] - 1] / sizes[i], sizes[i]) for i in range(m)), reverse=True)
+        items = sorted(
+            ((table[i][sizes[i] - 1] / sizes[i], sizes[i]) for i in range(m)), reverse=True
+        )
         cap, add = n_free, 0.0
         for density, k in items:
             take = min(k, cap)
@@ -509,7 +524,7 @@ def branch_and_bound(
         incumbent: A feasible answer to start from; it must lie in the space (CROP's answer with
             ``max_candidates <= 32`` does). Default: CROP's answer.
         max_nodes: Node limit (default ``EXACT_LIMITS.max_nodes``).
-        log10_limit: Search-space limit (default ``EXACT_LIMITS.log10_space``).
+        log10_limit: Search-space limit (default ``EXACT_LIMITS.log10_limit(space)``).
 
     Returns:
         The optimal placements and F.
@@ -520,7 +535,9 @@ def branch_and_bound(
     t0 = time.perf_counter()
     jobs = [j for j in pending_jobs(state, queue) if j.num_gpus <= state.num_free]
     log10, opts = search_space(state, jobs, space=space, max_candidates=max_candidates)
-    _guard(log10, opts, space, EXACT_LIMITS.log10_space if log10_limit is None else log10_limit)
+    _guard(
+        log10, opts, space, EXACT_LIMITS.log10_limit(space) if log10_limit is None else log10_limit
+    )
     check_range("max_candidates", max_candidates, 1)
     work = state.copy()
     s = _Search(work, jobs, EXACT_LIMITS.max_nodes if max_nodes is None else max_nodes)
@@ -550,7 +567,7 @@ def optimum(state: ClusterState, queue: Sequence[Job], **kwargs: object) -> Exac
     """
     try:
         search_space_log, opts = search_space(state, queue, space="all")
-        _guard(search_space_log, opts, "all", EXACT_LIMITS.log10_space)
+        _guard(search_space_log, opts, "all", EXACT_LIMITS.log10_all)
         space = "all"
     except ConfigError:
         space = "candidates"

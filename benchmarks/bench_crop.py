@@ -4,7 +4,7 @@ Run from the repository root (after ``pip install -e .``, or with ``PYTHONPATH=.
 
     python benchmarks/bench_crop.py                  # speed, speed-up, exact limit (a few minutes)
     python benchmarks/bench_crop.py --only speed     # just the CROP timings
-    python benchmarks/bench_crop.py --ratios 200     # CROP / optimum on 200 instances per cluster x profile
+    python benchmarks/bench_crop.py --only ratios    # CROP / optimum, 200 instances per cluster x profile
 
 Budgets (2-core machine): CROP on 1,024 GPUs (n128g8) with 200 pending jobs <= 1 s; on 8,192 GPUs
 (fattree-8192) with 1,000 pending jobs <= 15 s; the exact solver's guard must refuse what would not
@@ -53,13 +53,15 @@ def best_of(repeat: int, fn: Callable[[], T]) -> tuple[float, T]:
 
 
 def bench_speed(repeat: int) -> None:
-    print("CROP speed (best of %d; rule=best runs two greedy passes)" % repeat)
+    print(f"CROP speed (best of {repeat}; rule=best runs two greedy passes)")
     for sc, budget in ((SCENARIOS["n128g8"], 1.0), (BIG, 15.0)):
         t0 = time.perf_counter()
         inst = ScenarioSampler(sc).sample(np.random.default_rng(0))
         sample_s = time.perf_counter() - t0
         for rule in ("best", "gain"):
-            secs, res = best_of(repeat, lambda inst=inst, rule=rule: crop_greedy(inst.state, inst.queue, rule=rule))
+            secs, res = best_of(
+                repeat, lambda inst=inst, rule=rule: crop_greedy(inst.state, inst.queue, rule=rule)
+            )
             st = res.stats
             print(
                 f"  {sc.cluster:13s} {inst.state.topology.num_gpus:5d} GPUs, {len(inst.queue):4d} jobs, rule={rule:5s}: "
@@ -79,8 +81,15 @@ def bench_speedup() -> None:
     ]
     for label, inst in cases:
         for rule in ("gain", "density"):
-            tl, lazy = best_of(1, lambda inst=inst, rule=rule: crop_greedy(inst.state, inst.queue, rule=rule))
-            tp, plain = best_of(1, lambda inst=inst, rule=rule: crop_greedy(inst.state, inst.queue, rule=rule, lazy=False))
+            tl, lazy = best_of(
+                1, lambda inst=inst, rule=rule: crop_greedy(inst.state, inst.queue, rule=rule)
+            )
+            tp, plain = best_of(
+                1,
+                lambda inst=inst, rule=rule: crop_greedy(
+                    inst.state, inst.queue, rule=rule, lazy=False
+                ),
+            )
             same = [p.key() for p in lazy.placements] == [p.key() for p in plain.placements]
             print(
                 f"  {label:16s} rule={rule:7s}: lazy {tl:7.3f} s ({lazy.stats.gain_evals:6d} gain evals), plain {tp:7.3f} s "
@@ -90,16 +99,27 @@ def bench_speedup() -> None:
 
 
 def bench_exact(budget_s: float) -> None:
-    print(f"Exact solver: time against search-space size (limit 10^{EXACT_LIMITS.log10_space:g}, {EXACT_LIMITS.max_nodes} nodes)")
+    print(
+        f"Exact solver: time against search-space size (limits: 10^{EXACT_LIMITS.log10_all:g} every placement, "
+        f"10^{EXACT_LIMITS.log10_candidates:g} candidate space, {EXACT_LIMITS.max_nodes} nodes)"
+    )
     rows = []
-    cases = [("all", "tiny-16", n) for n in (4, 5, 6, 7, 8)] + [("all", "flat-16", n) for n in (6, 7, 8)]
-    cases += [("candidates", "leafspine-64", n) for n in (3, 4, 5, 6, 7)]
+    cases = [("all", "tiny-16", n) for n in (4, 5, 6, 7, 8)] + [
+        ("all", "flat-16", n) for n in (6, 7, 8)
+    ]
+    cases += [("candidates", "leafspine-64", n) for n in (4, 5, 6, 7, 8)]
     for space, cluster, n in cases:
         worst, sizes, nodes, refused = 0.0, [], [], 0
         for seed in range(5):
             c = make_topology(cluster) if cluster == "leafspine-64" else cluster
+            big = cluster == "leafspine-64"
             state, queue = small_instance(
-                np.random.default_rng(seed), cluster=c, profile="severe", n_jobs=n, background=3 if cluster == "leafspine-64" else 1
+                np.random.default_rng(seed),
+                cluster=c,
+                profile="severe",
+                n_jobs=n,
+                sizes=(2, 4, 6, 8, 12, 16, 24) if big else (1, 2, 2, 3, 4, 4, 6, 8),
+                background=4 if big else 1,
             )
             try:
                 log10, _ = search_space(state, queue, space=space)
@@ -109,10 +129,13 @@ def bench_exact(budget_s: float) -> None:
             sizes.append(log10)
             t0 = time.perf_counter()
             try:
-                res = branch_and_bound(state, queue, space=space, log10_limit=99, max_nodes=10**7)
-            except ConfigError:
-                refused += 1
-                continue
+                res = branch_and_bound(state, queue, space=space, log10_limit=99)
+            except ConfigError:  # over the node limit
+                rows.append((space, log10, math.inf))
+                print(
+                    f"    {cluster} {n} jobs seed {seed}: 10^{log10:.1f}, over {EXACT_LIMITS.max_nodes} nodes ({time.perf_counter() - t0:.0f} s)"
+                )
+                break
             dt = time.perf_counter() - t0
             worst = max(worst, dt)
             nodes.append(res.nodes)
@@ -136,12 +159,16 @@ def bench_exact(budget_s: float) -> None:
 
 
 def bench_ratios(n: int) -> None:
-    print(f"CROP / optimum (every placement, exact) over {n} instances per cluster x profile, 3-6 jobs")
+    print(
+        f"CROP / optimum (every placement, exact) over {n} instances per cluster x profile, 3-6 jobs"
+    )
     for cluster in ("testbed-8", "tiny-16", "flat-16"):
         for profile in ("none", "mild", "testbed", "severe"):
             ratios, skipped, t0 = [], 0, time.perf_counter()
             for seed in range(n):
-                state, queue = small_instance(np.random.default_rng(seed), cluster=cluster, profile=profile, n_jobs=(3, 6))
+                state, queue = small_instance(
+                    np.random.default_rng(seed), cluster=cluster, profile=profile, n_jobs=(3, 6)
+                )
                 crop = state.copy()
                 apply(crop, crop_greedy(state, queue).placements)
                 try:
@@ -158,11 +185,25 @@ def bench_ratios(n: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", choices=("speed", "speedup", "exact"), help="run one section")
-    ap.add_argument("--repeat", type=int, default=2, help="repetitions of the speed runs (best is kept)")
-    ap.add_argument("--exact-budget", type=float, default=60.0, help="seconds an exact solve may take")
-    ap.add_argument("--ratios", type=int, default=0, metavar="N", help="also measure CROP / optimum on N instances each")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--only", choices=("speed", "speedup", "exact", "ratios"), help="run one section"
+    )
+    ap.add_argument(
+        "--repeat", type=int, default=2, help="repetitions of the speed runs (best is kept)"
+    )
+    ap.add_argument(
+        "--exact-budget", type=float, default=60.0, help="seconds an exact solve may take"
+    )
+    ap.add_argument(
+        "--ratios",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also measure CROP / optimum on N instances each",
+    )
     args = ap.parse_args()
     if args.only in (None, "speed"):
         bench_speed(args.repeat)
@@ -170,8 +211,8 @@ def main() -> None:
         bench_speedup()
     if args.only in (None, "exact"):
         bench_exact(args.exact_budget)
-    if args.ratios:
-        bench_ratios(args.ratios)
+    if args.ratios or args.only == "ratios":
+        bench_ratios(args.ratios or 200)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,13 @@ NAMES = list(POLICIES)
 def test_every_policy_keeps_the_contract(seed: int, scenario: str) -> None:
     """Only free usable GPUs, all-or-nothing, no GPU twice, no job twice, input state untouched."""
     if scenario == "small":
-        state, queue = small_instance(np.random.default_rng(seed), cluster="tiny-16", profile="severe", n_jobs=(4, 9), background=3)
+        state, queue = small_instance(
+            np.random.default_rng(seed),
+            cluster="tiny-16",
+            profile="severe",
+            n_jobs=(4, 9),
+            background=3,
+        )
     else:
         inst = ScenarioSampler(scenario).sample(np.random.default_rng(seed))
         state, queue = inst.state, list(inst.queue)
@@ -56,7 +62,17 @@ def test_placement_value_semantics() -> None:
 
 
 def test_registry() -> None:
-    assert NAMES == ["crop", "crop-plain", "crop-nonrobust", "random", "first-fit", "best-fit", "spread", "hived", "comm-greedy"]
+    assert NAMES == [
+        "crop",
+        "crop-plain",
+        "crop-nonrobust",
+        "random",
+        "first-fit",
+        "best-fit",
+        "spread",
+        "hived",
+        "comm-greedy",
+    ]
     for name in NAMES:
         policy = make_policy(name)
         assert policy.name == name
@@ -128,7 +144,10 @@ def test_spread_balances_across_servers() -> None:
 def test_hived_uses_aligned_buddy_cells() -> None:
     state = _fresh()
     state.add(Job("bg", "resnet50", 1, 32), [0])  # splits server 0's cells
-    got = HivedPolicy().place(state, [Job("a", "resnet50", 2, 64), Job("b", "resnet50", 3, 96), Job("c", "resnet50", 16, 512)])
+    got = HivedPolicy().place(
+        state,
+        [Job("a", "resnet50", 2, 64), Job("b", "resnet50", 3, 96), Job("c", "resnet50", 16, 512)],
+    )
     a, b, c = (p.gpus.tolist() for p in got)
     assert a == [2, 3]  # the free buddy of a split 4-cell, not a fresh server
     assert b == [4, 5, 6]  # an aligned 4-cell of the same server
@@ -155,7 +174,11 @@ def test_comm_greedy_minimises_communication_and_ignores_health() -> None:
 
 def test_jobs_that_do_not_fit_wait() -> None:
     state = _fresh("testbed-8")
-    queue = [Job("big", "resnet50", 6, 192), Job("big2", "resnet50", 6, 192), Job("small", "resnet50", 2, 64)]
+    queue = [
+        Job("big", "resnet50", 6, 192),
+        Job("big2", "resnet50", 6, 192),
+        Job("small", "resnet50", 2, 64),
+    ]
     for name in NAMES:
         got = [p.job_id for p in make_policy(name).place(state, queue)]
         assert "big" not in got or "big2" not in got

@@ -57,10 +57,15 @@ def _naive_optimum(state: ClusterState, queue: list[Job]) -> float:
 @pytest.mark.parametrize("seed", range(6))
 def test_symmetry_reduced_search_matches_naive_enumeration(seed: int) -> None:
     state, queue = small_instance(
-        np.random.default_rng(seed), cluster="testbed-8", profile=["severe", "testbed"][seed % 2], n_jobs=3, sizes=(1, 2, 3), background=1
+        np.random.default_rng(seed),
+        cluster="testbed-8",
+        profile=["severe", "testbed"][seed % 2],
+        n_jobs=3,
+        sizes=(1, 2, 3),
+        background=1,
     )
     exact = branch_and_bound(state, queue, space="all", incumbent=[])
-    assert exact.F == pytest.approx(_naive_optimum(state, queue), abs=1e-9)
+    assert pytest.approx(_naive_optimum(state, queue), abs=1e-9) == exact.F
     assert _F(state, exact.placements) == pytest.approx(exact.F)
     check_placements(state, exact.placements, queue)
 
@@ -68,28 +73,37 @@ def test_symmetry_reduced_search_matches_naive_enumeration(seed: int) -> None:
 def test_candidate_space_lies_between_crop_and_the_true_optimum() -> None:
     gaps = []
     for seed in range(25):
-        state, queue = small_instance(np.random.default_rng(seed), cluster="testbed-8", profile="severe", n_jobs=(3, 5))
+        state, queue = small_instance(
+            np.random.default_rng(seed), cluster="testbed-8", profile="severe", n_jobs=(3, 5)
+        )
         crop = _F(state, crop_greedy(state, queue).placements)
         cand = branch_and_bound(state, queue, space="candidates")
         full = branch_and_bound(state, queue, space="all")
         assert crop <= cand.F + 1e-9 <= full.F + 2e-9
         gaps.append(cand.F / full.F)
-    print(f"\ncandidate-space optimum / true optimum on testbed-8: worst {min(gaps):.4f}, mean {np.mean(gaps):.4f}")
+    print(
+        f"\ncandidate-space optimum / true optimum on testbed-8: worst {min(gaps):.4f}, mean {np.mean(gaps):.4f}"
+    )
     assert np.mean(gaps) > 0.97
 
 
 def test_incumbent_does_not_change_the_optimum() -> None:
-    state, queue = small_instance(np.random.default_rng(3), cluster="tiny-16", profile="mild", n_jobs=4)
+    state, queue = small_instance(
+        np.random.default_rng(3), cluster="tiny-16", profile="mild", n_jobs=4
+    )
     a = branch_and_bound(state, queue, space="all", incumbent=[])
     b = branch_and_bound(state, queue, space="all")
-    assert a.F == pytest.approx(b.F, abs=1e-9)
+    assert pytest.approx(b.F, abs=1e-9) == a.F
     assert b.nodes <= a.nodes
 
 
 def test_gpu_groups_are_interchangeable_gpus() -> None:
     inst = ScenarioSampler("testbed-8").sample(np.random.default_rng(0))
     groups = gpu_groups(inst.state)
-    assert sorted(int(g) for grp in groups for g in grp) == np.flatnonzero(inst.state.free_mask).tolist()
+    assert (
+        sorted(int(g) for grp in groups for g in grp)
+        == np.flatnonzero(inst.state.free_mask).tolist()
+    )
     t, h = inst.state.topology, inst.state.health
     for grp in groups:
         assert len(set(t.gpu_server[grp].tolist())) == 1
@@ -98,21 +112,26 @@ def test_gpu_groups_are_interchangeable_gpus() -> None:
 
 def test_size_guard_refuses_large_instances_with_the_limit() -> None:
     inst = ScenarioSampler("default").sample(np.random.default_rng(0))
-    limit = f"{EXACT_LIMITS.log10_space:g}"
-    with pytest.raises(ConfigError, match=rf"combinations \(16 jobs x options per job .*above the limit of 10\^{limit}"):
+    limit = f"{EXACT_LIMITS.log10_candidates:g}"
+    with pytest.raises(
+        ConfigError,
+        match=rf"combinations \(16 jobs x options per job .*above the limit of 10\^{limit}",
+    ):
         branch_and_bound(inst.state, inst.queue, space="candidates")
     with pytest.raises(ConfigError, match="refuses this instance"):
         optimum(inst.state, inst.queue)
     with pytest.raises(ConfigError, match="refuses"):
         OptimumPolicy().place(inst.state, inst.queue)
     log10, opts = search_space(inst.state, inst.queue, space="candidates")
-    assert log10 > EXACT_LIMITS.log10_space and len(opts) == len(inst.queue)
+    assert log10 > EXACT_LIMITS.log10_candidates and len(opts) == len(inst.queue)
     with pytest.raises(ConfigError, match="unknown search space"):
         search_space(inst.state, inst.queue, space="everything")
 
 
 def test_node_limit_message() -> None:
-    state, queue = small_instance(np.random.default_rng(11), cluster="tiny-16", profile="severe", n_jobs=6)
+    state, queue = small_instance(
+        np.random.default_rng(11), cluster="tiny-16", profile="severe", n_jobs=6
+    )
     with pytest.raises(ConfigError, match="gave up after 50 nodes"):
         branch_and_bound(state, queue, space="all", max_nodes=50, incumbent=[])
 
@@ -123,7 +142,10 @@ def test_optimum_policy_on_testbed() -> None:
     placements = policy.place(inst.state, inst.queue)
     check_placements(inst.state, placements, inst.queue)
     assert policy.last is not None and policy.last.space == "all"
-    assert _F(inst.state, placements) >= _F(inst.state, crop_greedy(inst.state, inst.queue).placements) - 1e-9
+    assert (
+        _F(inst.state, placements)
+        >= _F(inst.state, crop_greedy(inst.state, inst.queue).placements) - 1e-9
+    )
     with pytest.raises(ConfigError, match="space"):
         OptimumPolicy(space="some")
 
@@ -143,7 +165,9 @@ def _max_jobs(state: ClusterState, queue: list[Job]) -> int:
 
 @pytest.mark.parametrize("seed", range(8))
 def test_milp_places_the_most_jobs_with_least_communication(seed: int) -> None:
-    state, queue = small_instance(np.random.default_rng(seed), cluster="tiny-16", profile="mild", n_jobs=(3, 6))
+    state, queue = small_instance(
+        np.random.default_rng(seed), cluster="tiny-16", profile="mild", n_jobs=(3, 6)
+    )
     res = milp_min_comm(state, queue)
     check_placements(state, res.placements, queue)
     assert res.jobs_placed == len(res.placements) == _max_jobs(state, queue)
