@@ -214,9 +214,12 @@ def _train(args: argparse.Namespace) -> int:
     print(f"run: {args.out}  ({meta['algo']} on {meta['env_id']}, seed {meta['seed']})")
     if "bc" in meta.get("phases", {}):
         bc = meta["phases"]["bc"]
-        print(
-            f"behaviour cloning: agreement with CROP {bc['train_agreement']:.3f} (train), {bc['val_agreement']} (held-out episodes)"
-        )
+        line = f"behaviour cloning: agreement with CROP {bc['train_agreement']:.3f} (train)"
+        if bc.get("val_agreement") is not None:
+            line += f", {bc['val_agreement']:.3f} (held-out episodes)"
+        if bc.get("val_equivalent_agreement") is not None:
+            line += f", {bc['val_equivalent_agreement']:.3f} counting CROP-equivalent choices"
+        print(line)
     if rl.get("steps_per_s"):
         print(
             f"RL: {rl['steps']} steps, {rl['steps_per_s']:.1f} steps/s ({rl['steps_per_s_excluding_eval']:.1f} excluding validation)"

@@ -36,6 +36,8 @@ __all__ = [
     "agreement",
     "behaviour_cloning",
     "dagger",
+    "equivalent_agreement",
+    "greedy_action",
     "policy_logits",
     "record_demonstrations",
 ]
@@ -132,6 +134,21 @@ class Demonstrations:
             np.concatenate([self.value_weight, other.value_weight]),
             np.concatenate([self.episode, other.episode + self.num_episodes]),
             [*self.seeds, *other.seeds],
+        )
+
+    def subset(self, episodes: Sequence[int]) -> Demonstrations:
+        """The states of the given episodes (renumbered in the given order)."""
+        eps = [int(e) for e in episodes]
+        where = {e: i for i, e in enumerate(eps)}
+        idx = np.flatnonzero(np.isin(self.episode, eps))
+        return Demonstrations(
+            {k: v[idx] for k, v in self.obs.items()},
+            self.actions[idx],
+            self.masks[idx],
+            self.returns[idx],
+            self.value_weight[idx],
+            np.asarray([where[int(e)] for e in self.episode[idx]], dtype=np.int64),
+            [self.seeds[e] for e in eps],
         )
 
     def save(self, path: str | Path) -> Path:
@@ -315,6 +332,73 @@ def agreement(
     return hits / len(idx_all)
 
 
+def equivalent_agreement(
+    policy: Any, env: gym.Env[Any, Any], demos: Demonstrations, *, tol: float = 1e-9
+) -> dict[str, float]:
+    """Exact agreement, and agreement up to CROP-equivalent choices, on expert-driven demonstrations.
+
+    CROP keeps the better of two greedy passes (by ΔF and by ΔF per GPU), and ties between
+    different jobs of equal gain are broken by its own order: an action can differ from CROP's and
+    still lead to CROP's result. A state counts as *equivalent* when the policy's greedy action is
+    CROP's, or when placing it and letting CROP finish from the resulting state reaches the F that
+    CROP's own episode reaches (within ``tol``). States are reproduced by replaying each episode's
+    expert actions from its reset seed.
+
+    Args:
+        policy: An SB3 policy.
+        env: The environment the demonstrations were recorded on (candidate mode).
+        demos: Expert-driven demonstrations (``value_weight == 1``; DAgger states are skipped).
+        tol: Tolerance on F (GPUs).
+
+    Returns:
+        ``{"exact": share, "equivalent": share, "states": n}``.
+    """
+    from baselines.crop import crop_greedy
+
+    u: Any = env.unwrapped
+    exact = equiv = n = 0
+    for e in range(demos.num_episodes):
+        idx = np.flatnonzero((demos.episode == e) & (demos.value_weight > 0))
+        if len(idx) == 0:
+            continue
+        env.reset(seed=int(demos.seeds[e]))
+        choices = []
+        for i in idx:  # the policy's choices and the states' snapshots, following the expert
+            obs = {k: v[i] for k, v in demos.obs.items()}
+            a = greedy_action(policy, obs, demos.masks[i])
+            snap = None
+            if a != int(demos.actions[i]):
+                snap = (
+                    u.state.copy(),
+                    list(u.pending),
+                    u.actions.decode(a),
+                    [s for s in u.actions.sets],
+                    u.actions.view,
+                )
+            choices.append((a, snap))
+            env.step(int(demos.actions[i]))
+        final_F = float(u.state.F)
+        for _, snap in choices:
+            n += 1
+            if snap is None:
+                exact += 1
+                equiv += 1
+                continue
+            state, pending, decoded, sets, view = snap
+            if decoded is None:  # stop (or invalid): CROP's continuation is not taken
+                equiv += int(float(state.F) >= final_F - tol)
+                continue
+            q, c = decoded
+            job = view[q]
+            state.add(job, sets[q].gpus[c])
+            rest = [j for j in pending if j.job_id != job.job_id]
+            res = crop_greedy(
+                state, rest, robust=u.actions.robust, max_candidates=u.actions.max_candidates
+            )
+            equiv += int(float(res.F) >= final_F - tol)
+    return {"exact": exact / max(n, 1), "equivalent": equiv / max(n, 1), "states": n}
+
+
 def behaviour_cloning(
     policy: Any,
     demos: Demonstrations,
@@ -403,6 +487,7 @@ def behaviour_cloning(
     history["val_agreement"] = agreement(policy, demos, val_idx) if len(val_idx) else None
     history["train_states"] = len(train_idx)
     history["val_states"] = len(val_idx)
+    history["val_episodes"] = sorted(int(e) for e in val_eps)
     if logger is not None:
         logger.record("bc/train_agreement", history["train_agreement"])
         if history["val_agreement"] is not None:

@@ -254,8 +254,9 @@ class _Trunk(nn.Module):
         ctx = self.ctx(th.cat([gpool, jpool, summary, *extra], dim=-1))
         valid = cand[..., c_valid]
         # Own value proxy k·η·s·w (in units of max_job_gpus; weight column is w/(1+w), 1/2 at w=1).
-        prod = (cand[..., c_k] * cand[..., c_vpg] * 2.0 * cand[..., c_w]).unsqueeze(-1)
-        parts = [cand, prod]
+        dens = cand[..., c_vpg] * 2.0 * cand[..., c_w]
+        prod = cand[..., c_k] * dens
+        parts = [cand, prod.unsqueeze(-1)]
         if self.use_gain:
             parts.append(obs["gain"].reshape(cand.shape[0], -1, 1))
         parts.append(ctx.unsqueeze(1).expand(-1, cand.shape[1], -1))

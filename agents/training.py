@@ -679,6 +679,7 @@ def _imitate(
         Demonstrations,
         behaviour_cloning,
         dagger,
+        equivalent_agreement,
         record_demonstrations,
     )
 
@@ -727,6 +728,11 @@ def _imitate(
         "train_states": hist["train_states"],
         "val_states": hist["val_states"],
     }
+    if hist["val_episodes"]:
+        # Agreement counting CROP-equivalent choices (CROP keeps the better of two greedy passes,
+        # so exact agreement is capped below 1 on instances where the passes differ).
+        eq = equivalent_agreement(model.policy, env, demos.subset(hist["val_episodes"]))
+        phase["val_equivalent_agreement"] = eq["equivalent"]
     if bc_cfg.dagger_iterations > 0:
         demos, rounds = dagger(
             model.policy,

@@ -735,7 +735,7 @@ def milp_min_comm(
     # Hand out GPUs.
     pos = dict.fromkeys(used, 0)
     placements: list[Placement] = []
-    for v in np.flatnonzero(x):
+    for v in np.flatnonzero(x).tolist():
         j, p = var_job[v], var_pat[v]
         parts = []
         for i, c in enumerate(p):

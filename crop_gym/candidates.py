@@ -18,16 +18,24 @@ With ``robust=False`` device health is ignored when choosing (the "CROP without 
 ablation): every usable GPU looks alike. Failed GPUs are never candidates.
 
 Candidate sets depend only on the free GPUs, the health and ``k``; they are cached per
-:attr:`ClusterState.version`, so jobs of the same size share one computation.
+:attr:`ClusterState.version`, so jobs of the same size share one computation, and what every size
+needs (the GPU order inside each server, free counts, badness prefix sums) is computed once per
+version. What depends on the health alone (badness scores, the health order of each server's GPUs)
+is kept until the health changes. Clusters with few servers run the per-server loops in plain Python
+(numpy's per-call overhead dominates there); larger ones use vectorised numpy. Both give the same
+candidates, bit for bit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from crop_gym._numeric import np_round9, np_sum
 from crop_gym.errors import check_range
 from crop_gym.objective import ClusterState
 from crop_gym.topology import SWITCH, Topology
@@ -44,15 +52,25 @@ class CandidateSet:
         num_servers: ``int32[C]`` servers spanned by each candidate.
         subtree: ``int32[C]`` node index of the subtree the candidate was taken from.
         quality: ``float64[C]`` sum of the GPUs' badness scores (lower is healthier).
+        keys: Each candidate's GPUs as a tuple of ints (hashable; ``None`` until first asked for,
+            see :meth:`row_keys`).
     """
 
     gpus: NDArray[np.int32]
     num_servers: NDArray[np.int32]
     subtree: NDArray[np.int32]
     quality: NDArray[np.float64]
+    keys: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.gpus)
+
+    def row_keys(self) -> tuple[tuple[int, ...], ...]:
+        """Each candidate's GPU indices as a tuple (computed once)."""
+        if self.keys is None:
+            object.__setattr__(self, "keys", tuple(map(tuple, self.gpus.tolist())))
+        assert self.keys is not None
+        return self.keys
 
 
 def gpu_quality(state: ClusterState, robust: bool = True) -> NDArray[np.float64]:
@@ -99,135 +117,400 @@ def candidate_placements(
     if hit is None:
         shared = cache.shared.get(robust)
         if shared is None:
-            shared = cache.shared[robust] = _Shared(state, robust)
-        hit = _compute(state.topology, shared, k, max_candidates)
+            shared = cache.shared[robust] = _Shared(state, robust, cache)
+        hit = shared.compute(int(k), int(max_candidates))
         cache.sets[key] = hit
     return hit
 
 
-class _Shared:
-    """Arrays every job size needs: GPU order per server, free counts, badness prefix sums."""
+#: Clusters with at most this many servers (and switch subtrees with at most this many) run the
+#: per-server loops in plain Python; larger ones use numpy. Both give identical candidates.
+SMALL_SERVERS = 32
 
-    __slots__ = ("free", "n_free", "node_free", "order", "q", "q_sorted", "qcs", "rank", "srv_free", "srv_qmin", "uniform")
 
-    def __init__(self, state: ClusterState, robust: bool) -> None:
+class _TopoData:
+    """Static per-topology lists and arrays used by the generator."""
+
+    __slots__ = (
+        "G",
+        "S",
+        "arange_f",
+        "gpu_server",
+        "small",
+        "srv_key2",
+        "srv_lo",
+        "srv_lo_arr",
+        "srv_node",
+        "srv_node_arr",
+        "switches",
+        "topo",
+    )
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.G = topo.num_gpus
+        self.S = topo.num_servers
+        self.small = self.S <= SMALL_SERVERS
+        self.srv_lo_arr = topo.server_gpu_lo.astype(np.int64)
+        self.srv_lo: list[int] = self.srv_lo_arr.tolist()
+        self.srv_node_arr = topo.server_node.astype(np.int64)
+        self.srv_node: list[int] = self.srv_node_arr.tolist()
+        self.gpu_server: list[int] = topo.gpu_server.tolist()
+        # Sort key of a GPU in the per-version order: (server, busy) as 2 * server + busy.
+        self.srv_key2 = (2 * topo.gpu_server).astype(np.int64)
+        self.arange_f = np.arange(self.G + 1, dtype=np.float64)
+        # Switch subtrees in node order: (node, first server, end server, first GPU, end GPU).
+        self.switches: list[tuple[int, int, int, int, int]] = [
+            (
+                int(n),
+                int(topo.node_srv_lo[n]),
+                int(topo.node_srv_hi[n]),
+                int(topo.node_gpu_lo[n]),
+                int(topo.node_gpu_hi[n]),
+            )
+            for n in np.flatnonzero(topo.kind == SWITCH)
+        ]
+
+
+_TOPO_DATA: weakref.WeakKeyDictionary[Topology, _TopoData] = weakref.WeakKeyDictionary()
+
+
+def _topo_data(topo: Topology) -> _TopoData:
+    td = _TOPO_DATA.get(topo)
+    if td is None:
+        td = _TOPO_DATA[topo] = _TopoData(topo)
+    return td
+
+
+class _HealthData:
+    """What depends on the health alone: badness scores and each server's GPUs in health order."""
+
+    __slots__ = ("base_order", "key2", "q", "uniform")
+
+    def __init__(self, state: ClusterState, robust: bool, td: _TopoData) -> None:
         topo = state.topology
-        free = state.free_mask
         q = gpu_quality(state, robust)
-        # GPUs sorted by (server, busy, badness, index): a server's best free GPUs come first.
-        order = np.lexsort((np.arange(topo.num_gpus), q, ~free, topo.gpu_server)).astype(np.int32)
-        cs = np.zeros(len(free) + 1, dtype=np.int64)
-        np.cumsum(free, out=cs[1:])
-        self.free = free
-        self.n_free = int(cs[-1])
         self.q = q
         self.uniform = not robust or bool(np.all(q == 1.0))
+        if self.uniform:
+            # GPUs are numbered server by server, so (server, index) order is the identity.
+            self.base_order = np.arange(td.G)
+        else:
+            self.base_order = np.lexsort((np.arange(td.G), q, topo.gpu_server))
+        self.key2 = td.srv_key2[self.base_order]
+
+
+class _Shared:
+    """Per-version data every job size needs: GPU order per server, free counts, prefix sums.
+
+    The GPU order lists, server by server, the free GPUs (healthiest and fastest first, then by
+    index), then the busy ones. ``qcs`` are the prefix sums of the badness scores in that order, so
+    a server's ``k`` best free GPUs have badness ``qcs[lo + k] - qcs[lo]``.
+    """
+
+    __slots__ = (
+        "_compact",
+        "_order_l",
+        "_qs_l",
+        "_rank",
+        "_sw_qmin",
+        "free",
+        "hd",
+        "n_free",
+        "order",
+        "q_sorted",
+        "qcs",
+        "qcs_l",
+        "srv_free",
+        "srv_free_l",
+        "sw_free",
+        "sw_max",
+        "td",
+    )
+
+    def __init__(self, state: ClusterState, robust: bool, cache: Any) -> None:
+        td = _topo_data(state.topology)
+        self.td = td
+        health = state.health
+        per_health = cache.health
+        entry = per_health.get(robust)
+        if entry is None or entry[0] is not health:
+            entry = per_health[robust] = (health, _HealthData(state, robust, td))
+        hd: _HealthData = entry[1]
+        self.hd = hd
+        free = state.free_mask
+        self.free = free
+        base = hd.base_order
+        # Stable sort of the health order by (server, busy): == lexsort((index, q, busy, server)).
+        order = base[np.argsort(hd.key2 + ~free[base], kind="stable")]
         self.order = order
-        self.srv_free = cs[topo.server_gpu_hi] - cs[topo.server_gpu_lo]
-        self.node_free = cs[topo.node_gpu_hi] - cs[topo.node_gpu_lo]
-        self.q_sorted = q[order]
-        self.qcs = np.zeros(len(q) + 1)
-        np.cumsum(self.q_sorted, out=self.qcs[1:])
-        self.srv_qmin: NDArray[np.float64] | None = None
-        self.rank: NDArray[np.int64] | None = None
+        if hd.uniform:
+            self.q_sorted = None
+            self.qcs = td.arange_f
+        else:
+            self.q_sorted = hd.q[order]
+            qcs = np.zeros(td.G + 1)
+            np.cumsum(self.q_sorted, out=qcs[1:])
+            self.qcs = qcs
+        srv_free = np.add.reduceat(free.view(np.uint8), td.srv_lo_arr, dtype=np.int64)
+        self.srv_free = srv_free
+        srv_free_l: list[int] = srv_free.tolist()
+        self.srv_free_l = srv_free_l
+        self.n_free = sum(srv_free_l)
+        self.sw_free = [sum(srv_free_l[lo:hi]) for _, lo, hi, _, _ in td.switches]
+        self.sw_max = [max(srv_free_l[lo:hi], default=0) for _, lo, hi, _, _ in td.switches]
+        self.qcs_l: list[float] | None = self.qcs.tolist() if td.small else None
+        self._order_l: list[int] | None = None
+        self._qs_l: list[float] | None = None
+        self._compact: dict[int, list[int]] = {}
+        self._sw_qmin: list[float] | None = None
+        self._rank: NDArray[np.int64] | None = None
+
+    # ----------------------------------------------------------- lazy data
+    @property
+    def order_l(self) -> list[int]:
+        """:attr:`order` as a list."""
+        if self._order_l is None:
+            self._order_l = self.order.tolist()
+        return self._order_l
+
+    def _qcs_list(self) -> list[float]:
+        if self.qcs_l is None:
+            self.qcs_l = self.qcs.tolist()
+        return self.qcs_l
+
+    def compact_order(self, i: int) -> list[int]:
+        """Servers of switch ``i`` with a free GPU, most free first, then least bad, then index."""
+        hit = self._compact.get(i)
+        if hit is not None:
+            return hit
+        td = self.td
+        _, slo, shi, _, _ = td.switches[i]
+        if shi - slo <= SMALL_SERVERS:
+            sf, lo_l = self.srv_free_l, td.srv_lo
+            if self.hd.uniform:
+                keyed = [(-sf[s], s) for s in range(slo, shi) if sf[s] > 0]
+            else:
+                qcs = self._qcs_list()
+                keyed = [
+                    (-sf[s], (qcs[lo_l[s] + sf[s]] - qcs[lo_l[s]]) / sf[s], s)
+                    for s in range(slo, shi)
+                    if sf[s] > 0
+                ]
+            keyed.sort()
+            out = [t[-1] for t in keyed]
+        else:
+            srv = np.arange(slo, shi)
+            f = self.srv_free[slo:shi]
+            srv = srv[f > 0]
+            f = f[f > 0]
+            a = td.srv_lo_arr[srv]
+            bad = (self.qcs[a + f] - self.qcs[a]) / f
+            out = srv[np.lexsort((srv, bad, -f))].tolist()
+        self._compact[i] = out
+        return out
+
+    def sw_qmin(self) -> list[float]:
+        """Per switch, the smallest badness of a free GPU inside (inf if none)."""
+        if self._sw_qmin is None:
+            qf = np.where(self.free, self.hd.q, np.inf)
+            self._sw_qmin = [float(qf[glo:ghi].min()) for _, _, _, glo, ghi in self.td.switches]
+        return self._sw_qmin
+
+    def gpu_rank(self) -> NDArray[np.int64]:
+        """Rank of every free GPU by (badness rounded, -free GPUs of its server, index); busy last."""
+        if self._rank is None:
+            td = self.td
+            q = self.hd.q
+            g_all = np.flatnonzero(self.free)
+            srv_of = td.topo.gpu_server[g_all]
+            g_all = g_all[np.lexsort((g_all, -self.srv_free[srv_of], np.round(q[g_all], 9)))]
+            rank = np.full(td.G, len(g_all), dtype=np.int64)
+            rank[g_all] = np.arange(len(g_all))
+            self._rank = rank
+        return self._rank
+
+    # ----------------------------------------------------------- candidates
+    def compute(self, k: int, cap: int) -> CandidateSet:
+        """The candidate set of size ``k``, at most ``cap`` rows."""
+        if self.n_free < k:
+            return _empty(k)
+        td = self.td
+        uniform = self.hd.uniform
+        # Single-server candidates: (rounded badness, free GPUs left, server node, server, badness).
+        if td.small:
+            singles = self._singles_py(k)
+            srv_q_min = None
+        else:
+            singles, srv_q_min = self._singles_np(k, uniform)
+        extras = self._extras(k, singles, srv_q_min)
+        order_l = self.order_l
+        lo_l = td.srv_lo
+        if not extras:
+            top = singles[:cap]
+            rows = [sorted(order_l[lo_l[s] : lo_l[s] + k]) for _, _, _, s, _ in top]
+            ns = [1] * len(top)
+            st = [t[2] for t in top]
+            qv = [t[4] for t in top]
+        else:
+            # Only the extra rows can repeat another row (single-server rows are disjoint), and each
+            # repeat drops one row: the best cap + len(extras) single rows are enough.
+            ranked: list[tuple[Any, ...]] = [
+                (1, rq, lo, node, 0, sorted(order_l[lo_l[s] : lo_l[s] + k]), q)
+                for rq, lo, node, s, q in singles[: cap + len(extras)]
+            ]
+            for e, (row, n_srv, node, q, lo) in enumerate(extras):
+                ranked.append((n_srv, np_round9(q), lo, node, 1 + e, row, q))
+            ranked.sort(key=_rank_key)
+            seen: set[tuple[int, ...]] = set()
+            rows, ns, st, qv = [], [], [], []
+            for r in ranked:
+                t = tuple(r[5])
+                if t in seen:
+                    continue
+                seen.add(t)
+                rows.append(r[5])
+                ns.append(r[0])
+                st.append(r[3])
+                qv.append(r[6])
+                if len(rows) == cap:
+                    break
+        if not rows:
+            return _empty(k)
+        keys = tuple(map(tuple, rows))
+        return CandidateSet(
+            np.array(rows, dtype=np.int32).reshape(len(rows), k),
+            np.array(ns, dtype=np.int32),
+            np.array(st, dtype=np.int32),
+            np.array(qv, dtype=np.float64),
+            keys,
+        )
+
+    def _singles_py(self, k: int) -> list[tuple[float, int, int, int, float]]:
+        td = self.td
+        qcs = self.qcs_l
+        assert qcs is not None
+        sf, lo_l, node_l = self.srv_free_l, td.srv_lo, td.srv_node
+        out = []
+        if self.hd.uniform:
+            fk = float(k)
+            for s in range(td.S):
+                if sf[s] >= k:
+                    out.append((fk, sf[s] - k, node_l[s], s, fk))
+        else:
+            for s in range(td.S):
+                if sf[s] >= k:
+                    a = lo_l[s]
+                    q = qcs[a + k] - qcs[a]
+                    out.append((np_round9(q), sf[s] - k, node_l[s], s, q))
+        out.sort()
+        return out
+
+    def _singles_np(
+        self, k: int, uniform: bool
+    ) -> tuple[list[tuple[float, int, int, int, float]], NDArray[np.float64] | None]:
+        td = self.td
+        fit = np.flatnonzero(self.srv_free >= k)
+        if len(fit) == 0:
+            return [], None
+        a = td.srv_lo_arr[fit]
+        lo = self.srv_free[fit] - k
+        st = td.srv_node_arr[fit]
+        if uniform:
+            sel = np.lexsort((st, lo))
+            fk = float(k)
+            return [(fk, lo_, st_, s, fk) for lo_, st_, s in zip(
+                lo[sel].tolist(), st[sel].tolist(), fit[sel].tolist(), strict=True
+            )], None
+        q = self.qcs[a + k] - self.qcs[a]
+        rq = np.round(q, 9)
+        sel = np.lexsort((st, lo, rq))
+        srv_q = np.full(td.S, np.inf)
+        srv_q[fit] = q
+        return list(zip(
+            rq[sel].tolist(), lo[sel].tolist(), st[sel].tolist(), fit[sel].tolist(), q[sel].tolist(),
+            strict=True,
+        )), srv_q
+
+    def _extras(
+        self,
+        k: int,
+        singles: list[tuple[float, int, int, int, float]],
+        srv_q: NDArray[np.float64] | None,
+    ) -> list[tuple[list[int], int, int, float, int]]:
+        """Multi-server compact rows and health-first rows: (gpus, servers, node, badness, left)."""
+        td = self.td
+        out: list[tuple[list[int], int, int, float, int]] = []
+        compact_q: dict[int, float] = {}
+        uniform = self.hd.uniform
+        sw_free, sw_max = self.sw_free, self.sw_max
+        for i, (node, _, _, _, _) in enumerate(td.switches):
+            nf = sw_free[i]
+            if nf < k or sw_max[i] >= k:
+                continue  # too few free GPUs, or a single server inside holds k
+            sf, lo_l = self.srv_free_l, td.srv_lo
+            need = k
+            pos: list[int] = []
+            n_srv = 0
+            for s in self.compact_order(i):
+                f = sf[s]
+                t = f if f < need else need
+                a = lo_l[s]
+                pos.extend(range(a, a + t))
+                n_srv += 1
+                need -= t
+                if need == 0:
+                    break
+            if uniform:
+                q = float(k)
+            else:
+                if self._qs_l is None:
+                    assert self.q_sorted is not None
+                    self._qs_l = self.q_sorted.tolist()
+                qs = self._qs_l
+                q = np_sum([qs[p] for p in pos])
+            order_l = self.order_l
+            out.append((sorted([order_l[p] for p in pos]), n_srv, node, q, nf - k))
+            compact_q[node] = q
+        if not uniform:
+            self._health_first(k, singles, srv_q, compact_q, out)
+        return out
+
+    def _health_first(
+        self,
+        k: int,
+        singles: list[tuple[float, int, int, int, float]],
+        srv_q: NDArray[np.float64] | None,
+        compact_q: dict[int, float],
+        out: list[tuple[list[int], int, int, float, int]],
+    ) -> None:
+        """Append each switch subtree's ``k`` healthiest free GPUs if healthier than its compact
+        candidates."""
+        td = self.td
+        sw_qmin = None
+        for i, (node, slo, shi, glo, ghi) in enumerate(td.switches):
+            nf = self.sw_free[i]
+            if nf < k:
+                continue
+            if srv_q is not None:
+                best = float(srv_q[slo:shi].min())
+            else:
+                best = min((t[4] for t in singles if slo <= t[3] < shi), default=np.inf)
+            inside = min(best, compact_q.get(node, np.inf))
+            if sw_qmin is None:
+                sw_qmin = self.sw_qmin()
+            # Skip a subtree at once if a compact candidate inside is made of its healthiest GPUs.
+            if inside <= k * sw_qmin[i] + 1e-9:
+                continue
+            r = self.gpu_rank()[glo:ghi]
+            g = glo + (np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r)))
+            q = float(self.hd.q[g].sum())
+            if q >= inside - 1e-9:
+                continue  # a compact candidate is as healthy
+            gl: list[int] = sorted(g.tolist())
+            gs = td.gpu_server
+            out.append((gl, len({gs[x] for x in gl}), node, q, nf - k))
 
 
-def _compute(topo: Topology, sh: _Shared, k: int, cap: int) -> CandidateSet:
-    if sh.n_free < k:
-        return _empty(k)
-    srv_free, node_free, qcs, order = sh.srv_free, sh.node_free, sh.qcs, sh.order
-    srv_start = topo.server_gpu_lo  # position of each server's block in ``order``
-
-    # Single-server candidates, vectorised over servers.
-    servers = np.flatnonzero(srv_free >= k)
-    base_rows = np.sort(order[srv_start[servers][:, None] + np.arange(k)], axis=1).astype(np.int32)
-    base_ns = np.ones(len(servers), np.int32)
-    base_st = topo.server_node[servers].astype(np.int32)
-    base_q = qcs[srv_start[servers] + k] - qcs[srv_start[servers]]
-    base_lo = (srv_free[servers] - k).astype(np.int64)
-
-    # Multi-server candidates: switch subtrees whose servers cannot hold k alone.
-    extra: list[tuple[NDArray[np.int32], int, int, float, int]] = []
-    switches = np.flatnonzero((node_free >= k) & (topo.kind == SWITCH))
-    compact_q: dict[int, float] = {}
-    if len(switches):
-        take_k = np.minimum(srv_free, k)
-        server_badness = (qcs[srv_start + take_k] - qcs[srv_start]) / np.maximum(take_k, 1)
-        for node in switches:
-            lo, hi = topo.node_srv_lo[node], topo.node_srv_hi[node]
-            if srv_free[lo:hi].max() >= k:
-                continue  # the best single server inside is already a candidate
-            srv = np.arange(lo, hi)
-            srv = srv[srv_free[srv] > 0]
-            srv = srv[np.lexsort((srv, server_badness[srv], -srv_free[srv]))]
-            before = np.concatenate([[0], np.cumsum(srv_free[srv])[:-1]])
-            take = np.minimum(srv_free[srv], np.maximum(k - before, 0))
-            used = take > 0
-            srv, take = srv[used], take[used]
-            pos = np.concatenate([srv_start[s] + np.arange(t) for s, t in zip(srv, take, strict=True)])
-            qv = float(sh.q_sorted[pos].sum())
-            extra.append((np.sort(order[pos]), len(srv), int(node), qv, int(node_free[node] - k)))
-            compact_q[int(node)] = qv
-        if not sh.uniform:
-            ends = np.minimum(srv_start + k, len(sh.q))
-            srv_q = np.where(srv_free >= k, qcs[ends] - qcs[srv_start], np.inf)
-            _health_first(topo, sh, k, switches, srv_q, compact_q, extra)
-
-    n_base = len(base_rows)
-    if extra:
-        base_rows = np.concatenate([base_rows, np.stack([r[0] for r in extra])]).astype(np.int32)
-        base_ns = np.concatenate([base_ns, np.array([r[1] for r in extra], np.int32)])
-        base_st = np.concatenate([base_st, np.array([r[2] for r in extra], np.int32)])
-        base_q = np.concatenate([base_q, np.array([r[3] for r in extra])])
-        base_lo = np.concatenate([base_lo, np.array([r[4] for r in extra], np.int64)])
-    if len(base_rows) == 0:
-        return _empty(k)
-    rank = np.lexsort((base_st, base_lo, np.round(base_q, 9), base_ns))
-    if extra:
-        # Identical GPU sets keep their best-ranked row. Only the few extra (multi-server or
-        # health-first) rows can repeat another row: single-server rows are disjoint.
-        pos = np.empty(len(rank), np.int64)
-        pos[rank] = np.arange(len(rank))
-        drop = np.zeros(len(rank), bool)
-        for e in range(n_base, len(base_rows)):
-            same = np.flatnonzero((base_rows == base_rows[e]).all(axis=1))
-            if len(same) > 1:
-                drop[same[pos[same] != pos[same].min()]] = True
-        rank = rank[~drop[rank]]
-    rank = rank[:cap]
-    return CandidateSet(base_rows[rank].astype(np.int32, copy=False), base_ns[rank], base_st[rank], base_q[rank])
-
-
-def _health_first(
-    topo: Topology,
-    sh: _Shared,
-    k: int,
-    switches: NDArray[np.int64],
-    srv_q: NDArray[np.float64],
-    compact_q: dict[int, float],
-    out: list[tuple[NDArray[np.int32], int, int, float, int]],
-) -> None:
-    """Append each switch subtree's ``k`` healthiest free GPUs if healthier than its compact candidates."""
-    free, q, srv_free, node_free = sh.free, sh.q, sh.srv_free, sh.node_free
-    # Skip a subtree at once if a compact candidate inside is made of its healthiest free GPUs.
-    if sh.srv_qmin is None:
-        sh.srv_qmin = np.minimum.reduceat(np.where(free, q, np.inf), topo.server_gpu_lo)
-    srv_qmin = sh.srv_qmin
-    for node in switches:
-        slo, shi = topo.node_srv_lo[node], topo.node_srv_hi[node]
-        inside = min(float(srv_q[slo:shi].min()), compact_q.get(int(node), np.inf))
-        if inside <= k * float(srv_qmin[slo:shi].min()) + 1e-9:
-            continue
-        if sh.rank is None:
-            g_all = np.flatnonzero(free)
-            g_all = g_all[np.lexsort((g_all, -srv_free[topo.gpu_server[g_all]], np.round(q[g_all], 9)))]
-            sh.rank = np.full(topo.num_gpus, len(g_all), dtype=np.int64)  # busy GPUs rank last
-            sh.rank[g_all] = np.arange(len(g_all))
-        glo, ghi = int(topo.node_gpu_lo[node]), int(topo.node_gpu_hi[node])
-        r = sh.rank[glo:ghi]
-        g = glo + (np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r)))
-        qv = float(q[g].sum())
-        if qv >= inside - 1e-9:
-            continue  # a compact candidate is as healthy
-        g = np.sort(g).astype(np.int32)
-        out.append((g, len(np.unique(topo.gpu_server[g])), int(node), qv, int(node_free[node] - k)))
+def _rank_key(r: tuple[Any, ...]) -> tuple[Any, ...]:
+    return r[:5]

@@ -12,6 +12,11 @@ For every placed job ``j``:
 iteration times and values up to date incrementally: adding or removing one job only recomputes the
 jobs that share one of its inter-server links. :meth:`ClusterState.evaluate` recomputes everything from
 scratch (vectorised) and is what the incremental path is tested against.
+
+When few jobs are affected (the common case) the incremental path evaluates them in plain Python,
+with the same floating-point operations in the same order as the vectorised formulas (sums follow
+numpy's pairwise order, see :mod:`crop_gym._numeric`), so both paths give bit-identical results;
+numpy's per-call overhead would otherwise dominate.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from crop_gym._numeric import np_sum
 from crop_gym.devices import Health
 from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job, get_model
@@ -48,18 +54,23 @@ def _view(a: NDArray[np.float64]) -> NDArray[np.float64]:
 class VersionedCache:
     """Derived data of one :attr:`ClusterState.version` (e.g. candidate sets); reset when it changes.
 
+    :attr:`health` survives version changes: it holds data derived from the health alone, each
+    entry stored with the :class:`~crop_gym.devices.Health` object it was computed from (users
+    check that object's identity before reusing an entry).
+
     Never pickled or copied with the state: a copy starts empty.
     """
 
-    __slots__ = ("sets", "shared", "version")
+    __slots__ = ("health", "sets", "shared", "version")
 
     def __init__(self) -> None:
         self.version = -1
         self.sets: dict[Any, Any] = {}
         self.shared: dict[Any, Any] = {}
+        self.health: dict[Any, Any] = {}
 
     def reset(self, version: int) -> None:
-        """Forget everything; the state is now at ``version``."""
+        """Forget the per-version data; the state is now at ``version``."""
         self.version = version
         self.sets = {}
         self.shared = {}
@@ -69,6 +80,7 @@ class VersionedCache:
 
     def __setstate__(self, st: tuple[int, dict[Any, Any], dict[Any, Any]]) -> None:
         self.version, self.sets, self.shared = st
+        self.health = {}
 
 
 def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
@@ -130,6 +142,8 @@ class ClusterState:
 
     _INIT_SLOTS = 64
     _INIT_LINKS = 8
+    #: At most this many affected jobs are re-evaluated in plain Python (else vectorised).
+    _PY_ROWS = 16
 
     # Per-slot arrays (one row per placed job; ``_active`` marks the used rows).
     _active: NDArray[np.bool_]
@@ -166,6 +180,13 @@ class ClusterState:
         self._slot_job: list[Job | None] = [None] * self._INIT_SLOTS
         self._slot_stats: list[PlacementStats | None] = [None] * self._INIT_SLOTS
         self._free_slots: list[int] = list(range(self._INIT_SLOTS - 1, -1, -1))
+        # Plain-Python mirror of each used slot's inputs to the time model:
+        # (M, k, g, s, b_intra, a_intra, a_inter, t, tstar, wsurv, inter links).
+        self._slot_py: list[tuple[Any, ...] | None] = [None] * self._INIT_SLOTS
+        # Active slots spanning each inter-server link.
+        self._link_slots: dict[int, set[int]] = {}
+        self._n_busy = 0
+        self._free_cache: tuple[int, NDArray[np.bool_]] = (-1, np.empty(0, dtype=bool))
         self._F = 0.0
         self.set_health(health if health is not None else Health.healthy(topology))
 
@@ -205,6 +226,7 @@ class ClusterState:
         if slots > n_old:
             self._slot_job.extend([None] * (slots - n_old))
             self._slot_stats.extend([None] * (slots - n_old))
+            self._slot_py.extend([None] * (slots - n_old))
             self._free_slots = list(range(slots - 1, n_old - 1, -1)) + self._free_slots
 
     # --------------------------------------------------------------- properties
@@ -226,7 +248,16 @@ class ClusterState:
     @property
     def num_free(self) -> int:
         """Free usable GPUs."""
-        return int(self.free_mask.sum())
+        return self._n_usable - self._n_busy
+
+    def _free(self) -> NDArray[np.bool_]:
+        """:attr:`free_mask`, computed once per version (read-only; internal use)."""
+        ver, free = self._free_cache
+        if ver != self.version:
+            free = self.free_mask
+            free.setflags(write=False)
+            self._free_cache = (self.version, free)
+        return free
 
     @property
     def eff_bandwidth(self) -> NDArray[np.float64]:
@@ -276,11 +307,15 @@ class ClusterState:
 
     def metrics(self) -> ClusterMetrics:
         """Summary metrics of the current state."""
-        rows = self._active
-        k = self._k[rows]
-        busy = int((self.gpu_owner >= 0).sum())
-        ksum = float(k.sum())
-        comm = float((k * self._C[rows] / self._T[rows]).sum() / ksum) if ksum > 0 else 0.0
+        busy = self._n_busy
+        # Σ k over the placed jobs is the number of busy GPUs (an exact integer sum).
+        ksum = float(busy)
+        if ksum > 0:
+            rows = self._active
+            k = self._k[rows]
+            comm = float((k * self._C[rows] / self._T[rows]).sum() / ksum)
+        else:
+            comm = 0.0
         return ClusterMetrics(
             F=self._F,
             jobs_placed=len(self.jobs),
@@ -337,8 +372,10 @@ class ClusterState:
                 raise ConfigError(f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed")
         self._health = health
         self._usable = usable
+        self._n_usable = int(usable.sum())
         self._eff_bw = self.topology.link_bw * health.link_degradation
         self._eff_bw.setflags(write=False)
+        self._eff_bw_l: list[float] = self._eff_bw.tolist()
         for s in slots:
             st, job = self._slot_stats[s], self._slot_job[s]
             assert st is not None and job is not None
@@ -418,10 +455,27 @@ class ClusterState:
         self._b_intra[s] = st.b_intra
         self._a_intra[s] = st.a_intra
         self._a_inter[s] = st.a_inter
-        self._t[s] = job.compute_time * st.slowdown
-        self._tstar[s] = self._tstar_of(job)
+        t = job.compute_time * st.slowdown
+        tstar = self._tstar_of(job)
+        wsurv = job.weight * st.k * st.survival
+        self._t[s] = t
+        self._tstar[s] = tstar
         self._surv[s] = st.survival
-        self._wsurv[s] = job.weight * st.k * st.survival
+        self._wsurv[s] = wsurv
+        # The same values as stored in the float64 arrays above (ints are exact as floats).
+        self._slot_py[s] = (
+            float(job.grad_bytes),
+            float(st.k),
+            float(st.g),
+            float(st.s),
+            float(st.b_intra),
+            float(st.a_intra),
+            float(st.a_inter),
+            float(t),
+            float(tstar),
+            float(wsurv),
+            st.inter_links.tolist(),
+        )
 
     # --------------------------------------------------------------- mutation
     def check_placement(self, job: Job, gpus: NDArray[np.integer[Any]]) -> NDArray[np.int32]:
@@ -452,7 +506,12 @@ class ClusterState:
         return placement_stats(self.topology, self._health, gpus)
 
     def add(
-        self, job: Job, gpus: NDArray[np.integer[Any]], stats: PlacementStats | None = None
+        self,
+        job: Job,
+        gpus: NDArray[np.integer[Any]],
+        stats: PlacementStats | None = None,
+        *,
+        validate: bool = True,
     ) -> float:
         """Place ``job`` on ``gpus`` and update everything it touches.
 
@@ -460,11 +519,14 @@ class ClusterState:
             job: The job (its ``job_id`` must not be placed yet).
             gpus: Its GPUs (exactly ``job.num_gpus``, free and usable).
             stats: Precomputed :meth:`stats_for` of ``gpus`` (optional, saves time).
+            validate: Check the placement with :meth:`check_placement` (default). Pass ``False``
+                only when the caller guarantees a valid placement given as sorted, distinct GPU
+                indices (e.g. a candidate of this state's current version): it saves the checks.
 
         Returns:
             The change of F.
         """
-        p = self.check_placement(job, gpus)
+        p = self.check_placement(job, gpus) if validate else np.array(gpus, dtype=np.int32)
         st = stats if stats is not None else placement_stats(self.topology, self._health, p)
         if not self._free_slots:
             self._grow(2 * len(self._active), self._links.shape[1])
@@ -474,15 +536,25 @@ class ClusterState:
         self._active[s] = True
         self.jobs[job.job_id] = s
         self.gpu_owner[p] = s
+        self._n_busy += len(p)
         inter = st.inter_links
-        self.link_load[inter] += 1
+        py = self._slot_py[s]
+        assert py is not None
+        inter_l: list[int] = py[10]
+        if inter_l:
+            self.link_load[inter] += 1
+            ls = self._link_slots
+            for e in inter_l:
+                hit = ls.get(e)
+                if hit is None:
+                    ls[e] = {s}
+                else:
+                    hit.add(s)
+            rows = self._affected_py(inter_l)
+        else:
+            rows = [s]
         self._value[s] = 0.0
-        rows = self._affected(inter)
-        if not np.any(rows == s):
-            rows = np.append(rows, s)
-        before = float(self._value[rows].sum())
-        self._store_rows(rows, self.link_load)
-        delta = float(self._value[rows].sum()) - before
+        delta = self._update_rows(rows)
         self._F += delta
         self.version += 1
         return delta
@@ -495,25 +567,107 @@ class ClusterState:
         """
         s = self.jobs.pop(job_id)
         st = self._slot_stats[s]
-        assert st is not None
+        py = self._slot_py[s]
+        assert st is not None and py is not None
         inter = st.inter_links
+        inter_l: list[int] = py[10]
         old_value = float(self._value[s])
         self._active[s] = False
         self._value[s] = 0.0
         self.gpu_owner[st.gpus] = -1
-        self.link_load[inter] -= 1
-        rows = self._affected(inter)
-        before = float(self._value[rows].sum())
-        if len(rows):
-            self._store_rows(rows, self.link_load)
-        delta = float(self._value[rows].sum()) - before - old_value
+        self._n_busy -= len(st.gpus)
+        if inter_l:
+            self.link_load[inter] -= 1
+            ls = self._link_slots
+            for e in inter_l:
+                hit = ls[e]
+                hit.discard(s)
+                if not hit:
+                    del ls[e]
+            rows = self._affected_py(inter_l)
+        else:
+            rows = []
+        delta = self._update_rows(rows) - old_value
         self._F += delta
         self._links[s] = 0
         self._slot_job[s] = None
         self._slot_stats[s] = None
+        self._slot_py[s] = None
         self._free_slots.append(s)
         self.version += 1
         return delta
+
+    def _affected_py(self, links: list[int]) -> list[int]:
+        """Active slots spanning one of ``links``, sorted (as :meth:`_affected`, from the index)."""
+        ls = self._link_slots
+        if len(links) == 1:
+            return sorted(ls.get(links[0], ()))
+        hit: set[int] = set()
+        for e in links:
+            v = ls.get(e)
+            if v:
+                hit |= v
+        return sorted(hit)
+
+    def _update_rows(self, rows: list[int]) -> float:
+        """Re-evaluate slot ``rows`` under the current link loads; return the change of their
+        summed value (summed in ``rows`` order, as numpy sums ``value[rows]``)."""
+        vals = self._value
+        if len(rows) > self._PY_ROWS:
+            ra = np.array(rows, dtype=np.intp)
+            before = float(vals[ra].sum())
+            self._store_rows(ra, self.link_load)
+            return float(vals[ra].sum()) - before
+        before = np_sum([float(vals[r]) for r in rows])
+        new = self._py_values(rows, None)
+        T_, C_, eta_ = self._T, self._C, self._eta
+        for r, (T, C, eta, v) in zip(rows, new, strict=True):
+            T_[r] = T
+            C_[r] = C
+            eta_[r] = eta
+            vals[r] = v
+        return np_sum([x[3] for x in new]) - before
+
+    def _py_values(
+        self, rows: list[int], extra: set[int] | None
+    ) -> list[tuple[float, float, float, float]]:
+        """``(T, C, η, value)`` of slot ``rows`` in plain Python: :meth:`_rows_values` op for op.
+
+        Args:
+            rows: Slots.
+            extra: Links carrying one more job than :attr:`link_load` says (a tentative job), or
+                ``None``.
+        """
+        eff = self._eff_bw_l
+        load = self.link_load
+        ring = self.perf.allreduce == "ring"
+        phi = self.perf.overlap
+        out = []
+        slot_py = self._slot_py
+        for r in rows:
+            py = slot_py[r]
+            assert py is not None
+            M, k, g, s, b_intra, a_intra, a_inter, t, tstar, wsurv, links = py
+            if links:
+                if extra:
+                    b_inter = min(
+                        [eff[e] / max(int(load[e]) + (e in extra), 1) for e in links]
+                    )
+                else:
+                    b_inter = min([eff[e] / max(int(load[e]), 1) for e in links])
+            else:
+                b_inter = np.inf
+            if ring:
+                steps = 2.0 * (k - 1.0)
+                C = steps / k * (M / min(b_intra, b_inter)) + steps * max(a_intra, a_inter)
+            else:
+                C = ((2.0 * (g - 1.0) / g) * (M / b_intra) + 2.0 * (g - 1.0) * a_intra) + (
+                    (2.0 * (s - 1.0) / s) * (M / b_inter) + 2.0 * (s - 1.0) * a_inter
+                )
+            T = t + C if phi == 0.0 else (1.0 - phi) * (t + C) + phi * max(t, C)
+            eta = min(1.0, tstar / T)
+            out.append((T, C, eta, wsurv * eta))
+        return out
 
     def gain(
         self,
@@ -533,12 +687,11 @@ class ClusterState:
             else placement_stats(self.topology, self._health, np.asarray(gpus))
         )
         inter = st.inter_links
-        rows = self._affected(inter)
-        load = self.link_load
-        if len(inter):
-            load = load.copy()
-            load[inter] += 1
-            b_inter = float((self._eff_bw[inter] / load[inter]).min())
+        inter_l: list[int] = inter.tolist()
+        rows = self._affected_py(inter_l) if inter_l else []
+        if inter_l:
+            eff, load = self._eff_bw_l, self.link_load
+            b_inter = min([eff[e] / (int(load[e]) + 1) for e in inter_l])
         else:
             b_inter = np.inf
         # The new job's own value.
@@ -557,10 +710,17 @@ class ClusterState:
         phi = self.perf.overlap
         T = t + C if phi == 0.0 else (1.0 - phi) * (t + C) + phi * max(t, C)
         own = job.weight * st.k * st.survival * min(1.0, self._tstar_of(job) / T)
-        if len(rows) == 0:
+        if not rows:
             return own
-        _, _, new_vals = self._rows_values(rows, load)
-        return own + float(new_vals.sum() - self._value[rows].sum())
+        if len(rows) > self._PY_ROWS:
+            load = self.link_load.copy()
+            load[inter] += 1
+            ra = np.array(rows, dtype=np.intp)
+            _, _, new_vals = self._rows_values(ra, load)
+            return own + float(new_vals.sum() - self._value[ra].sum())
+        vals = self._value
+        new = self._py_values(rows, set(inter_l))
+        return own + (np_sum([x[3] for x in new]) - np_sum([float(vals[r]) for r in rows]))
 
     # ------------------------------------------------------------------- copying
     def copy(self) -> ClusterState:
@@ -577,9 +737,12 @@ class ClusterState:
         ):
             setattr(new, name, getattr(self, name).copy())
         new._candidate_cache = VersionedCache()
+        new._free_cache = (-1, self._free_cache[1])
         new.jobs = dict(self.jobs)
         new._slot_job = list(self._slot_job)
         new._slot_stats = list(self._slot_stats)
+        new._slot_py = list(self._slot_py)
+        new._link_slots = {e: set(v) for e, v in self._link_slots.items()}
         new._free_slots = list(self._free_slots)
         return new
 

@@ -25,6 +25,7 @@ Every function here is vectorised over jobs (numpy arrays of equal shape).
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -181,6 +182,51 @@ class PlacementStats:
     survival: float
 
 
+#: Placements of at most this many GPUs get their facts in plain Python (numpy's per-call
+#: overhead dominates for small ``k``); larger ones use numpy. Both give identical facts.
+SMALL_PLACEMENT = 64
+
+
+class _TopoLists:
+    """Per-topology lists for :func:`placement_stats`'s plain-Python path."""
+
+    __slots__ = ("gpu_links", "gpu_server", "is_intra", "link_lat", "uniform_depth")
+
+    def __init__(self, topology: Topology) -> None:
+        self.gpu_links: list[tuple[int, ...]] = [tuple(r) for r in topology.gpu_links.tolist()]
+        self.gpu_server: list[int] = topology.gpu_server.tolist()
+        self.is_intra: list[bool] = topology.is_intra.tolist()
+        self.link_lat: list[float] = topology.link_lat.tolist()
+        self.uniform_depth = topology.uniform_depth
+
+
+class _HealthLists:
+    """Per-(topology, health) lists for :func:`placement_stats`'s plain-Python path."""
+
+    __slots__ = ("bw_eff", "gpu_ok", "link_ok", "slowdown", "topology")
+
+    def __init__(self, topology: Topology, health: Health) -> None:
+        self.topology = topology
+        self.slowdown: list[float] = (health.gpu_slowdown / topology.gpu_speed).tolist()
+        self.gpu_ok: list[float] = (1.0 - health.gpu_fail_prob).tolist()
+        self.link_ok: list[float] = (1.0 - health.link_fail_prob).tolist()
+        self.bw_eff: list[float] = (topology.link_bw * health.link_degradation).tolist()
+
+
+_TOPO_LISTS: weakref.WeakKeyDictionary[Topology, _TopoLists] = weakref.WeakKeyDictionary()
+_HEALTH_LISTS: weakref.WeakKeyDictionary[Health, _HealthLists] = weakref.WeakKeyDictionary()
+
+
+def _lists(topology: Topology, health: Health) -> tuple[_TopoLists, _HealthLists]:
+    tl = _TOPO_LISTS.get(topology)
+    if tl is None:
+        tl = _TOPO_LISTS[topology] = _TopoLists(topology)
+    hl = _HEALTH_LISTS.get(health)
+    if hl is None or hl.topology is not topology:
+        hl = _HEALTH_LISTS[health] = _HealthLists(topology, health)
+    return tl, hl
+
+
 def placement_stats(
     topology: Topology, health: Health, gpus: NDArray[np.integer[Any]]
 ) -> PlacementStats:
@@ -207,6 +253,8 @@ def placement_stats(
             slowdown=float(health.gpu_slowdown[g0] / topology.gpu_speed[g0]),
             survival=float(1.0 - health.gpu_fail_prob[g0]),
         )
+    if k <= SMALL_PLACEMENT:
+        return _placement_stats_py(topology, health, p, p.tolist())
     links = topology.spanned_links(p)
     intra_mask = topology.is_intra[links]
     intra, inter = links[intra_mask], links[~intra_mask]
@@ -236,4 +284,85 @@ def placement_stats(
         a_inter=a_inter,
         slowdown=slowdown,
         survival=survival,
+    )
+
+
+def _placement_stats_py(
+    topology: Topology, health: Health, p: NDArray[np.int32], pl: list[int]
+) -> PlacementStats:
+    """:func:`placement_stats` of a sorted placement of ``k >= 2`` GPUs, in plain Python.
+
+    The same floating-point operations as the numpy path, in the same order (products are
+    sequential, as ``np.prod``'s), so the facts are bit-identical.
+
+    Args:
+        topology: The cluster.
+        health: Device health.
+        p: The sorted GPU indices (``int32``; stored in the result).
+        pl: ``p`` as a list.
+    """
+    tl, hl = _lists(topology, health)
+    k = len(pl)
+    gl = tl.gpu_links
+    links: list[int] = []
+    if tl.uniform_depth:
+        # Each level's links are sorted along the placement (DFS order); a level holding more
+        # than one link spans all of them.
+        first, last = gl[pl[0]], gl[pl[-1]]
+        for d in range(len(first)):
+            if first[d] != last[d]:
+                prev = -1
+                for g in pl:
+                    v = gl[g][d]
+                    if v != prev:
+                        links.append(v)
+                        prev = v
+        links.sort()
+    else:
+        counts: dict[int, int] = {}
+        for g in pl:
+            for v in gl[g]:
+                counts[v] = counts.get(v, 0) + 1
+        links = sorted(v for v, c in counts.items() if c < k and v > 0)
+    is_intra, lat = tl.is_intra, tl.link_lat
+    intra = [e for e in links if is_intra[e]]
+    inter = [e for e in links if not is_intra[e]]
+    gs = tl.gpu_server
+    s_count, run, g_max = 1, 1, 1
+    prev_s = gs[pl[0]]
+    for g in pl[1:]:
+        sv = gs[g]
+        if sv == prev_s:
+            run += 1
+        else:
+            s_count += 1
+            if run > g_max:
+                g_max = run
+            run = 1
+            prev_s = sv
+    g_max = max(g_max, run) if s_count > 1 else k
+    bw = hl.bw_eff
+    b_intra = min([bw[e] for e in intra]) if intra else np.inf
+    a_intra = max([lat[e] for e in intra]) if intra else 0.0
+    a_inter = max([lat[e] for e in inter]) if inter else 0.0
+    sd = hl.slowdown
+    slowdown = max([sd[g] for g in pl])
+    ok_g, ok_l = hl.gpu_ok, hl.link_ok
+    surv_g = 1.0
+    for g in pl:
+        surv_g *= ok_g[g]
+    surv_l = 1.0
+    for e in links:
+        surv_l *= ok_l[e]
+    return PlacementStats(
+        gpus=p,
+        inter_links=np.array(inter, dtype=np.int32),
+        k=k,
+        g=g_max,
+        s=s_count,
+        b_intra=b_intra,
+        a_intra=a_intra,
+        a_inter=a_inter,
+        slowdown=slowdown,
+        survival=surv_g * surv_l,
     )

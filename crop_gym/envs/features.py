@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
+from crop_gym._numeric import np_sum
 from crop_gym.candidates import CandidateSet, candidate_placements
 from crop_gym.devices import Health
 from crop_gym.jobs import Job
@@ -107,6 +108,10 @@ SUMMARY_FEATURES: tuple[str, ...] = (
 
 _GRAD_LOG_LO, _GRAD_LOG_SPAN = 6.0, 4.0
 _COMPUTE_SCALE = 0.25
+#: Candidate columns that depend on the job alone: grad_size, compute_time, weight.
+_JOB_CAND_COLS = [2, 3, 16]
+#: Columns (M, t_c, T*) of :meth:`ObservationBuilder.job_facts` that the η estimate needs.
+_FACT_COLS = [1, 2, 4]
 
 
 def _grad_feature(grad_bytes: Any) -> Any:
@@ -374,6 +379,7 @@ class ObservationBuilder:
         self._best_eta = np.zeros(Q, dtype=np.float64)
         self._tstar: dict[tuple[str, int, float], float] = {}
         self._facts: dict[int, tuple[Job, tuple[float, float, float, float, float]]] = {}
+        self._job_cols: dict[int, tuple[Job, tuple[float, float, float, float]]] = {}
         self._view_facts = np.zeros((0, 5))
         self.last_metrics: Any = None
         # Static topology arrays used on the hot path.
@@ -384,6 +390,16 @@ class ObservationBuilder:
         self._bw_ref = float(intra.max())
         self._row_q = np.repeat(np.arange(Q), C)
         self._queue_pos = (np.arange(Q, dtype=np.float64) / max(Q - 1, 1)).astype(np.float32)
+        # Plain-Python copies of the topology for the per-candidate stats.
+        self._t_links: list[tuple[int, ...]] = [tuple(r) for r in topology.gpu_links.tolist()]
+        self._t_lo: list[int] = topology.node_gpu_lo.tolist()
+        self._t_hi: list[int] = topology.node_gpu_hi.tolist()
+        self._t_server: list[int] = topology.gpu_server.tolist()
+        self._t_srv_parent: list[int] = self._srv_parent.tolist()
+        self._t_lat: list[float] = topology.link_lat.tolist()
+        # Per-candidate (GPU set) stats of the current health; index arrays per table layout.
+        self._rows: dict[tuple[int, ...], list[Any]] = {}
+        self._layouts: dict[Any, tuple[NDArray[np.intp], ...]] = {}
         self.set_health(Health.healthy(topology))
         self.table_layout = bool(table_layout)
 
@@ -432,7 +448,21 @@ class ObservationBuilder:
             ],
             axis=1,
         )
+        # The same columns as plain-Python lists, and per-link lists, for the per-candidate stats.
+        (
+            self._h_slow,
+            self._h_failprone,
+            self._h_slowdown,
+            self._h_log_gpu,
+            self._h_log_gpu_link,
+            self._h_bw_gpu_link,
+            self._h_lat_gpu_link,
+        ) = self._gpu_static.T.tolist()
+        self._h_eff_bw: list[float] = self._eff_bw.tolist()
+        self._h_link_logok: list[float] = self._link_logok.tolist()
+        self._rows = {}
         self._failed = health.gpu_failed.astype(np.float32)
+        self._failed_frac = float(self._failed.mean())
         self._abnormal_frac = float(health.is_abnormal_gpu.mean())
         g = self._gpu
         g[:, 2] = self._failed
@@ -451,9 +481,25 @@ class ObservationBuilder:
         self._facts[id(job)] = (job, facts)
         return facts
 
+    def _job_columns(self, job: Job) -> tuple[float, float, float, float]:
+        """A job's feature values ``(size, gradient size, compute time, weight)`` (cached per job)."""
+        hit = self._job_cols.get(id(job))
+        if hit is not None and hit[0] is job:
+            return hit[1]
+        k, grad, tc, w, _ = self.job_facts(job)
+        cols = (
+            min(k / self.max_job_gpus, 1.0),
+            float(_grad_feature(grad)),
+            _compute_feature(tc),
+            w / (1.0 + w),
+        )
+        self._job_cols[id(job)] = (job, cols)
+        return cols
+
     def clear_jobs(self) -> None:
         """Forget the cached job facts (call at reset; the ideal-time cache is kept)."""
         self._facts.clear()
+        self._job_cols.clear()
 
     def tstar(self, job: Job) -> float:
         """Ideal iteration time ``T*`` of a job (cached by model, size and batch)."""
@@ -464,66 +510,88 @@ class ObservationBuilder:
             self._tstar[key] = v
         return v
 
-    def _group_stats(self, cs: CandidateSet, load: NDArray[np.int32]) -> NDArray[np.float64]:
-        """Per-candidate, job-independent stats of a candidate set, ``float64[C, 13]``.
+    def _row_entry(self, key: tuple[int, ...], exp_todo: list[list[Any]]) -> list[Any]:
+        """Job-independent stats of one candidate (its sorted GPUs ``key``), cached per health.
 
-        Columns: s, g, switches, slow_frac, failprone_frac, slowdown, survival, b_intra, b_inter,
-        a_intra, a_inter, max_load, k. Single-server rows (most of them) need only per-GPU arrays;
-        rows spanning servers also walk their inter-server links.
+        The entry is ``[s, g, switches, slow_frac, failprone_frac, slowdown, survival, b_intra,
+        a_intra, a_inter, k, spanned inter-server links or None]``; its survival is filled in by
+        the caller, which exponentiates the log-survivals of all new entries in one numpy call
+        (``exp_todo`` collects ``(entry, log-survival)``). Single-server rows need only per-GPU
+        values; rows spanning servers also walk their inter-server links. Every value is computed
+        with the same operations as the vectorised formulas (sums in numpy's pairwise order).
         """
-        P = cs.gpus
-        n, k = P.shape
-        out = np.empty((n, 13))
-        out[:, 12] = k
-        out[:, 0:3] = (1.0, float(k), 1.0)  # s, g, switches of a single-server row
-        out[:, 8] = np.inf
-        out[:, 10:12] = 0.0
-        X = self._gpu_static[P]  # (n, k, 7)
-        out[:, 3:5] = X[:, :, 0:2].mean(axis=1)
-        out[:, 5] = X[:, :, 2].max(axis=1)
+        k = len(key)
+        slow, fp, sd = self._h_slow, self._h_failprone, self._h_slowdown
         if k == 1:
-            out[:, 6] = np.exp(X[:, 0, 3])
-            out[:, 7] = np.inf
-            out[:, 9] = 0.0
-            return out
-        logs = X[:, :, 3:5].sum(axis=(1, 2))  # GPUs and their (all spanned) GPU links
-        out[:, 7] = X[:, :, 5].min(axis=1)
-        out[:, 9] = X[:, :, 6].max(axis=1)
-        multi = np.flatnonzero(cs.num_servers > 1)
-        if len(multi):
-            logs[multi] += self._inter_stats(P[multi], load, out, multi)
-        out[:, 6] = np.exp(logs)
-        return out
+            g0 = key[0]
+            e = [1.0, 1.0, 1.0, slow[g0] / 1, fp[g0] / 1, sd[g0], 0.0, np.inf, 0.0, 0.0, 1.0, None]
+            exp_todo.append([e, self._h_log_gpu[g0]])
+            return e
+        lg, lgl = self._h_log_gpu, self._h_log_gpu_link
+        logs_in: list[float] = []
+        for g in key:
+            logs_in.append(lg[g])
+            logs_in.append(lgl[g])
+        bw, lat = self._h_bw_gpu_link, self._h_lat_gpu_link
+        e = [
+            1.0,
+            float(k),
+            1.0,
+            sum([slow[g] for g in key]) / k,
+            sum([fp[g] for g in key]) / k,
+            max([sd[g] for g in key]),
+            0.0,
+            min([bw[g] for g in key]),
+            max([lat[g] for g in key]),
+            0.0,
+            float(k),
+            None,
+        ]
+        logs = np_sum(logs_in)
+        srv = self._t_server
+        if srv[key[0]] != srv[key[-1]]:
+            logs += self._inter_entry(key, e)
+        exp_todo.append([e, logs])
+        return e
 
-    def _inter_stats(
-        self, P: NDArray[np.int32], load: NDArray[np.int32], out: NDArray[np.float64], rows: NDArray[np.intp]
-    ) -> NDArray[np.float64]:
-        """Fill s, g, switches, b_inter, a_inter, max_load of multi-server ``rows`` of ``out``;
-        return the log-survival of their spanned inter-server links."""
-        topo = self.topology
-        n, k = P.shape
-        anc = topo.gpu_links[P][:, :, 1:]  # links above the GPU links: (n, k, D-1)
-        lo = topo.node_gpu_lo[anc]
-        span = (anc > 0) & ((lo > P[:, :1, None]) | (topo.node_gpu_hi[anc] <= P[:, -1:, None]))
-        prev = np.empty_like(P)
-        prev[:, 0] = -1
-        prev[:, 1:] = P[:, :-1]
-        first = span & (prev[:, :, None] < lo)  # the first GPU of the placement under that link
-        ld = load[anc]
-        out[rows, 8] = np.where(span, self._eff_bw[anc] / (ld + 1.0), np.inf).min(axis=(1, 2))
-        out[rows, 10] = np.where(span, topo.link_lat[anc], 0.0).max(axis=(1, 2))
-        out[rows, 11] = np.where(span, ld, 0).max(axis=(1, 2))
-        srv = topo.gpu_server[P]
-        new_run = np.ones((n, k), dtype=bool)
-        new_run[:, 1:] = srv[:, 1:] != srv[:, :-1]
-        out[rows, 0] = new_run.sum(axis=1)
-        idx = np.arange(k)
-        run_start = np.maximum.accumulate(np.where(new_run, idx, 0), axis=1)
-        out[rows, 1] = (idx - run_start + 1).max(axis=1)
-        par = self._srv_parent[srv]
-        out[rows, 2] = 1 + (par[:, 1:] != par[:, :-1]).sum(axis=1)
-        logs: NDArray[np.float64] = np.where(first, self._link_logok[anc], 0.0).sum(axis=(1, 2))
-        return logs
+    def _inter_entry(self, key: tuple[int, ...], e: list[Any]) -> float:
+        """Fill servers, most GPUs on one server, switches, a_inter and the spanned inter-server
+        links of a multi-server candidate into ``e``; return its inter-server log-survival."""
+        links, lo, hi = self._t_links, self._t_lo, self._t_hi
+        logok = self._h_link_logok
+        p0, p_last = key[0], key[-1]
+        vals: list[float] = []  # log(1-π) of each (GPU, level) the first time a link is met
+        spanned: dict[int, None] = {}
+        prev = -1
+        for g in key:
+            for a in links[g][1:]:
+                if a > 0 and (lo[a] > p0 or hi[a] <= p_last):
+                    spanned[a] = None
+                    vals.append(logok[a] if prev < lo[a] else 0.0)
+                else:
+                    vals.append(0.0)
+            prev = g
+        srv, par = self._t_server, self._t_srv_parent
+        s_count, run, g_max, switches = 1, 1, 1, 1
+        prev_s = srv[p0]
+        for g in key[1:]:
+            sv = srv[g]
+            if sv == prev_s:
+                run += 1
+            else:
+                s_count += 1
+                g_max = max(g_max, run)
+                run = 1
+                if par[sv] != par[prev_s]:
+                    switches += 1
+                prev_s = sv
+        lat = self._t_lat
+        e[0] = float(s_count)
+        e[1] = float(max(g_max, run))
+        e[2] = float(switches)
+        e[9] = max([lat[a] for a in spanned], default=0.0)
+        e[11] = list(spanned)
+        return np_sum(vals)
 
     def _candidate_features(self, state: ClusterState, view: Sequence[Job]) -> None:
         acts = self.actions
@@ -535,50 +603,119 @@ class ObservationBuilder:
             if self.privileged:
                 self._gain.fill(0.0)
             return
-        load = state.link_load
         groups = acts.groups
-        sizes = np.array([len(cs) for cs in groups])
-        goff = np.cumsum(sizes) - sizes
-        allstats = np.concatenate([self._group_stats(cs, load) for cs in groups])
-        sg = acts.slot_group[:n_view]
-        cnt = sizes[sg]
-        starts = np.cumsum(cnt) - cnt
-        within = np.arange(int(cnt.sum())) - np.repeat(starts, cnt)
-        row = np.repeat(np.arange(n_view) * C, cnt) + within
-        stats = allstats[np.repeat(goff[sg], cnt) + within]
-        facts = np.repeat(self._view_facts, cnt, axis=0)
-        grad, tc, w, tstar = facts[:, 1], facts[:, 2], facts[:, 3], facts[:, 4]
-        s, g, sw = stats[:, 0], stats[:, 1], stats[:, 2]
-        k = stats[:, 12]
-        b_intra, b_inter = stats[:, 7], stats[:, 8]
-        comm = comm_time(self.perf.allreduce, grad, k, g, s, b_intra, b_inter, stats[:, 9], stats[:, 10])
-        T = iteration_time(tc * stats[:, 5], comm, self.perf.overlap)
-        eta = np.minimum(1.0, tstar / T)
-        surv = stats[:, 6]
-        X = np.empty((len(row), len(CANDIDATE_FEATURES)), dtype=np.float64)
-        X[:, 0] = 1.0
-        X[:, 1] = k / self.max_job_gpus
-        X[:, 2] = _grad_feature(grad)
-        X[:, 3] = _compute_feature(tc)
-        X[:, 4] = s / 32.0
-        X[:, 5] = (s - 1.0) / np.maximum(k - 1.0, 1.0)
-        X[:, 6] = sw / 8.0
-        X[:, 7] = stats[:, 3]
-        X[:, 8] = stats[:, 4]
-        X[:, 9] = 1.0 - 1.0 / stats[:, 5]
-        X[:, 10] = surv
+        load = state.link_load
+        cache = self._rows
+        exp_todo: list[list[Any]] = []
+        entries: list[list[Any]] = []
+        for cs in groups:
+            for key in cs.row_keys():
+                e = cache.get(key)
+                if e is None:
+                    e = cache[key] = self._row_entry(key, exp_todo)
+                entries.append(e)
+        if exp_todo:
+            surv = np.exp(np.array([t[1] for t in exp_todo])).tolist()
+            for t, sv in zip(exp_todo, surv, strict=True):
+                t[0][6] = sv
+        # Per candidate: its job-independent feature columns (F) and the time-model terms (H).
+        ring = self.perf.allreduce == "ring"
+        max_k, bw_ref, eff = self.max_job_gpus, self._bw_ref, self._h_eff_bw
+        F: list[tuple[float, ...]] = []
+        H: list[tuple[float, ...]] = []
+        for e in entries:
+            s, g, sw, slow_f, fp_f, sd, surv_, b_intra, a_intra, a_inter, k, spanned = e
+            if spanned:
+                ml = max([int(load[a]) for a in spanned])
+                b_inter = min([eff[a] / (int(load[a]) + 1.0) for a in spanned])
+            else:
+                ml = 0
+                b_inter = np.inf
+            F.append(
+                (
+                    1.0,
+                    k / max_k,
+                    0.0,
+                    0.0,
+                    s / 32.0,
+                    (s - 1.0) / max(k - 1.0, 1.0),
+                    sw / 8.0,
+                    slow_f,
+                    fp_f,
+                    1.0 - 1.0 / sd,
+                    surv_,
+                    0.0,
+                    0.0,
+                    ml / (ml + 1.0),
+                    min(min(b_intra, b_inter), bw_ref) / bw_ref,
+                    0.0,
+                    0.0,
+                )
+            )
+            if ring:
+                steps = 2.0 * (k - 1.0)
+                H.append((steps / k, min(b_intra, b_inter), steps * max(a_intra, a_inter), sd, surv_))
+            else:
+                H.append(
+                    (
+                        2.0 * (g - 1.0) / g,
+                        b_intra,
+                        2.0 * (g - 1.0) * a_intra,
+                        2.0 * (s - 1.0) / s,
+                        b_inter,
+                        2.0 * (s - 1.0) * a_inter,
+                        sd,
+                        surv_,
+                    )
+                )
+        gidx, qidx, row, starts = self._layout(groups, n_view)
+        # Per view slot: the job's feature columns (J) and (M, t_c, T*) (V).
+        J = np.zeros((n_view, len(CANDIDATE_FEATURES)))
+        J[:, _JOB_CAND_COLS] = [self._job_columns(j)[1:] for j in view]
+        J[:, 15] = self._queue_pos[:n_view]
+        V = self._view_facts[:, _FACT_COLS]
+        Hr = np.array(H)[gidx]
+        Vr = V[qidx]
+        grad = Vr[:, 0]
+        if ring:
+            comm = Hr[:, 0] * (grad / Hr[:, 1]) + Hr[:, 2]
+        else:
+            comm = (Hr[:, 0] * (grad / Hr[:, 1]) + Hr[:, 2]) + (Hr[:, 3] * (grad / Hr[:, 4]) + Hr[:, 5])
+        T = iteration_time(Vr[:, 1] * Hr[:, -2], comm, self.perf.overlap)
+        eta = np.minimum(1.0, Vr[:, 2] / T)
+        X = np.array(F)[gidx]
+        X += J[qidx]
         X[:, 11] = eta
-        X[:, 12] = eta * surv
-        ml = stats[:, 11]
-        X[:, 13] = ml / (ml + 1.0)
-        X[:, 14] = np.minimum(np.minimum(b_intra, b_inter), self._bw_ref) / self._bw_ref
-        X[:, 15] = self._queue_pos[self._row_q[row]]
-        X[:, 16] = w / (1.0 + w)
+        X[:, 12] = eta * Hr[:, -1]
         np.clip(X, 0.0, 1.0, out=X)
         self._cand[row] = X
         self._best_eta[:n_view] = np.maximum.reduceat(eta, starts)
         if self.privileged:
             self._gains(state, view)
+
+    def _layout(self, groups: list[CandidateSet], n_view: int) -> tuple[NDArray[np.intp], ...]:
+        """Index arrays of the table rows: per row its candidate (in the concatenated groups), its
+        view slot and its action row; and each slot's first row. Cached per table layout."""
+        sg = self.actions.slot_group
+        key = (tuple([len(cs) for cs in groups]), sg[:n_view].tobytes())
+        hit = self._layouts.get(key)
+        if hit is not None:
+            return hit
+        C = self.actions.max_candidates
+        sizes = np.array(key[0])
+        goff = np.cumsum(sizes) - sizes
+        sgv = sg[:n_view]
+        cnt = sizes[sgv]
+        starts = np.cumsum(cnt) - cnt
+        within = np.arange(int(cnt.sum())) - np.repeat(starts, cnt)
+        row = np.repeat(np.arange(n_view) * C, cnt) + within
+        gidx = np.repeat(goff[sgv], cnt) + within
+        qidx = np.repeat(np.arange(n_view), cnt)
+        if len(self._layouts) >= 4096:
+            self._layouts.clear()
+        out = (gidx, qidx, row, starts)
+        self._layouts[key] = out
+        return out
 
     def _gains(self, state: ClusterState, view: Sequence[Job]) -> None:
         """Exact ΔF of every row (privileged feature)."""
@@ -603,7 +740,7 @@ class ObservationBuilder:
         g = self._gpu
         owner = state.gpu_owner
         busy = owner >= 0
-        g[:, 0] = ~busy & state.health.usable
+        g[:, 0] = state._free()
         g[:, 1] = busy
         n = state.link_load[self._server_uplink]
         g[:, 6] = n / (n + 1.0)
@@ -618,35 +755,47 @@ class ObservationBuilder:
         n = len(view)
         if n == 0:
             return
-        f = self._view_facts
-        k, grad, tc, w = f[:, 0], f[:, 1], f[:, 2], f[:, 3]
-        ncand = np.array([0 if cs is None else len(cs) for cs in self.actions.sets[:n]], dtype=np.float64)
-        qb[:n, 0] = 1.0
-        qb[:n, 1] = np.minimum(k / self.max_job_gpus, 1.0)
-        qb[:n, 2] = _grad_feature(grad)
-        qb[:n, 3] = _compute_feature(tc)
-        qb[:n, 4] = w / (1.0 + w)
-        qb[:n, 5] = ncand / self.actions.max_candidates
-        qb[:n, 6] = np.clip(self._best_eta[:n], 0.0, 1.0)
-        qb[:n, 7] = np.minimum(self.actions.copies[:n] / 16.0, 1.0)
+        acts = self.actions
+        C = acts.max_candidates
+        sets = acts.sets
+        best = self._best_eta[:n].tolist()
+        copies = acts.copies[:n].tolist()
+        rows = []
+        for q, job in enumerate(view):
+            kf, gf, cf, wf = self._job_columns(job)
+            cs = sets[q]
+            b = best[q]
+            rows.append(
+                (
+                    1.0,
+                    kf,
+                    gf,
+                    cf,
+                    wf,
+                    (0 if cs is None else len(cs)) / C,
+                    0.0 if b < 0.0 else 1.0 if b > 1.0 else b,
+                    min(copies[q] / 16.0, 1.0),
+                )
+            )
+        qb[:n] = rows
 
     def _summary_features(
         self, state: ClusterState, pending: Sequence[Job], step: int, max_steps: int
     ) -> None:
         G = self.topology.num_gpus
         m = self.last_metrics = state.metrics()
-        sb = self._summary
-        sb[0] = min(len(pending) / self.queue_size, 1.0)
-        in_view = int(self.actions.copies.sum())
-        sb[1] = min(max(len(pending) - in_view, 0) / self.queue_size, 1.0)
-        sb[2] = min(self.actions.pending_gpus / G, 1.0)
-        sb[3] = state.num_free / G
-        sb[4] = min(max(m.F / G, 0.0), 1.0)
-        sb[5] = m.utilization
-        sb[6] = min(max(m.comm_overhead, 0.0), 1.0)
-        sb[7] = float(self._failed.mean())
-        sb[8] = self._abnormal_frac
-        sb[9] = min(step / max(max_steps, 1), 1.0)
+        self._summary[:] = (
+            min(len(pending) / self.queue_size, 1.0),
+            min(max(len(pending) - int(self.actions.copies.sum()), 0) / self.queue_size, 1.0),
+            min(self.actions.pending_gpus / G, 1.0),
+            state.num_free / G,
+            min(max(m.F / G, 0.0), 1.0),
+            m.utilization,
+            min(max(m.comm_overhead, 0.0), 1.0),
+            self._failed_frac,
+            self._abnormal_frac,
+            min(step / max(max_steps, 1), 1.0),
+        )
 
     def build(
         self,
