@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from crop_gym.io import atomic_write_with
 
 __all__ = ["atomic_write", "atomic_write_json", "read_json", "to_jsonable", "versions"]
 
@@ -33,30 +33,8 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Write a file atomically: ``write(tmp)`` then rename over ``path`` (same directory).
-
-    Args:
-        path: The destination.
-        write: Writes the content to the temporary path it is given.
-
-    Returns:
-        ``path`` as a :class:`Path`.
-    """
-    dest = Path(path)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    try:
-        write(tmp_path)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
-        os.replace(tmp_path, dest)
-    finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
-    return dest
+    """Write a file atomically: ``write(tmp)`` then rename over ``path`` (see :mod:`crop_gym.io`)."""
+    return atomic_write_with(path, write)
 
 
 def atomic_write_json(path: str | Path, data: Any) -> Path:

@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
-from pathlib import Path
-
 import numpy as np
 from numpy.typing import NDArray
 
@@ -15,7 +10,7 @@ from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
 from crop_gym.perf import PlacementStats, comm_time
 
-__all__ = ["atomic_write", "blind_health", "blind_state", "free_per_server", "own_comm_time"]
+__all__ = ["blind_health", "blind_state", "free_per_server", "own_comm_time"]
 
 
 def blind_health(health: Health) -> Health:
@@ -74,24 +69,3 @@ def own_comm_time(state: ClusterState, job: Job, stats: PlacementStats) -> float
         stats.a_inter,
     )
     return float(c)
-
-
-def atomic_write(path: str | os.PathLike[str], data: bytes | str) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, then ``os.replace``.
-
-    Readers see the old file or the new one, never a half-written one.
-    """
-    dest = Path(path)
-    folder = dest.parent if str(dest.parent) else Path(".")
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

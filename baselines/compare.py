@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from baselines._common import atomic_write
 from baselines.policy import POLICIES, Placement, PlacementPolicy, apply, make_policy
 from crop_gym.errors import ConfigError, check_range
+from crop_gym.io import atomic_write
 from crop_gym.objective import ClusterState
 from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler, get_scenario
 

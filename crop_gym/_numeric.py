@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["np_round9", "np_sum"]
+__all__ = ["np_round9", "np_sum", "np_sum_sparse"]
 
 
 def np_sum(values: Sequence[float]) -> float:
@@ -80,3 +80,49 @@ def np_round9(x: float) -> float:
     if not math.isfinite(y):
         return y / 1e9
     return round(y) / 1e9
+
+
+def np_sum_sparse(n: int, items: Sequence[tuple[int, float]]) -> float:
+    """:func:`np_sum` of a length-``n`` vector that is zero except at ``items``.
+
+    The result equals the dense sum exactly, up to the sign of a zero result: adding ``0.0`` never
+    changes a partial sum, so only the positions of the non-zeros (which decide the pairwise
+    grouping) matter.
+
+    Args:
+        n: Length of the dense vector.
+        items: ``(position, value)`` pairs, positions increasing and in ``[0, n)``.
+    """
+    if not items:
+        return 0.0
+    if len(items) == 1:
+        return 0.0 + items[0][1]
+    return _sparse(items, 0, n)
+
+
+def _sparse(items: Sequence[tuple[int, float]], lo: int, n: int) -> float:
+    if n < 8:
+        r = 0.0
+        for _, v in items:
+            r += v
+        return r
+    if n <= 128:
+        end = lo + n - (n % 8)
+        lanes = [0.0] * 8
+        res_tail: list[float] = []
+        for pos, v in items:
+            if pos < end:
+                lanes[(pos - lo) % 8] += v
+            else:
+                res_tail.append(v)
+        r0, r1, r2, r3, r4, r5, r6, r7 = lanes
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for v in res_tail:
+            res += v
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    cut = lo + n2
+    left = [it for it in items if it[0] < cut]
+    right = [it for it in items if it[0] >= cut]
+    return _sparse(left, lo, n2) + _sparse(right, cut, n - n2)

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     import time
 
     from crop_gym.calibration import calibration_json, choose_default, fit_all
-    from crop_gym.workloads.atomic import atomic_write_text
+    from crop_gym.io import atomic_write_text
 
     algorithms = ("ring", "hierarchical") if args.allreduce == "both" else (args.allreduce,)
     start = time.perf_counter()

@@ -158,7 +158,7 @@ def load_store(path: Path) -> dict[str, dict[str, Any]]:
 
 def save_store(path: Path, runs: dict[str, dict[str, Any]]) -> None:
     """Write the stored runs atomically (JSON; JCT lists kept for the CDF figures)."""
-    from crop_gym.sim.result import atomic_write_text
+    from crop_gym.io import atomic_write_text
 
     path.parent.mkdir(parents=True, exist_ok=True)
     ordered = sorted(runs.values(), key=run_key)
@@ -316,7 +316,7 @@ def figures(groups: dict[str, Any], policies: Sequence[str], fig_dir: Path) -> d
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from crop_gym.sim.result import atomic_write_bytes
+    from crop_gym.io import atomic_write_bytes
 
     fig_dir.mkdir(parents=True, exist_ok=True)
     out: dict[str, list[str]] = {}
@@ -495,7 +495,7 @@ def report(
 
 def write_section(md_path: Path, section: str) -> None:
     """Replace (or append) the generated section of docs/RESULTS.md, leaving the rest alone."""
-    from crop_gym.sim.result import atomic_write_text
+    from crop_gym.io import atomic_write_text
 
     block = f"{BEGIN}\n{section.rstrip()}\n{END}\n"
     if md_path.exists():
@@ -514,7 +514,7 @@ def write_section(md_path: Path, section: str) -> None:
 
 def write_csv(path: Path, runs: Sequence[dict[str, Any]]) -> None:
     """One row per run, without the JCT lists."""
-    from crop_gym.sim.result import atomic_write_text
+    from crop_gym.io import atomic_write_text
 
     cols = [
         "trace",

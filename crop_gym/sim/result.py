@@ -34,13 +34,11 @@ key                         meaning
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,10 +46,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
+from crop_gym.io import atomic_write_bytes, atomic_write_text
+
 if TYPE_CHECKING:
     from crop_gym.sim.engine import Simulator
 
-__all__ = ["RECORD_COLUMNS", "SimResult", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["RECORD_COLUMNS", "SimResult"]
 
 #: Columns of the per-job records (``SimResult.records`` and the CSV).
 RECORD_COLUMNS: tuple[str, ...] = (
@@ -71,39 +71,6 @@ RECORD_COLUMNS: tuple[str, ...] = (
     "servers",
     "mean_servers",
 )
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``.
-
-    Readers see the old file or the new one, never half of one. The file gets the usual permissions
-    (``0o666`` minus the umask), not the temporary file's private ``0o600``.
-    """
-    dest = Path(path)
-    folder = dest.parent if str(dest.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, dest)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8."""
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def _pct(a: NDArray[np.float64], q: float) -> float:

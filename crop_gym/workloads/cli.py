@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.spec:
         raise ConfigError("give a trace file or bundled trace name, or --list")
 
-    from crop_gym.workloads.atomic import atomic_write_text
+    from crop_gym.io import atomic_write_text
     from crop_gym.workloads.loader import load_workload
     from crop_gym.workloads.summary import format_summary, summarize
 

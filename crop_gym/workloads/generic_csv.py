@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from crop_gym.io import atomic_write_text
 from crop_gym.jobs import MODEL_ZOO
 from crop_gym.workloads._table import (
     check_unique_ids,
@@ -35,7 +36,6 @@ from crop_gym.workloads._table import (
     read_table,
     string_column,
 )
-from crop_gym.workloads.atomic import atomic_write_text
 from crop_gym.workloads.workload import Workload, build_workload
 
 __all__ = ["GENERIC_COLUMNS", "GENERIC_OPTIONAL_COLUMNS", "load_generic_csv", "save_generic_csv"]
