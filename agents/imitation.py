@@ -203,11 +203,12 @@ def _rollouts(
     expert_driven: bool,
     progress: bool,
     desc: str,
+    expert_rule: str = "best",
 ) -> Demonstrations:
     """Run one episode per seed; ``choose(obs, mask, expert_action)`` picks the action taken."""
     from baselines.expert import CropExpert
 
-    expert = CropExpert(env)
+    expert = CropExpert(env, rule=expert_rule)
     obs_buf: dict[str, list[np.ndarray]] = {}
     actions: list[int] = []
     masks: list[np.ndarray] = []
@@ -248,7 +249,12 @@ def _rollouts(
 
 
 def record_demonstrations(
-    env: gym.Env[Any, Any], seeds: Sequence[int], *, gamma: float = 1.0, progress: bool = False
+    env: gym.Env[Any, Any],
+    seeds: Sequence[int],
+    *,
+    gamma: float = 1.0,
+    progress: bool = False,
+    expert_rule: str = "best",
 ) -> Demonstrations:
     """CROP's demonstrations: one expert episode per seed.
 
@@ -257,6 +263,9 @@ def record_demonstrations(
         seeds: Reset seed of each episode (use training-range seeds).
         gamma: Discount of the stored return-to-go.
         progress: Show a progress bar.
+        expert_rule: CROP's ranking rule (:class:`baselines.expert.CropExpert`): ``"best"`` (the
+            default CROP: better of the ΔF and ΔF-per-GPU passes) or a single pass (``"gain"``,
+            ``"density"``), whose next action is a function of the current state alone.
     """
     return _rollouts(
         env,
@@ -266,6 +275,7 @@ def record_demonstrations(
         expert_driven=True,
         progress=progress,
         desc="demos",
+        expert_rule=expert_rule,
     )
 
 

@@ -58,6 +58,8 @@ class CropExpert:
             the environment's ``robust_candidates``, so CROP sees the same candidate lists.
         lazy: Lazy (Minoux) or plain greedy; both give the same placements.
         min_gain: Smallest ΔF CROP accepts (GPU units).
+        rule: CROP's ranking (``"best"`` of the ΔF and ΔF-per-GPU passes, the default; or one pass,
+            ``"gain"`` / ``"density"``, whose next action depends on the current state alone).
 
     Attributes:
         fallbacks: How many times CROP's next job was outside the view and the expert answered with
@@ -71,6 +73,7 @@ class CropExpert:
         robust: bool | None = None,
         lazy: bool = True,
         min_gain: float = 1e-9,
+        rule: str = "best",
     ) -> None:
         base = env.unwrapped
         if not isinstance(base, PlacementEnv):
@@ -81,6 +84,7 @@ class CropExpert:
         self.robust = base.actions.robust if robust is None else bool(robust)
         self.lazy = lazy
         self.min_gain = min_gain
+        self.rule = rule
         self.fallbacks = 0
         self._plan: list[Placement] = []
         self._plan_keys: list[tuple[str, int, float, float]] = []
@@ -97,6 +101,7 @@ class CropExpert:
             max_candidates=env.actions.max_candidates,
             min_gain=self.min_gain,
             max_rounds=max_rounds,
+            rule=self.rule,
         ).placements
 
     def _next_from_plan(self) -> Placement | None:

@@ -275,12 +275,13 @@ def test_masked_dqn_explores_only_valid_actions() -> None:
 
 # ------------------------------------------------------------------------------- imitation
 def test_behaviour_cloning_agrees_with_crop() -> None:
-    """BC on CROP's demonstrations on the 8-GPU testbed.
+    """BC on CROP's demonstrations on the 8-GPU testbed reaches >= 90 % agreement with CROP.
 
-    CROP keeps the better of two greedy passes (by ΔF and by ΔF per GPU) and breaks ties between
-    equal-gain jobs in its own order, so which action it takes first depends on the whole instance;
-    exact agreement saturates near 0.89 on this env. Counting CROP-equivalent choices (an action after
-    which CROP's own continuation reaches CROP's F), agreement is >= 0.9, on held-out seeds too.
+    The demonstrations come from CROP's ΔF greedy (``rule="gain"``, DESIGN §3's CROP), whose next
+    action is a function of the current state. The default CROP (``rule="best"``) keeps the better of
+    two greedy passes, so its first action depends on a counterfactual pass the state does not show;
+    there exact agreement saturates near 0.89, and we check agreement counting CROP-equivalent
+    choices (an action after which CROP's own continuation reaches CROP's F) instead.
     """
     from sb3_contrib import MaskablePPO
 
@@ -288,17 +289,26 @@ def test_behaviour_cloning_agrees_with_crop() -> None:
 
     env = gym.make(TESTBED)
     spec = {"scorer": {"spec": ObsSpec.from_env(env).to_dict()}}
+    train_seeds = [train_seed(0, 0, i) for i in range(200)]
+    held_seeds = [VALIDATION_SEED_BASE + i for i in range(60)]
+
     model = MaskablePPO(MaskableScorerPolicy, env, seed=0, policy_kwargs=spec)
-    demos = record_demonstrations(env, [train_seed(0, 0, i) for i in range(200)])
+    demos = record_demonstrations(env, train_seeds, expert_rule="gain")
     hist = behaviour_cloning(
         model.policy, demos, BCConfig(epochs=30, val_fraction=0.0, reward_scale=0.25), seed=0
     )
-    assert hist["train_agreement"] >= 0.85
-    train_eq = equivalent_agreement(model.policy, env, demos)
-    assert train_eq["exact"] == pytest.approx(hist["train_agreement"])
-    assert train_eq["equivalent"] >= 0.9
-    held_out = record_demonstrations(env, [VALIDATION_SEED_BASE + i for i in range(60)])
-    assert agreement(model.policy, held_out) >= 0.8
+    assert hist["train_agreement"] >= 0.9
+    held_out = record_demonstrations(env, held_seeds, expert_rule="gain")
+    assert agreement(model.policy, held_out) >= 0.9
+
+    # The default two-pass CROP: equivalent choices.
+    model = MaskablePPO(MaskableScorerPolicy, env, seed=0, policy_kwargs=spec)
+    demos = record_demonstrations(env, train_seeds)
+    behaviour_cloning(
+        model.policy, demos, BCConfig(epochs=30, val_fraction=0.0, reward_scale=0.25), seed=0
+    )
+    assert equivalent_agreement(model.policy, env, demos)["equivalent"] >= 0.9
+    held_out = record_demonstrations(env, held_seeds)
     assert equivalent_agreement(model.policy, env, held_out)["equivalent"] >= 0.9
 
 
