@@ -86,7 +86,9 @@ def bench_cartpole(seconds: float) -> float:
     return n / spent
 
 
-def _run(env: gym.Env[Any, Any], steps: int, seed: int, timers: list[_Timer] = ()) -> dict[str, float]:  # type: ignore[assignment]
+def _run(
+    env: gym.Env[Any, Any], steps: int, seed: int, timers: list[_Timer] = ()
+) -> dict[str, float]:  # type: ignore[assignment]
     rng = np.random.default_rng(seed)
     t = time.perf_counter()
     _, info = env.reset(seed=seed)
@@ -207,7 +209,9 @@ def reset_breakdown(env_id: str, resets: int = 5) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     """Print the benchmark table."""
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--ids", nargs="*", default=list(DEFAULT_IDS), help="environment IDs")
     ap.add_argument("--steps", type=int, default=3000, help="steps per environment")
     ap.add_argument("--seed", type=int, default=0)
@@ -215,8 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-breakdown", action="store_true", help="do not time add/candidates")
     args = ap.parse_args(argv)
 
-    print(f"crop_gym {crop_gym.__version__}, gymnasium {gym.__version__}, numpy {np.__version__}, "
-          f"python {platform.python_version()}, {platform.machine()}")
+    print(
+        f"crop_gym {crop_gym.__version__}, gymnasium {gym.__version__}, numpy {np.__version__}, "
+        f"python {platform.python_version()}, {platform.machine()}"
+    )
     cp = bench_cartpole(args.cartpole_seconds)
     print(f"CartPole-v1 (same run): {cp:,.0f} step/s\n")
     header = (
@@ -238,11 +244,15 @@ def main(argv: list[str] | None = None) -> None:
             f"{env_id:34s} {r['step_per_s']:8,.0f} {r['e2e_per_s']:8,.0f} {r['step_per_s'] / cp:10.3f} "
             f"{r['reset_ms']:9.1f} {r['ep_len']:7.1f} {r['peak_mib']:6.1f} {r['rss_mib']:6.1f}{shares}"
         )
-    print(f"(MiB: peak traced Python allocations of make + 300 steps; RSS+: process RSS growth over "
-          f"'import crop_gym' ({base_rss:.0f} MiB) for make + reset + 300 steps)\n")
+    print(
+        f"(MiB: peak traced Python allocations of make + 300 steps; RSS+: process RSS growth over "
+        f"'import crop_gym' ({base_rss:.0f} MiB) for make + reset + 300 steps)\n"
+    )
     for env_id in args.ids:
         rb = reset_breakdown(env_id)
-        print(f"reset {env_id:34s} {rb['total_ms']:7.1f} ms, of which ScenarioSampler.sample {rb['sample_ms']:7.1f} ms")
+        print(
+            f"reset {env_id:34s} {rb['total_ms']:7.1f} ms, of which ScenarioSampler.sample {rb['sample_ms']:7.1f} ms"
+        )
     print()
     for env_id, target in TARGETS.items():
         if env_id in results:

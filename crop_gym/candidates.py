@@ -29,7 +29,9 @@ candidates, bit for bit.
 from __future__ import annotations
 
 import weakref
+from bisect import bisect_right
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -135,6 +137,7 @@ class _TopoData:
         "G",
         "S",
         "arange_f",
+        "arange_l",
         "gpu_server",
         "small",
         "srv_key2",
@@ -159,6 +162,7 @@ class _TopoData:
         # Sort key of a GPU in the per-version order: (server, busy) as 2 * server + busy.
         self.srv_key2 = (2 * topo.gpu_server).astype(np.int64)
         self.arange_f = np.arange(self.G + 1, dtype=np.float64)
+        self.arange_l: list[float] = self.arange_f.tolist()
         # Switch subtrees in node order: (node, first server, end server, first GPU, end GPU).
         self.switches: list[tuple[int, int, int, int, int]] = [
             (
@@ -185,12 +189,13 @@ def _topo_data(topo: Topology) -> _TopoData:
 class _HealthData:
     """What depends on the health alone: badness scores and each server's GPUs in health order."""
 
-    __slots__ = ("base_order", "key2", "q", "uniform")
+    __slots__ = ("base_order", "blocks", "key2", "q", "q_l", "q_round", "uniform")
 
     def __init__(self, state: ClusterState, robust: bool, td: _TopoData) -> None:
         topo = state.topology
         q = gpu_quality(state, robust)
         self.q = q
+        self.q_round = np.round(q, 9)
         self.uniform = not robust or bool(np.all(q == 1.0))
         if self.uniform:
             # GPUs are numbered server by server, so (server, index) order is the identity.
@@ -198,6 +203,11 @@ class _HealthData:
         else:
             self.base_order = np.lexsort((np.arange(td.G), q, topo.gpu_server))
         self.key2 = td.srv_key2[self.base_order]
+        # Plain-Python copies for small clusters: each server's GPUs in health order.
+        self.q_l: list[float] = q.tolist()
+        order_l = self.base_order.tolist()
+        lo = [*td.srv_lo, td.G]
+        self.blocks: list[list[int]] = [order_l[lo[s] : lo[s + 1]] for s in range(td.S)]
 
 
 class _Shared:
@@ -210,18 +220,19 @@ class _Shared:
 
     __slots__ = (
         "_compact",
+        "_order",
         "_order_l",
+        "_q_sorted",
+        "_qcs",
         "_qs_l",
         "_rank",
+        "_srv_free",
         "_sw_qmin",
+        "_tier1",
         "free",
         "hd",
         "n_free",
-        "order",
-        "q_sorted",
-        "qcs",
         "qcs_l",
-        "srv_free",
         "srv_free_l",
         "sw_free",
         "sw_max",
@@ -238,35 +249,69 @@ class _Shared:
             entry = per_health[robust] = (health, _HealthData(state, robust, td))
         hd: _HealthData = entry[1]
         self.hd = hd
-        free = state.free_mask
+        free = state._free()
         self.free = free
-        base = hd.base_order
-        # Stable sort of the health order by (server, busy): == lexsort((index, q, busy, server)).
-        order = base[np.argsort(hd.key2 + ~free[base], kind="stable")]
-        self.order = order
-        if hd.uniform:
-            self.q_sorted = None
-            self.qcs = td.arange_f
+        self._order: NDArray[np.intp] | None = None
+        self._q_sorted: NDArray[np.float64] | None = None
+        self._qcs: NDArray[np.float64] | None = None
+        self._srv_free: NDArray[np.int64] | None = None
+        self._order_l: list[int] | None = None
+        self._qs_l: list[float] | None = None
+        self.qcs_l: list[float] | None = None
+        if td.small:
+            # Plain Python: each server's free GPUs in health order, then its busy ones.
+            free_l = free.tolist()
+            order_l: list[int] = []
+            srv_free_l: list[int] = []
+            for blk in hd.blocks:
+                fr = [g for g in blk if free_l[g]]
+                srv_free_l.append(len(fr))
+                order_l += fr
+                if len(fr) < len(blk):
+                    order_l += [g for g in blk if not free_l[g]]
+            self._order_l = order_l
+            if hd.uniform:
+                self.qcs_l = td.arange_l
+            else:
+                q_l = hd.q_l
+                qs = [q_l[g] for g in order_l]
+                self._qs_l = qs
+                qcs_l = [0.0]
+                qcs_l += accumulate(qs)  # sequential, as np.cumsum
+                self.qcs_l = qcs_l
         else:
-            self.q_sorted = hd.q[order]
-            qcs = np.zeros(td.G + 1)
-            np.cumsum(self.q_sorted, out=qcs[1:])
-            self.qcs = qcs
-        srv_free = np.add.reduceat(free.view(np.uint8), td.srv_lo_arr, dtype=np.int64)
-        self.srv_free = srv_free
-        srv_free_l: list[int] = srv_free.tolist()
+            base = hd.base_order
+            # Stable sort of the health order by (server, busy) == lexsort((index, q, busy, server)).
+            order = base[np.argsort(hd.key2 + ~free[base], kind="stable")]
+            self._order = order
+            if hd.uniform:
+                self._qcs = td.arange_f
+            else:
+                self._q_sorted = hd.q[order]
+                qcs = np.zeros(td.G + 1)
+                np.cumsum(self._q_sorted, out=qcs[1:])
+                self._qcs = qcs
+            srv_free = np.add.reduceat(free.view(np.uint8), td.srv_lo_arr, dtype=np.int64)
+            self._srv_free = srv_free
+            srv_free_l = srv_free.tolist()
         self.srv_free_l = srv_free_l
         self.n_free = sum(srv_free_l)
         self.sw_free = [sum(srv_free_l[lo:hi]) for _, lo, hi, _, _ in td.switches]
         self.sw_max = [max(srv_free_l[lo:hi], default=0) for _, lo, hi, _, _ in td.switches]
-        self.qcs_l: list[float] | None = self.qcs.tolist() if td.small else None
-        self._order_l: list[int] | None = None
-        self._qs_l: list[float] | None = None
         self._compact: dict[int, list[int]] = {}
         self._sw_qmin: list[float] | None = None
         self._rank: NDArray[np.int64] | None = None
+        self._tier1: dict[int, list[int] | None] = {}
 
     # ----------------------------------------------------------- lazy data
+    @property
+    def order(self) -> NDArray[np.intp]:
+        """The GPU order (server by server: free GPUs in health order, then busy ones)."""
+        if self._order is None:
+            assert self._order_l is not None
+            self._order = np.array(self._order_l, dtype=np.intp)
+        return self._order
+
     @property
     def order_l(self) -> list[int]:
         """:attr:`order` as a list."""
@@ -274,10 +319,41 @@ class _Shared:
             self._order_l = self.order.tolist()
         return self._order_l
 
+    @property
+    def q_sorted(self) -> NDArray[np.float64] | None:
+        """The badness scores in :attr:`order` (``None`` when uniform)."""
+        if self._q_sorted is None and self._qs_l is not None:
+            self._q_sorted = np.array(self._qs_l)
+        return self._q_sorted
+
+    @property
+    def qcs(self) -> NDArray[np.float64]:
+        """Prefix sums of :attr:`q_sorted` (``qcs[0] = 0``)."""
+        if self._qcs is None:
+            assert self.qcs_l is not None
+            self._qcs = np.array(self.qcs_l)
+        return self._qcs
+
     def _qcs_list(self) -> list[float]:
         if self.qcs_l is None:
             self.qcs_l = self.qcs.tolist()
         return self.qcs_l
+
+    @property
+    def qs_l(self) -> list[float]:
+        """The badness scores in :attr:`order`, as a list (non-uniform scores only)."""
+        if self._qs_l is None:
+            q_sorted = self.q_sorted
+            assert q_sorted is not None
+            self._qs_l = q_sorted.tolist()
+        return self._qs_l
+
+    @property
+    def srv_free(self) -> NDArray[np.int64]:
+        """Free GPUs per server."""
+        if self._srv_free is None:
+            self._srv_free = np.array(self.srv_free_l, dtype=np.int64)
+        return self._srv_free
 
     def compact_order(self, i: int) -> list[int]:
         """Servers of switch ``i`` with a free GPU, most free first, then least bad, then index."""
@@ -288,6 +364,7 @@ class _Shared:
         _, slo, shi, _, _ = td.switches[i]
         if shi - slo <= SMALL_SERVERS:
             sf, lo_l = self.srv_free_l, td.srv_lo
+            keyed: list[tuple[float, ...]]
             if self.hd.uniform:
                 keyed = [(-sf[s], s) for s in range(slo, shi) if sf[s] > 0]
             else:
@@ -298,7 +375,7 @@ class _Shared:
                     if sf[s] > 0
                 ]
             keyed.sort()
-            out = [t[-1] for t in keyed]
+            out = [int(t[-1]) for t in keyed]
         else:
             srv = np.arange(slo, shi)
             f = self.srv_free[slo:shi]
@@ -306,16 +383,58 @@ class _Shared:
             f = f[f > 0]
             a = td.srv_lo_arr[srv]
             bad = (self.qcs[a + f] - self.qcs[a]) / f
-            out = srv[np.lexsort((srv, bad, -f))].tolist()
+            out = [int(x) for x in srv[np.lexsort((srv, bad, -f))]]
         self._compact[i] = out
         return out
 
     def sw_qmin(self) -> list[float]:
         """Per switch, the smallest badness of a free GPU inside (inf if none)."""
         if self._sw_qmin is None:
-            qf = np.where(self.free, self.hd.q, np.inf)
-            self._sw_qmin = [float(qf[glo:ghi].min()) for _, _, _, glo, ghi in self.td.switches]
+            td = self.td
+            if td.small:
+                # A server's best free GPU comes first in its block of the order.
+                qs, sf, lo_l = self.qs_l, self.srv_free_l, td.srv_lo
+                srv_min = [qs[lo_l[s]] if sf[s] else np.inf for s in range(td.S)]
+                self._sw_qmin = [min(srv_min[lo:hi]) for _, lo, hi, _, _ in td.switches]
+            else:
+                qf = np.where(self.free, self.hd.q, np.inf)
+                self._sw_qmin = [float(qf[glo:ghi].min()) for _, _, _, glo, ghi in td.switches]
         return self._sw_qmin
+
+    def tier1(self, i: int) -> list[int] | None:
+        """Switch ``i``'s free GPUs whose rounded badness is the smallest inside, in health-first
+        rank order (most free GPUs on their server first, then index); ``None`` unless all of
+        them have exactly the smallest badness (then any ``k`` of them sum alike)."""
+        if i in self._tier1:
+            return self._tier1[i]
+        td = self.td
+        _, slo, shi, glo, ghi = td.switches[i]
+        qmin = self.sw_qmin()[i]
+        r0 = np_round9(qmin)
+        out: list[int] | None
+        if shi - slo <= SMALL_SERVERS:
+            qs, order_l, sf, lo_l = self.qs_l, self.order_l, self.srv_free_l, td.srv_lo
+            # A server's free GPUs come least bad first, equally bad ones by index: its GPUs of
+            # badness qmin are a prefix of its block, already in rank order.
+            out = []
+            for s in sorted(range(slo, shi), key=lambda s: -sf[s]):  # stable: by index next
+                a = lo_l[s]
+                e = a + sf[s]
+                end = bisect_right(qs, qmin, a, e)
+                if end < e and np_round9(qs[end]) == r0:
+                    out = None  # rounds like qmin without being equal: leave it to numpy
+                    break
+                out.extend(order_l[a:end])
+        else:
+            hd = self.hd
+            idx = glo + np.flatnonzero(self.free[glo:ghi] & (hd.q_round[glo:ghi] == r0))
+            if bool(np.all(hd.q[idx] == qmin)):
+                srv_of = td.topo.gpu_server[idx]
+                out = idx[np.lexsort((idx, -self.srv_free[srv_of]))].tolist()
+            else:
+                out = None
+        self._tier1[i] = out
+        return out
 
     def gpu_rank(self) -> NDArray[np.int64]:
         """Rank of every free GPU by (badness rounded, -free GPUs of its server, index); busy last."""
@@ -340,10 +459,15 @@ class _Shared:
         # Single-server candidates: (rounded badness, free GPUs left, server node, server, badness).
         if td.small:
             singles = self._singles_py(k)
-            srv_q_min = None
+            extras = self._extras(k, singles, None)
         else:
-            singles, srv_q_min = self._singles_np(k, uniform)
-        extras = self._extras(k, singles, srv_q_min)
+            ranked, srv_q = self._singles_np(k, uniform)
+            # Without srv_q, health-first rows need the single rows only when some exist (then
+            # scores are uniform and there are no health-first rows).
+            extras = self._extras(k, [], srv_q)
+            # Only the best cap + len(extras) single rows can make it (see below).
+            need = cap + len(extras)
+            singles = list(zip(*(a[:need].tolist() for a in ranked), strict=True))
         order_l = self.order_l
         lo_l = td.srv_lo
         if not extras:
@@ -355,16 +479,16 @@ class _Shared:
         else:
             # Only the extra rows can repeat another row (single-server rows are disjoint), and each
             # repeat drops one row: the best cap + len(extras) single rows are enough.
-            ranked: list[tuple[Any, ...]] = [
+            pool: list[tuple[Any, ...]] = [
                 (1, rq, lo, node, 0, sorted(order_l[lo_l[s] : lo_l[s] + k]), q)
                 for rq, lo, node, s, q in singles[: cap + len(extras)]
             ]
             for e, (row, n_srv, node, q, lo) in enumerate(extras):
-                ranked.append((n_srv, np_round9(q), lo, node, 1 + e, row, q))
-            ranked.sort(key=_rank_key)
+                pool.append((n_srv, np_round9(q), lo, node, 1 + e, row, q))
+            pool.sort(key=_rank_key)
             seen: set[tuple[int, ...]] = set()
             rows, ns, st, qv = [], [], [], []
-            for r in ranked:
+            for r in pool:
                 t = tuple(r[5])
                 if t in seen:
                     continue
@@ -401,36 +525,32 @@ class _Shared:
             for s in range(td.S):
                 if sf[s] >= k:
                     a = lo_l[s]
-                    q = qcs[a + k] - qcs[a]
-                    out.append((np_round9(q), sf[s] - k, node_l[s], s, q))
+                    q = qcs[a + k] - qcs[a]  # finite, so np_round9(q) is:
+                    out.append((round(q * 1e9) / 1e9, sf[s] - k, node_l[s], s, q))
         out.sort()
         return out
 
     def _singles_np(
         self, k: int, uniform: bool
-    ) -> tuple[list[tuple[float, int, int, int, float]], NDArray[np.float64] | None]:
+    ) -> tuple[tuple[NDArray[Any], ...], NDArray[np.float64] | None]:
+        """Single-server rows as arrays (rounded badness, free GPUs left, server node, server,
+        badness) in rank order, and each server's single-row badness (inf if none; ``None`` when
+        scores are uniform or no server holds ``k``)."""
         td = self.td
         fit = np.flatnonzero(self.srv_free >= k)
-        if len(fit) == 0:
-            return [], None
         a = td.srv_lo_arr[fit]
         lo = self.srv_free[fit] - k
         st = td.srv_node_arr[fit]
-        if uniform:
+        if uniform or len(fit) == 0:
             sel = np.lexsort((st, lo))
-            fk = float(k)
-            return [(fk, lo_, st_, s, fk) for lo_, st_, s in zip(
-                lo[sel].tolist(), st[sel].tolist(), fit[sel].tolist(), strict=True
-            )], None
+            q = np.full(len(fit), float(k))
+            return (q, lo[sel], st[sel], fit[sel], q), None
         q = self.qcs[a + k] - self.qcs[a]
         rq = np.round(q, 9)
         sel = np.lexsort((st, lo, rq))
         srv_q = np.full(td.S, np.inf)
         srv_q[fit] = q
-        return list(zip(
-            rq[sel].tolist(), lo[sel].tolist(), st[sel].tolist(), fit[sel].tolist(), q[sel].tolist(),
-            strict=True,
-        )), srv_q
+        return (rq[sel], lo[sel], st[sel], fit[sel], q[sel]), srv_q
 
     def _extras(
         self,
@@ -463,12 +583,13 @@ class _Shared:
                     break
             if uniform:
                 q = float(k)
-            else:
-                if self._qs_l is None:
-                    assert self.q_sorted is not None
-                    self._qs_l = self.q_sorted.tolist()
-                qs = self._qs_l
+            elif k <= 32:
+                qs = self.qs_l
                 q = np_sum([qs[p] for p in pos])
+            else:
+                q_sorted = self.q_sorted
+                assert q_sorted is not None
+                q = float(q_sorted[pos].sum())
             order_l = self.order_l
             out.append((sorted([order_l[p] for p in pos]), n_srv, node, q, nf - k))
             compact_q[node] = q
@@ -488,6 +609,7 @@ class _Shared:
         candidates."""
         td = self.td
         sw_qmin = None
+        srv_q_l: list[float] | None = None
         for i, (node, slo, shi, glo, ghi) in enumerate(td.switches):
             nf = self.sw_free[i]
             if nf < k:
@@ -495,19 +617,30 @@ class _Shared:
             if srv_q is not None:
                 best = float(srv_q[slo:shi].min())
             else:
-                best = min((t[4] for t in singles if slo <= t[3] < shi), default=np.inf)
+                if srv_q_l is None:
+                    srv_q_l = [np.inf] * td.S
+                    for t in singles:
+                        srv_q_l[t[3]] = t[4]
+                best = min(srv_q_l[slo:shi])
             inside = min(best, compact_q.get(node, np.inf))
             if sw_qmin is None:
                 sw_qmin = self.sw_qmin()
             # Skip a subtree at once if a compact candidate inside is made of its healthiest GPUs.
             if inside <= k * sw_qmin[i] + 1e-9:
                 continue
-            r = self.gpu_rank()[glo:ghi]
-            g = glo + (np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r)))
-            q = float(self.hd.q[g].sum())
+            t1 = self.tier1(i)
+            if t1 is not None and len(t1) >= k:
+                # The k best are k GPUs of equal badness: their sum does not depend on the order.
+                gl: list[int] = t1[:k]
+                q = np_sum([sw_qmin[i]] * k)
+            else:
+                r = self.gpu_rank()[glo:ghi]
+                g = glo + (np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r)))
+                q = float(self.hd.q[g].sum())
+                gl = g.tolist()
             if q >= inside - 1e-9:
                 continue  # a compact candidate is as healthy
-            gl: list[int] = sorted(g.tolist())
+            gl.sort()
             gs = td.gpu_server
             out.append((gl, len({gs[x] for x in gl}), node, q, nf - k))
 

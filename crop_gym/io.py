@@ -51,7 +51,11 @@ def atomic_write_with(path: str | os.PathLike[str], write: Callable[[Path], None
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` atomically."""
-    return atomic_write_with(path, lambda p: p.write_bytes(data))
+
+    def write(p: Path) -> None:
+        p.write_bytes(data)
+
+    return atomic_write_with(path, write)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -88,19 +88,28 @@ def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
 
     Cached per (topology, all-reduce, overlap, model, GPUs, batch): topologies are immutable.
     """
-    return _ideal_time(topology, perf.allreduce, perf.overlap, job.model, job.num_gpus, float(job.batch_size))
+    return _ideal_time(
+        topology, perf.allreduce, perf.overlap, job.model, job.num_gpus, float(job.batch_size)
+    )
 
 
 @lru_cache(maxsize=1 << 16)
-def _ideal_time(topology: Topology, allreduce: str, overlap: float, model: str, k: int, batch: float) -> float:
+def _ideal_time(
+    topology: Topology, allreduce: str, overlap: float, model: str, k: int, batch: float
+) -> float:
     spec = get_model(model)
-    gpus = topology.compact_placement(k)
-    st = placement_stats(topology, Health.healthy(topology), gpus)
+    st = _compact_stats(topology, k)
     b_inter = float(topology.link_bw[st.inter_links].min()) if len(st.inter_links) else np.inf
     comm = comm_time_scalar(
         allreduce, spec.grad_bytes, st.k, st.g, st.s, st.b_intra, b_inter, st.a_intra, st.a_inter
     )
     return float(iteration_time(spec.compute_time(batch / k), comm, overlap))
+
+
+@lru_cache(maxsize=1 << 12)
+def _compact_stats(topology: Topology, k: int) -> PlacementStats:
+    """Facts of the compact placement of ``k`` healthy GPUs (shared by every model and batch)."""
+    return placement_stats(topology, Health.healthy(topology), topology.compact_placement(k))
 
 
 @dataclass(frozen=True)
@@ -301,6 +310,10 @@ class ClusterState:
             "T_star": float(self._tstar[s]),
         }
 
+    def job_value(self, job_id: str) -> float:
+        """Value ``v_j`` of a placed job (``job_record(job_id)["value"]``, cheaper)."""
+        return float(self._value[self.jobs[job_id]])
+
     def iteration_times(self) -> dict[str, float]:
         """Current iteration time ``T_j`` of every placed job (seconds)."""
         return {jid: float(self._T[s]) for jid, s in self.jobs.items()}
@@ -369,7 +382,9 @@ class ClusterState:
             if not usable[st.gpus].all():
                 job = self._slot_job[s]
                 assert job is not None
-                raise ConfigError(f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed")
+                raise ConfigError(
+                    f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed"
+                )
         self._health = health
         self._usable = usable
         self._n_usable = int(usable.sum())
@@ -650,9 +665,7 @@ class ClusterState:
             M, k, g, s, b_intra, a_intra, a_inter, t, tstar, wsurv, links = py
             if links:
                 if extra:
-                    b_inter = min(
-                        [eff[e] / max(int(load[e]) + (e in extra), 1) for e in links]
-                    )
+                    b_inter = min([eff[e] / max(int(load[e]) + (e in extra), 1) for e in links])
                 else:
                     b_inter = min([eff[e] / max(int(load[e]), 1) for e in links])
             else:

@@ -113,7 +113,9 @@ def comm_time(
     # and 0 * (M / inf) = 0. Bandwidths are > 0 by construction.
     if allreduce == "ring":
         steps = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0)
-        return steps / k * (grad_bytes / np.minimum(b_intra, b_inter)) + steps * np.maximum(a_intra, a_inter)
+        return steps / k * (grad_bytes / np.minimum(b_intra, b_inter)) + steps * np.maximum(
+            a_intra, a_inter
+        )
     gf = np.asarray(g, dtype=np.float64)
     sf = np.asarray(s, dtype=np.float64)
     intra = (2.0 * (gf - 1.0) / gf) * (grad_bytes / b_intra) + 2.0 * (gf - 1.0) * a_intra

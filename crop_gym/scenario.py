@@ -201,7 +201,9 @@ class Scenario:
 
 #: Built-in scenarios.
 SCENARIOS: dict[str, Scenario] = {
-    "default": Scenario(name="default"),  # leafspine-64, mild, 16 jobs from cluster04 (<= 32 GPUs), 30% background
+    "default": Scenario(
+        name="default"
+    ),  # leafspine-64, mild, 16 jobs from cluster04 (<= 32 GPUs), 30% background
     "testbed-8": Scenario(
         name="testbed-8",
         cluster="testbed-8",
@@ -262,6 +264,21 @@ def _workload_jobs(spec: str, fmt: str | None) -> tuple[Job, ...]:
     return tuple(load_workload(spec, format=fmt).jobs)
 
 
+def _static_copy(job: Job, job_id: str) -> Job:
+    """``dataclasses.replace(job, job_id=job_id, arrival=0.0, deadline=None)`` without re-running
+    the validation (``job`` is valid, and so are the new values), which is much cheaper."""
+    new = object.__new__(Job)
+    for name in _JOB_FIELDS:
+        object.__setattr__(new, name, getattr(job, name))
+    object.__setattr__(new, "job_id", job_id)
+    object.__setattr__(new, "arrival", 0.0)
+    object.__setattr__(new, "deadline", None)
+    return new
+
+
+_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+
+
 @dataclass(eq=False)
 class PlacementInstance:
     """One static placement problem.
@@ -310,11 +327,9 @@ class ScenarioSampler:
         return self._pool
 
     def _draw(self, rng: np.random.Generator, n: int, prefix: str) -> list[Job]:
-        idx = rng.integers(0, len(self._pool), size=n)
-        return [
-            dataclasses.replace(self._pool[i], job_id=f"{prefix}{t}", arrival=0.0, deadline=None)
-            for t, i in enumerate(idx)
-        ]
+        idx = rng.integers(0, len(self._pool), size=n).tolist()
+        pool = self._pool
+        return [_static_copy(pool[i], f"{prefix}{t}") for t, i in enumerate(idx)]
 
     def sample(self, rng: np.random.Generator) -> PlacementInstance:
         """Draw one instance.
@@ -328,8 +343,8 @@ class ScenarioSampler:
         target = round(sc.background_load * self.topology.num_gpus)
         busy, t, misses = 0, 0, 0
         while busy < target and misses < 20:
-            (job,) = self._draw(rng, 1, "bg")
-            job = dataclasses.replace(job, job_id=f"bg{t}")
+            (i,) = rng.integers(0, len(self._pool), size=1).tolist()
+            job = _static_copy(self._pool[i], f"bg{t}")
             t += 1
             if job.num_gpus > target - busy:
                 misses += 1
@@ -340,7 +355,8 @@ class ScenarioSampler:
             if len(cands) == 0:
                 misses += 1
                 continue
-            state.add(job, cands.gpus[rng.integers(len(cands))])
+            # A candidate of the current state is a valid placement: no need to check it.
+            state.add(job, cands.gpus[rng.integers(len(cands))], validate=False)
             busy += job.num_gpus
         queue = tuple(self._draw(rng, sc.queue_size, "q"))
         return PlacementInstance(state=state, queue=queue, scenario=sc)

@@ -244,7 +244,13 @@ def test_subproc_vec_env_maskable_ppo(env_id: str) -> None:
     try:
         venv.seed(0)
         model = MaskablePPO(
-            "MultiInputPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu",
+            "MultiInputPolicy",
+            venv,
+            n_steps=64,
+            batch_size=64,
+            n_epochs=1,
+            seed=0,
+            device="cpu",
             policy_kwargs={"net_arch": [32]},
         )
         model.learn(total_timesteps=256)
@@ -330,7 +336,9 @@ def test_spaces_shapes(env64: PlacementEnv) -> None:
     assert sp["summary"].shape == (len(SUMMARY_FEATURES),)
     assert "gain" not in sp.spaces
     for box in sp.spaces.values():
-        assert box.dtype == np.float32 and np.isfinite(box.low).all() and np.isfinite(box.high).all()
+        assert (
+            box.dtype == np.float32 and np.isfinite(box.low).all() and np.isfinite(box.high).all()
+        )
     table = PlacementEnv("default", table_layout=True)
     obs, _ = table.reset(seed=0)
     assert obs["candidates"].shape == (Q * C, len(CANDIDATE_FEATURES))
@@ -345,7 +353,11 @@ def test_return_is_F_gain_and_reward_terms(env64: PlacementEnv) -> None:
         total, rng, done = 0.0, np.random.default_rng(seed), False
         while not done:
             valid = np.flatnonzero(info["action_mask"])
-            a = int(valid[rng.integers(len(valid))]) if len(valid) > 1 and rng.random() > 0.05 else int(valid[-1])
+            a = (
+                int(valid[rng.integers(len(valid))])
+                if len(valid) > 1 and rng.random() > 0.05
+                else int(valid[-1])
+            )
             _, r, term, trunc, info = env64.step(a)
             terms = info["reward_terms"]
             assert terms["own_value"] + terms["interference"] == pytest.approx(r, abs=1e-12)
@@ -368,7 +380,9 @@ def test_stop_terminates_and_queue_empty_terminates(env64: PlacementEnv) -> None
     done, steps = False, 0
     while not done:
         valid = np.flatnonzero(env64.action_masks()[:-1])
-        _, _, term, trunc, info = env64.step(int(valid[0]) if len(valid) else env64.actions.stop_action)
+        _, _, term, trunc, info = env64.step(
+            int(valid[0]) if len(valid) else env64.actions.stop_action
+        )
         done, steps = term or trunc, steps + 1
     assert term and (info["pending"] == 0 or not env64.actions.has_placement)
     assert steps <= env64.scenario.queue_size + 1
@@ -413,7 +427,11 @@ def test_hypothesis_mask_never_empty() -> None:
     hyp = pytest.importorskip("hypothesis")
     st = pytest.importorskip("hypothesis.strategies")
 
-    envs = {"c": PlacementEnv("testbed-8"), "c64": PlacementEnv("default-severe"), "g": GPUPlacementEnv("testbed-8")}
+    envs = {
+        "c": PlacementEnv("testbed-8"),
+        "c64": PlacementEnv("default-severe"),
+        "g": GPUPlacementEnv("testbed-8"),
+    }
 
     @hyp.settings(max_examples=40, deadline=None, derandomize=True)
     @hyp.given(
@@ -444,11 +462,16 @@ def test_identical_jobs_share_a_slot() -> None:
     for seed in range(4):
         grouped.reset(seed=seed)
         plain.reset(seed=seed)
-        keys = [(j.model, j.num_gpus, float(j.batch_size), float(j.weight)) for j in grouped.actions.view]
+        keys = [
+            (j.model, j.num_gpus, float(j.batch_size), float(j.weight))
+            for j in grouped.actions.view
+        ]
         assert len(set(keys)) == len(keys)
         n = len(grouped.actions.view)
         assert grouped.actions.copies[:n].sum() == len(plain.actions.view)
-        assert [j.job_id for j in plain.actions.view][: 1] == [j.job_id for j in grouped.actions.view][:1]
+        assert [j.job_id for j in plain.actions.view][:1] == [
+            j.job_id for j in grouped.actions.view
+        ][:1]
 
 
 def test_reset_with_given_instance(env64: PlacementEnv) -> None:
@@ -480,7 +503,9 @@ def test_candidate_features_match_the_model() -> None:
                 row = obs["candidates"][a]
                 assert row[0] == 1.0
                 assert row[CANDIDATE_FEATURES.index("eta")] == pytest.approx(rec["eta"], rel=1e-6)
-                assert row[CANDIDATE_FEATURES.index("survival")] == pytest.approx(rec["survival"], rel=1e-6)
+                assert row[CANDIDATE_FEATURES.index("survival")] == pytest.approx(
+                    rec["survival"], rel=1e-6
+                )
                 assert obs["gain"][a] == pytest.approx(np.clip(delta / mj, -1, 1), abs=1e-6)
                 stats = env.state.stats_for(gpus)
                 assert row[CANDIDATE_FEATURES.index("servers")] == pytest.approx(stats.s / 32)
@@ -497,7 +522,9 @@ def test_gpu_features_track_the_state(env64: PlacementEnv) -> None:
     free = env64.state.free_mask
     np.testing.assert_array_equal(gpus[:, GPU_FEATURES.index("free")] == 1.0, free)
     h = env64.state.health
-    np.testing.assert_allclose(gpus[:, GPU_FEATURES.index("slow")], 1 - 1 / h.gpu_slowdown, rtol=1e-6)
+    np.testing.assert_allclose(
+        gpus[:, GPU_FEATURES.index("slow")], 1 - 1 / h.gpu_slowdown, rtol=1e-6
+    )
     a = int(np.flatnonzero(info["action_mask"])[0])
     obs, *_ = env64.step(a)
     placed = env64.placed[-1][1]
@@ -567,7 +594,11 @@ def test_gpu_mode_episode_ends_when_nothing_fits() -> None:
 
 
 # -------------------------------------------------------------------------- CROP expert
-@pytest.mark.parametrize("env_id", SMALL_CANDIDATE_IDS + [pytest.param(i, marks=pytest.mark.slow) for i in CANDIDATE_IDS if i in BIG_IDS])
+@pytest.mark.parametrize(
+    "env_id",
+    SMALL_CANDIDATE_IDS
+    + [pytest.param(i, marks=pytest.mark.slow) for i in CANDIDATE_IDS if i in BIG_IDS],
+)
 def test_following_crop_gives_crop_gain(env_id: str) -> None:
     from baselines.crop import crop_greedy
     from baselines.expert import CropExpert

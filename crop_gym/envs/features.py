@@ -20,6 +20,7 @@ privileged ``gain`` key, which is in ``[-1, 1]``. docs/ENVS.md explains each col
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,12 +28,12 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym._numeric import np_sum
+from crop_gym._numeric import np_sum_sparse
 from crop_gym.candidates import CandidateSet, candidate_placements
 from crop_gym.devices import Health
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState, ideal_time
-from crop_gym.perf import PerfConfig, comm_time, iteration_time
+from crop_gym.perf import PerfConfig, iteration_time
 from crop_gym.topology import Topology
 
 __all__ = [
@@ -115,7 +116,9 @@ _FACT_COLS = [1, 2, 4]
 
 
 def _grad_feature(grad_bytes: Any) -> Any:
-    return np.clip((np.log10(np.maximum(grad_bytes, 1.0)) - _GRAD_LOG_LO) / _GRAD_LOG_SPAN, 0.0, 1.0)
+    return np.clip(
+        (np.log10(np.maximum(grad_bytes, 1.0)) - _GRAD_LOG_LO) / _GRAD_LOG_SPAN, 0.0, 1.0
+    )
 
 
 def _compute_feature(t: Any) -> Any:
@@ -152,12 +155,24 @@ class CandidateActions:
         copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty).
         groups: The distinct candidate sets of the view (one per job size).
         slot_group: ``int[Q]`` index into :attr:`groups` of each slot (-1 if empty).
+        slot_groups: The same for the filled slots only, as a tuple.
+        view_classes: A class id per view job (equal ids = jobs identical for the objective, see
+            :func:`job_key`; ids are stable for the lifetime of this object).
         pending_gpus: GPUs requested by all pending jobs.
     """
 
-    def __init__(self, num_jobs: int, max_candidates: int, *, robust: bool = True, group_identical: bool = True) -> None:
+    def __init__(
+        self,
+        num_jobs: int,
+        max_candidates: int,
+        *,
+        robust: bool = True,
+        group_identical: bool = True,
+    ) -> None:
         if num_jobs < 1 or max_candidates < 1:
-            raise ValueError(f"num_jobs={num_jobs} and max_candidates={max_candidates} must be >= 1")
+            raise ValueError(
+                f"num_jobs={num_jobs} and max_candidates={max_candidates} must be >= 1"
+            )
         self.num_jobs = int(num_jobs)
         self.max_candidates = int(max_candidates)
         self.robust = bool(robust)
@@ -172,10 +187,14 @@ class CandidateActions:
         self.copies = np.zeros(self.num_jobs, dtype=np.int64)
         self.groups: list[CandidateSet] = []
         self.slot_group = np.full(self.num_jobs, -1, dtype=np.int64)
+        self.slot_groups: tuple[int, ...] = ()
+        self.view_classes: tuple[int, ...] = ()
         self._info_cache: dict[int, tuple[Job, tuple[int, int]]] = {}
         self._col = np.arange(self.max_candidates)
         self.pending_gpus = 0
         self._class_ids: dict[tuple[str, int, float, float], int] = {}
+        self._built: tuple[Any, int] = (None, -1)
+        self._masks: dict[tuple[int, ...], NDArray[np.bool_]] = {}
 
     @property
     def space(self) -> spaces.Discrete:
@@ -186,6 +205,12 @@ class CandidateActions:
     def has_placement(self) -> bool:
         """Whether any action other than stop is valid."""
         return len(self.view) > 0
+
+    def is_current(self, state: ClusterState) -> bool:
+        """Whether the table was built for ``state`` as it is now (same object, same version):
+        then every row is a valid placement in it."""
+        built, version = self._built
+        return built is state and version == state.version
 
     def _job_info(self, job: Job) -> tuple[int, int]:
         """``(k, class id)`` of a job; the class id interns :func:`job_key` (cached per job object)."""
@@ -209,18 +234,48 @@ class CandidateActions:
             state: The cluster state.
             pending: Pending jobs in queue order.
         """
-        Q, C = self.num_jobs, self.max_candidates
-        mask = self.mask
-        mask[:] = False
-        mask[self.stop_action] = True
-        sets = self.sets
-        infos = [self._job_info(j) for j in pending]
-        self.pending_gpus = sum(k for k, _ in infos)
-        n_free = state.num_free
-        robust = self.robust
+        cache = self._info_cache
+        infos = []
+        for j in pending:
+            hit = cache.get(id(j))
+            infos.append(hit[1] if hit is not None and hit[0] is j else self._job_info(j))
+        self.pending_gpus = sum([k for k, _ in infos])
+        # A size has candidates exactly when it fits in the free GPUs (some server or switch
+        # subtree then holds it), so the view is known before any candidate set is computed;
+        # the sets of all its sizes are then computed together.
+        view = self._select(infos, lambda k, n_free=state.num_free: k <= n_free)
+        sizes = view[0]
+        robust, cap = self.robust, self.max_candidates
+        groups = [candidate_placements(state, k, robust=robust, max_candidates=cap) for k in sizes]
+        if not all(len(cs) for cs in groups):  # never happens; kept for safety
+            found: dict[int, CandidateSet] = {}
+
+            def has(k: int) -> bool:
+                cs = candidate_placements(
+                    state, k, robust=self.robust, max_candidates=self.max_candidates
+                )
+                found[k] = cs
+                return len(cs) > 0
+
+            view = self._select(infos, has)
+            sizes = view[0]
+            groups = [found[k] for k in sizes]
+        _, slot_group, copies, pos = view
+        self._store(state, pending, infos, groups, slot_group, copies, pos)
+
+    def _select(
+        self, infos: list[tuple[int, int]], has_candidates: Any
+    ) -> tuple[list[int], list[int], list[int], list[int]]:
+        """The view of the pending jobs ``infos`` (``(k, class)`` in queue order).
+
+        Returns:
+            The distinct sizes of the view (in order of first use), each slot's index into them,
+            each slot's number of pending copies, and each slot's position in the queue.
+        """
+        Q = self.num_jobs
         grouping = self.group_identical
         group_of_size: dict[int, int] = {}
-        groups: list[CandidateSet] = []
+        sizes: list[int] = []
         slot_of: dict[int, int] = {}
         copies: list[int] = []
         slot_group: list[int] = []
@@ -239,11 +294,9 @@ class CandidateActions:
             gi = group_of_size.get(k)
             if gi is None:
                 gi = -1
-                if k <= n_free:
-                    cs = candidate_placements(state, k, robust=robust, max_candidates=C)
-                    if len(cs):
-                        gi = len(groups)
-                        groups.append(cs)
+                if has_candidates(k):
+                    gi = len(sizes)
+                    sizes.append(k)
                 group_of_size[k] = gi
             if gi < 0:
                 continue
@@ -252,18 +305,43 @@ class CandidateActions:
             slot_group.append(gi)
             pos.append(i)
             n += 1
-        self.copies.fill(0)
-        self.copies[:n] = copies
-        self.slot_group.fill(-1)
-        self.slot_group[:n] = slot_group
-        if n:
-            lens = np.array([len(cs) for cs in groups])[slot_group]
-            mask[: n * C].reshape(n, C)[:] = self._col[None, :] < lens[:, None]
-        for q in range(Q):
-            sets[q] = groups[slot_group[q]] if q < n else None
+        return sizes, slot_group, copies, pos
+
+    def _store(
+        self,
+        state: ClusterState,
+        pending: Sequence[Job],
+        infos: list[tuple[int, int]],
+        groups: list[CandidateSet],
+        slot_group: list[int],
+        copies: list[int],
+        pos: list[int],
+    ) -> None:
+        """Store a built view: mask, sets, copies and the view's jobs."""
+        Q, C = self.num_jobs, self.max_candidates
+        n = len(slot_group)
+        self.copies[:] = copies + [0] * (Q - n)
+        self.slot_group[:] = slot_group + [-1] * (Q - n)
+        self.slot_groups = tuple(slot_group)
+        # The mask only depends on each slot's number of candidates.
+        sizes = [len(cs) for cs in groups]
+        lens = tuple([sizes[g] for g in slot_group])
+        pattern = self._masks.get(lens)
+        if pattern is None:
+            pattern = np.zeros(self.num_actions, dtype=bool)
+            pattern[self.stop_action] = True
+            for q, m in enumerate(lens):
+                pattern[q * C : q * C + m] = True
+            if len(self._masks) >= 4096:
+                self._masks.clear()
+            self._masks[lens] = pattern
+        self.mask[:] = pattern
+        self.sets[:] = [groups[g] for g in slot_group] + [None] * (Q - n)
         self.groups = groups
         self.positions = tuple(pos)
         self.view = tuple(pending[i] for i in pos)
+        self.view_classes = tuple(infos[i][1] for i in pos)
+        self._built = (state, state.version)
 
     def decode(self, action: Any) -> tuple[int, int] | None:
         """``(view slot, candidate index)`` of a valid placement action, else ``None``.
@@ -286,7 +364,9 @@ class CandidateActions:
         assert cs is not None
         return cs.gpus[c]
 
-    def index_of(self, job_id: str, gpus: NDArray[np.integer[Any]], job: Job | None = None) -> int | None:
+    def index_of(
+        self, job_id: str, gpus: NDArray[np.integer[Any]], job: Job | None = None
+    ) -> int | None:
         """The action that places job ``job_id`` on exactly ``gpus``, or ``None`` if the table has no
         such row (the job is outside the view or the GPU set is not one of its candidates).
 
@@ -313,9 +393,13 @@ def job_key(job: Job) -> tuple[str, int, float, float]:
 
 def _as_index(action: Any) -> int | None:
     """An action as a Python int, or ``None`` if it is not a scalar integer."""
+    if type(action) is int:
+        return action
     try:
         arr = np.asarray(action)
-        if arr.size != 1 or not (np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.bool_)):
+        if arr.size != 1 or not (
+            np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.bool_)
+        ):
             if arr.size == 1 and np.issubdtype(arr.dtype, np.floating) and float(arr) == int(arr):
                 return int(arr)
             return None
@@ -379,11 +463,14 @@ class ObservationBuilder:
         self._best_eta = np.zeros(Q, dtype=np.float64)
         self._tstar: dict[tuple[str, int, float], float] = {}
         self._facts: dict[int, tuple[Job, tuple[float, float, float, float, float]]] = {}
-        self._job_cols: dict[int, tuple[Job, tuple[float, float, float, float]]] = {}
-        self._view_facts = np.zeros((0, 5))
+        # Per job class (CandidateActions.view_classes): its queue-table columns (size, gradient
+        # size, compute time, weight).
+        self._cls_cols: dict[int, tuple[float, float, float, float]] = {}
         self.last_metrics: Any = None
         # Static topology arrays used on the hot path.
-        self._server_uplink = topology.server_node[topology.gpu_server]  # link above each GPU's server
+        self._server_uplink = topology.server_node[
+            topology.gpu_server
+        ]  # link above each GPU's server
         self._srv_parent = topology.parent[topology.server_node]
         self._speed_norm = topology.gpu_speed / float(topology.gpu_speed.max())
         intra = topology.link_bw[topology.gpu_node]
@@ -396,10 +483,25 @@ class ObservationBuilder:
         self._t_hi: list[int] = topology.node_gpu_hi.tolist()
         self._t_server: list[int] = topology.gpu_server.tolist()
         self._t_srv_parent: list[int] = self._srv_parent.tolist()
+        self._t_srv_hi: list[int] = topology.server_gpu_hi.tolist()
         self._t_lat: list[float] = topology.link_lat.tolist()
-        # Per-candidate (GPU set) stats of the current health; index arrays per table layout.
-        self._rows: dict[tuple[int, ...], list[Any]] = {}
+        # Per candidate (GPU set) seen under the current health, a row of ``_mat``: its
+        # job-independent feature columns (CANDIDATE_FEATURES), then the terms of the time model
+        # (_H_RING or _H_HIER), then zeros where the job's (M, t_c, T*) go (see
+        # _candidate_features). Multi-server candidates also keep what their load-dependent values
+        # need (spanned inter-server links, b_intra).
+        self._ring = perf.allreduce == "ring"
+        n_h = 5 if self._ring else 8
+        self._h0 = len(CANDIDATE_FEATURES)
+        self._v0 = self._h0 + n_h
+        self._mat = np.zeros((256, self._v0 + 3))
+        self._rows: dict[tuple[int, ...], int] = {}
+        self._multi: dict[int, tuple[list[int], float]] = {}
         self._layouts: dict[Any, tuple[NDArray[np.intp], ...]] = {}
+        # Per job class (CandidateActions.view_classes): a _mat-wide row holding the job's
+        # candidate columns and its (M, t_c, T*).
+        self._jmat = np.zeros((64, self._v0 + 3))
+        self._jmat_done: set[int] = set()
         self.set_health(Health.healthy(topology))
         self.table_layout = bool(table_layout)
 
@@ -460,7 +562,17 @@ class ObservationBuilder:
         ) = self._gpu_static.T.tolist()
         self._h_eff_bw: list[float] = self._eff_bw.tolist()
         self._h_link_logok: list[float] = self._link_logok.tolist()
+        # GPUs whose log-survival terms are not all zero (most GPUs never fail).
+        self._h_log_nz = {
+            g
+            for g, (a, b) in enumerate(zip(self._h_log_gpu, self._h_log_gpu_link, strict=True))
+            if a or b
+        }
+        self._h_slow_set = {g for g, v in enumerate(self._h_slow) if v}
+        self._h_failprone_set = {g for g, v in enumerate(self._h_failprone) if v}
         self._rows = {}
+        self._multi = {}
+        self._n_rows = 0
         self._failed = health.gpu_failed.astype(np.float32)
         self._failed_frac = float(self._failed.mean())
         self._abnormal_frac = float(health.is_abnormal_gpu.mean())
@@ -481,11 +593,12 @@ class ObservationBuilder:
         self._facts[id(job)] = (job, facts)
         return facts
 
-    def _job_columns(self, job: Job) -> tuple[float, float, float, float]:
-        """A job's feature values ``(size, gradient size, compute time, weight)`` (cached per job)."""
-        hit = self._job_cols.get(id(job))
-        if hit is not None and hit[0] is job:
-            return hit[1]
+    def _class_columns(self, cls: int, job: Job) -> tuple[float, float, float, float]:
+        """A job's feature values ``(size, gradient size, compute time, weight)``, cached per job
+        class ``cls`` (they depend on its model, size, batch and weight only)."""
+        hit = self._cls_cols.get(cls)
+        if hit is not None:
+            return hit
         k, grad, tc, w, _ = self.job_facts(job)
         cols = (
             min(k / self.max_job_gpus, 1.0),
@@ -493,13 +606,13 @@ class ObservationBuilder:
             _compute_feature(tc),
             w / (1.0 + w),
         )
-        self._job_cols[id(job)] = (job, cols)
+        self._cls_cols[cls] = cols
         return cols
 
     def clear_jobs(self) -> None:
-        """Forget the cached job facts (call at reset; the ideal-time cache is kept)."""
+        """Forget the cached job facts (call at reset; the ideal-time and per-class caches are
+        kept)."""
         self._facts.clear()
-        self._job_cols.clear()
 
     def tstar(self, job: Job) -> float:
         """Ideal iteration time ``T*`` of a job (cached by model, size and batch)."""
@@ -510,92 +623,164 @@ class ObservationBuilder:
             self._tstar[key] = v
         return v
 
-    def _row_entry(self, key: tuple[int, ...], exp_todo: list[list[Any]]) -> list[Any]:
-        """Job-independent stats of one candidate (its sorted GPUs ``key``), cached per health.
+    def _new_row(self, key: tuple[int, ...], exp_rows: list[int], exp_logs: list[float]) -> int:
+        """Add the job-independent values of one candidate (its sorted GPUs ``key``) to ``_mat``.
 
-        The entry is ``[s, g, switches, slow_frac, failprone_frac, slowdown, survival, b_intra,
-        a_intra, a_inter, k, spanned inter-server links or None]``; its survival is filled in by
-        the caller, which exponentiates the log-survivals of all new entries in one numpy call
-        (``exp_todo`` collects ``(entry, log-survival)``). Single-server rows need only per-GPU
-        values; rows spanning servers also walk their inter-server links. Every value is computed
-        with the same operations as the vectorised formulas (sums in numpy's pairwise order).
+        Returns the row. Its survival columns are left for the caller, which exponentiates the
+        log-survivals of all new rows (``exp_rows``, ``exp_logs``) in one numpy call. Single-server
+        candidates need only per-GPU values; multi-server ones also walk their inter-server links,
+        and their load-dependent columns are set per step. Every value is computed with the same
+        floating-point operations as the vectorised formulas (sums in numpy's pairwise order).
         """
         k = len(key)
-        slow, fp, sd = self._h_slow, self._h_failprone, self._h_slowdown
+        slow, fp, sdl = self._h_slow, self._h_failprone, self._h_slowdown
         if k == 1:
             g0 = key[0]
-            e = [1.0, 1.0, 1.0, slow[g0] / 1, fp[g0] / 1, sd[g0], 0.0, np.inf, 0.0, 0.0, 1.0, None]
-            exp_todo.append([e, self._h_log_gpu[g0]])
-            return e
-        lg, lgl = self._h_log_gpu, self._h_log_gpu_link
-        logs_in: list[float] = []
-        for g in key:
-            logs_in.append(lg[g])
-            logs_in.append(lgl[g])
-        bw, lat = self._h_bw_gpu_link, self._h_lat_gpu_link
-        e = [
+            s_, g_, sw = 1.0, 1.0, 1.0
+            slow_f, fp_f, sd = slow[g0] / 1, fp[g0] / 1, sdl[g0]
+            b_intra, a_intra, a_inter = np.inf, 0.0, 0.0
+            logs = self._h_log_gpu[g0]
+            multi = False
+        else:
+            s_, g_, sw = 1.0, float(k), 1.0
+            # The flags are 0/1, so their sums are the counts.
+            slow_f = float(len(self._h_slow_set.intersection(key))) / k
+            fp_f = float(len(self._h_failprone_set.intersection(key))) / k
+            sd = max(map(sdl.__getitem__, key))
+            b_intra = min(map(self._h_bw_gpu_link.__getitem__, key))
+            a_intra = max(map(self._h_lat_gpu_link.__getitem__, key))
+            a_inter = 0.0
+            # log-survival of the GPUs and their links, summed GPU by GPU (g, its link) as numpy
+            # sums the (k, 2) block; almost all terms are zero.
+            nz = self._h_log_nz
+            items: list[tuple[int, float]] = []
+            if not nz.isdisjoint(key):
+                for j in [j for j, g in enumerate(key) if g in nz]:
+                    g = key[j]
+                    a, b = self._h_log_gpu[g], self._h_log_gpu_link[g]
+                    if a:
+                        items.append((2 * j, a))
+                    if b:
+                        items.append((2 * j + 1, b))
+            logs = np_sum_sparse(2 * k, items)
+            srv = self._t_server
+            multi = srv[key[0]] != srv[key[-1]]
+        i = self._n_rows
+        if i == len(self._mat):
+            self._mat = np.concatenate([self._mat, np.zeros_like(self._mat)])
+        self._n_rows = i + 1
+        if multi:
+            s_, g_, sw, a_inter, spanned, inter_logs = self._inter(key)
+            logs += inter_logs
+            self._multi[i] = (spanned, b_intra)
+        if self._ring:
+            steps = 2.0 * (k - 1.0)
+            h: tuple[float, ...] = (steps / k, b_intra, steps * max(a_intra, a_inter), sd, 0.0)
+        else:
+            h = (
+                2.0 * (g_ - 1.0) / g_,
+                b_intra,
+                2.0 * (g_ - 1.0) * a_intra,
+                2.0 * (s_ - 1.0) / s_,
+                np.inf,
+                2.0 * (s_ - 1.0) * a_inter,
+                sd,
+                0.0,
+            )
+        bw_ref = self._bw_ref
+        self._mat[i] = (
             1.0,
-            float(k),
-            1.0,
-            sum([slow[g] for g in key]) / k,
-            sum([fp[g] for g in key]) / k,
-            max([sd[g] for g in key]),
+            k / self.max_job_gpus,
             0.0,
-            min([bw[g] for g in key]),
-            max([lat[g] for g in key]),
             0.0,
-            float(k),
-            None,
-        ]
-        logs = np_sum(logs_in)
-        srv = self._t_server
-        if srv[key[0]] != srv[key[-1]]:
-            logs += self._inter_entry(key, e)
-        exp_todo.append([e, logs])
-        return e
+            s_ / 32.0,
+            (s_ - 1.0) / max(k - 1.0, 1.0),
+            sw / 8.0,
+            slow_f,
+            fp_f,
+            1.0 - 1.0 / sd,
+            0.0,  # survival
+            0.0,
+            0.0,
+            0.0,  # contention (single server: no inter-server link)
+            min(b_intra, bw_ref) / bw_ref,
+            0.0,
+            0.0,
+            *h,
+            0.0,
+            0.0,
+            0.0,
+        )
+        exp_rows.append(i)
+        exp_logs.append(logs)
+        return i
 
-    def _inter_entry(self, key: tuple[int, ...], e: list[Any]) -> float:
-        """Fill servers, most GPUs on one server, switches, a_inter and the spanned inter-server
-        links of a multi-server candidate into ``e``; return its inter-server log-survival."""
+    def _inter(self, key: tuple[int, ...]) -> tuple[float, float, float, float, list[int], float]:
+        """Servers, most GPUs on one server, switches, a_inter, spanned inter-server links and
+        inter-server log-survival of a multi-server candidate."""
         links, lo, hi = self._t_links, self._t_lo, self._t_hi
         logok = self._h_link_logok
+        srv, par, srv_hi = self._t_server, self._t_srv_parent, self._t_srv_hi
         p0, p_last = key[0], key[-1]
-        vals: list[float] = []  # log(1-π) of each (GPU, level) the first time a link is met
+        k = len(key)
+        depth = len(links[p0]) - 1
+        # Walk the placement server by server: only the first GPU of each server meets the links
+        # above its server for the first time; the others add zeros to the (k, depth) block that
+        # numpy sums.
+        items: list[tuple[int, float]] = []
         spanned: dict[int, None] = {}
-        prev = -1
-        for g in key:
+        s_count, g_max, switches = 0, 0, 1
+        prev_s, prev_g, j = -1, -1, 0
+        while j < k:
+            g = key[j]
+            sv = srv[g]
+            end = bisect_left(key, srv_hi[sv], j + 1)
+            if prev_s >= 0 and par[sv] != par[prev_s]:
+                switches += 1
+            s_count += 1
+            g_max = max(g_max, end - j)
+            pos = j * depth
             for a in links[g][1:]:
                 if a > 0 and (lo[a] > p0 or hi[a] <= p_last):
                     spanned[a] = None
-                    vals.append(logok[a] if prev < lo[a] else 0.0)
-                else:
-                    vals.append(0.0)
-            prev = g
-        srv, par = self._t_server, self._t_srv_parent
-        s_count, run, g_max, switches = 1, 1, 1, 1
-        prev_s = srv[p0]
-        for g in key[1:]:
-            sv = srv[g]
-            if sv == prev_s:
-                run += 1
-            else:
-                s_count += 1
-                g_max = max(g_max, run)
-                run = 1
-                if par[sv] != par[prev_s]:
-                    switches += 1
-                prev_s = sv
+                    v = logok[a]
+                    if v and prev_g < lo[a]:
+                        items.append((pos, v))
+                pos += 1
+            prev_s, prev_g, j = sv, key[end - 1], end
         lat = self._t_lat
-        e[0] = float(s_count)
-        e[1] = float(max(g_max, run))
-        e[2] = float(switches)
-        e[9] = max([lat[a] for a in spanned], default=0.0)
-        e[11] = list(spanned)
-        return np_sum(vals)
+        a_inter = max([lat[a] for a in spanned], default=0.0)
+        return (
+            float(s_count),
+            float(g_max),
+            float(switches),
+            a_inter,
+            list(spanned),
+            np_sum_sparse(k * depth, items),
+        )
+
+    def _job_rows(self, view: Sequence[Job]) -> NDArray[np.float64]:
+        """Per view job, its columns of the candidate table (grad_size, compute_time, weight, the
+        rest zero) followed by its (M, t_c, T*), as ``_mat``-wide rows (cached per job class)."""
+        classes = self.actions.view_classes
+        done = self._jmat_done
+        for c, job in zip(classes, view, strict=True):
+            if c in done:
+                continue
+            if c >= len(self._jmat):
+                grow = np.zeros((max(c + 1, 2 * len(self._jmat)), self._jmat.shape[1]))
+                grow[: len(self._jmat)] = self._jmat
+                self._jmat = grow
+            _, gf, cf, wf = self._class_columns(c, job)
+            _, grad, tc, _, tstar = self.job_facts(job)
+            row = self._jmat[c]
+            row[2], row[3], row[16] = gf, cf, wf
+            row[self._v0 :] = grad, tc, tstar
+            done.add(c)
+        return self._jmat[list(classes)]
 
     def _candidate_features(self, state: ClusterState, view: Sequence[Job]) -> None:
         acts = self.actions
-        C = acts.max_candidates
         self._cand.fill(0.0)
         self._best_eta.fill(0.0)
         n_view = len(view)
@@ -604,91 +789,67 @@ class ObservationBuilder:
                 self._gain.fill(0.0)
             return
         groups = acts.groups
-        load = state.link_load
         cache = self._rows
-        exp_todo: list[list[Any]] = []
-        entries: list[list[Any]] = []
+        exp_rows: list[int] = []
+        exp_logs: list[float] = []
+        eidx: list[int] = []
         for cs in groups:
             for key in cs.row_keys():
-                e = cache.get(key)
-                if e is None:
-                    e = cache[key] = self._row_entry(key, exp_todo)
-                entries.append(e)
-        if exp_todo:
-            surv = np.exp(np.array([t[1] for t in exp_todo])).tolist()
-            for t, sv in zip(exp_todo, surv, strict=True):
-                t[0][6] = sv
-        # Per candidate: its job-independent feature columns (F) and the time-model terms (H).
-        ring = self.perf.allreduce == "ring"
-        max_k, bw_ref, eff = self.max_job_gpus, self._bw_ref, self._h_eff_bw
-        F: list[tuple[float, ...]] = []
-        H: list[tuple[float, ...]] = []
-        for e in entries:
-            s, g, sw, slow_f, fp_f, sd, surv_, b_intra, a_intra, a_inter, k, spanned = e
-            if spanned:
-                ml = max([int(load[a]) for a in spanned])
-                b_inter = min([eff[a] / (int(load[a]) + 1.0) for a in spanned])
-            else:
-                ml = 0
-                b_inter = np.inf
-            F.append(
-                (
-                    1.0,
-                    k / max_k,
-                    0.0,
-                    0.0,
-                    s / 32.0,
-                    (s - 1.0) / max(k - 1.0, 1.0),
-                    sw / 8.0,
-                    slow_f,
-                    fp_f,
-                    1.0 - 1.0 / sd,
-                    surv_,
-                    0.0,
-                    0.0,
-                    ml / (ml + 1.0),
-                    min(min(b_intra, b_inter), bw_ref) / bw_ref,
-                    0.0,
-                    0.0,
-                )
-            )
-            if ring:
-                steps = 2.0 * (k - 1.0)
-                H.append((steps / k, min(b_intra, b_inter), steps * max(a_intra, a_inter), sd, surv_))
-            else:
-                H.append(
-                    (
-                        2.0 * (g - 1.0) / g,
-                        b_intra,
-                        2.0 * (g - 1.0) * a_intra,
-                        2.0 * (s - 1.0) / s,
-                        b_inter,
-                        2.0 * (s - 1.0) * a_inter,
-                        sd,
-                        surv_,
-                    )
-                )
+                i = cache.get(key)
+                if i is None:
+                    i = cache[key] = self._new_row(key, exp_rows, exp_logs)
+                eidx.append(i)
+        h0, v0 = self._h0, self._v0
+        if exp_rows:
+            surv = np.exp(exp_logs)
+            self._mat[exp_rows, 10] = surv
+            self._mat[exp_rows, v0 - 1] = surv
+        M = self._mat[eidx]
+        # Multi-server candidates: contention and bandwidth share under the current link loads.
+        multi = self._multi
+        if multi:
+            load = state.link_load
+            eff, bw_ref = self._h_eff_bw, self._bw_ref
+            rs: list[int] = []
+            c13: list[float] = []
+            c14: list[float] = []
+            ch: list[float] = []
+            for r, i in enumerate(eidx):
+                hit = multi.get(i)
+                if hit is None:
+                    continue
+                spanned, b_intra = hit
+                lds = [int(load[a]) for a in spanned]
+                ml = max(lds)
+                b_inter = min([eff[a] / (ld + 1.0) for a, ld in zip(spanned, lds, strict=True)])
+                rs.append(r)
+                c13.append(ml / (ml + 1.0))
+                c14.append(min(min(b_intra, b_inter), bw_ref) / bw_ref)
+                ch.append(min(b_intra, b_inter) if self._ring else b_inter)
+            if rs:
+                M[rs, 13] = c13
+                M[rs, 14] = c14
+                M[rs, h0 + (1 if self._ring else 4)] = ch
         gidx, qidx, row, starts = self._layout(groups, n_view)
-        # Per view slot: the job's feature columns (J) and (M, t_c, T*) (V).
-        J = np.zeros((n_view, len(CANDIDATE_FEATURES)))
-        J[:, _JOB_CAND_COLS] = [self._job_columns(j)[1:] for j in view]
+        J = self._job_rows(view)
         J[:, 15] = self._queue_pos[:n_view]
-        V = self._view_facts[:, _FACT_COLS]
-        Hr = np.array(H)[gidx]
-        Vr = V[qidx]
-        grad = Vr[:, 0]
-        if ring:
-            comm = Hr[:, 0] * (grad / Hr[:, 1]) + Hr[:, 2]
-        else:
-            comm = (Hr[:, 0] * (grad / Hr[:, 1]) + Hr[:, 2]) + (Hr[:, 3] * (grad / Hr[:, 4]) + Hr[:, 5])
-        T = iteration_time(Vr[:, 1] * Hr[:, -2], comm, self.perf.overlap)
-        eta = np.minimum(1.0, Vr[:, 2] / T)
-        X = np.array(F)[gidx]
+        X = M[gidx]
         X += J[qidx]
+        grad, tc, tstar = X[:, v0], X[:, v0 + 1], X[:, v0 + 2]
+        if self._ring:
+            comm = X[:, h0] * (grad / X[:, h0 + 1]) + X[:, h0 + 2]
+        else:
+            comm = (X[:, h0] * (grad / X[:, h0 + 1]) + X[:, h0 + 2]) + (
+                X[:, h0 + 3] * (grad / X[:, h0 + 4]) + X[:, h0 + 5]
+            )
+        T = iteration_time(tc * X[:, v0 - 2], comm, self.perf.overlap)
+        eta = np.minimum(1.0, tstar / T)
         X[:, 11] = eta
-        X[:, 12] = eta * Hr[:, -1]
-        np.clip(X, 0.0, 1.0, out=X)
-        self._cand[row] = X
+        X[:, 12] = eta * X[:, v0 - 1]
+        # Clip to [0, 1] (what np.clip does; the time-model columns are no longer needed).
+        np.maximum(X, 0.0, out=X)
+        np.minimum(X, 1.0, out=X)
+        self._cand[row] = X[:, :h0]
         self._best_eta[:n_view] = np.maximum.reduceat(eta, starts)
         if self.privileged:
             self._gains(state, view)
@@ -696,24 +857,33 @@ class ObservationBuilder:
     def _layout(self, groups: list[CandidateSet], n_view: int) -> tuple[NDArray[np.intp], ...]:
         """Index arrays of the table rows: per row its candidate (in the concatenated groups), its
         view slot and its action row; and each slot's first row. Cached per table layout."""
-        sg = self.actions.slot_group
-        key = (tuple([len(cs) for cs in groups]), sg[:n_view].tobytes())
+        sizes = tuple([len(cs) for cs in groups])
+        sg = self.actions.slot_groups
+        key = (sizes, sg)
         hit = self._layouts.get(key)
         if hit is not None:
             return hit
         C = self.actions.max_candidates
-        sizes = np.array(key[0])
-        goff = np.cumsum(sizes) - sizes
-        sgv = sg[:n_view]
-        cnt = sizes[sgv]
-        starts = np.cumsum(cnt) - cnt
-        within = np.arange(int(cnt.sum())) - np.repeat(starts, cnt)
-        row = np.repeat(np.arange(n_view) * C, cnt) + within
-        gidx = np.repeat(goff[sgv], cnt) + within
-        qidx = np.repeat(np.arange(n_view), cnt)
+        goff = [0] * len(sizes)
+        acc = 0
+        for i, c in enumerate(sizes):
+            goff[i] = acc
+            acc += c
+        gidx: list[int] = []
+        qidx: list[int] = []
+        row: list[int] = []
+        starts: list[int] = []
+        n = 0
+        for q, gi in enumerate(sg):
+            c, o = sizes[gi], goff[gi]
+            starts.append(n)
+            gidx.extend(range(o, o + c))
+            qidx.extend([q] * c)
+            row.extend(range(q * C, q * C + c))
+            n += c
         if len(self._layouts) >= 4096:
             self._layouts.clear()
-        out = (gidx, qidx, row, starts)
+        out = tuple(np.array(a, dtype=np.intp) for a in (gidx, qidx, row, starts))
         self._layouts[key] = out
         return out
 
@@ -744,10 +914,12 @@ class ObservationBuilder:
         g[:, 1] = busy
         n = state.link_load[self._server_uplink]
         g[:, 6] = n / (n + 1.0)
+        # Per slot (η, size feature), plus a zero row that free GPUs (owner -1) pick.
         eta, k = state.slot_eta, state.slot_num_gpus
-        slot = np.where(busy, owner, 0)
-        g[:, 8] = np.where(busy, eta[slot], 0.0)
-        g[:, 9] = np.where(busy, np.minimum(k[slot] / self.max_job_gpus, 1.0), 0.0)
+        per_slot = np.zeros((len(eta) + 1, 2))
+        per_slot[:-1, 0] = eta
+        per_slot[:-1, 1] = np.minimum(k / self.max_job_gpus, 1.0)
+        g[:, 8:10] = per_slot[owner]
 
     def _queue_features(self, view: Sequence[Job]) -> None:
         qb = self._queue
@@ -760,9 +932,10 @@ class ObservationBuilder:
         sets = acts.sets
         best = self._best_eta[:n].tolist()
         copies = acts.copies[:n].tolist()
+        classes = acts.view_classes
         rows = []
         for q, job in enumerate(view):
-            kf, gf, cf, wf = self._job_columns(job)
+            kf, gf, cf, wf = self._class_columns(classes[q], job)
             cs = sets[q]
             b = best[q]
             rows.append(
@@ -817,7 +990,6 @@ class ObservationBuilder:
             A fresh dict of fresh arrays (safe to keep).
         """
         view = self.actions.view
-        self._view_facts = np.array([self.job_facts(j) for j in view]).reshape(len(view), 5)
         self._gpu_features(state)
         if self.with_candidates:
             self._candidate_features(state, view)

@@ -100,7 +100,9 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         self.scenario = sc = self.sampler.scenario
         self.topology = topo = self.sampler.topology
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}")
+            raise ConfigError(
+                f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}"
+            )
         if invalid_action not in ("noop", "stop"):
             raise ConfigError(f"invalid_action={invalid_action!r} must be 'noop' or 'stop'")
         self.render_mode = render_mode
@@ -109,7 +111,9 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         if q < 1:
             raise ConfigError(f"queue_view={queue_view!r} must be >= 1")
         limit = sc.job_size_limit
-        self.max_steps = int(max_steps) if max_steps is not None else 2 * sc.queue_size * (limit + 1)
+        self.max_steps = (
+            int(max_steps) if max_steps is not None else 2 * sc.queue_size * (limit + 1)
+        )
         if self.max_steps < 1:
             raise ConfigError(f"max_steps={max_steps!r} must be >= 1")
         self.privileged = bool(privileged)
@@ -155,14 +159,18 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         view = self.actions.view
         return view[0] if view else None
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new instance (or on ``options["instance"]``)."""
         super().reset(seed=seed)
         inst = (options or {}).get("instance")
         if inst is None:
             inst = self.sampler.sample(self.np_random)
         elif not isinstance(inst, PlacementInstance):
-            raise ConfigError(f"options['instance'] must be a PlacementInstance, got {type(inst).__name__}")
+            raise ConfigError(
+                f"options['instance'] must be a PlacementInstance, got {type(inst).__name__}"
+            )
         elif inst.state.topology.num_gpus != self.topology.num_gpus:
             raise ConfigError("options['instance'] is on a different cluster than this environment")
         else:
@@ -178,7 +186,9 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         self._steps = 0
         self.features.clear_jobs()
         self.actions.forget_jobs()
-        self.features.set_health(self.state.health.observe(self.np_random, self.scenario.observation_noise))
+        self.features.set_health(
+            self.state.health.observe(self.np_random, self.scenario.observation_noise)
+        )
         self._new_head()
         return self._obs(), self._info()
 
@@ -252,7 +262,9 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
                 self._gain[0] = np.clip(gains[best] / self.features.max_job_gpus, -1.0, 1.0)
 
     def _obs(self) -> Obs:
-        obs = self.features.build(self.state, self.pending, step=self._steps, max_steps=self.max_steps)
+        obs = self.features.build(
+            self.state, self.pending, step=self._steps, max_steps=self.max_steps
+        )
         head = self.head
         h = self._head
         h.fill(0.0)
@@ -290,7 +302,11 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
     # ---------------------------------------------------------------- render
     def _header(self) -> list[str]:
         head = self.head
-        what = "none" if head is None else f"{head.job_id}:{head.model}x{head.num_gpus} picked {len(self.chosen)}"
+        what = (
+            "none"
+            if head is None
+            else f"{head.job_id}:{head.model}x{head.num_gpus} picked {len(self.chosen)}"
+        )
         return [
             f"{self.scenario.name} ({self.topology.name}) GPU mode  step {self._steps}/{self.max_steps}  "
             f"F={self.state.F:.3f}  return={self.episode_return:+.3f}  free={self.state.num_free}/{self.topology.num_gpus}",

@@ -130,7 +130,9 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         self.scenario = sc = self.sampler.scenario
         self.topology = self.sampler.topology
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}")
+            raise ConfigError(
+                f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}"
+            )
         if invalid_action not in ("noop", "stop"):
             raise ConfigError(f"invalid_action={invalid_action!r} must be 'noop' or 'stop'")
         self.render_mode = render_mode
@@ -138,11 +140,15 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         q = min(sc.queue_size, queue_view if queue_view is not None else DEFAULT_QUEUE_VIEW)
         c = sc.max_candidates if max_candidates is None else max_candidates
         if q < 1 or c < 1:
-            raise ConfigError(f"queue_view={queue_view!r} and max_candidates={max_candidates!r} must be >= 1")
+            raise ConfigError(
+                f"queue_view={queue_view!r} and max_candidates={max_candidates!r} must be >= 1"
+            )
         self.max_steps = int(max_steps) if max_steps is not None else 2 * sc.queue_size
         if self.max_steps < 1:
             raise ConfigError(f"max_steps={max_steps!r} must be >= 1")
-        self.actions = CandidateActions(q, c, robust=robust_candidates, group_identical=group_identical_jobs)
+        self.actions = CandidateActions(
+            q, c, robust=robust_candidates, group_identical=group_identical_jobs
+        )
         self.features = ObservationBuilder(
             self.topology,
             self.actions,
@@ -165,15 +171,22 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         self._done = True
 
     # ------------------------------------------------------------------ API
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Obs, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new instance (or on ``options["instance"]``)."""
         super().reset(seed=seed)
         inst = (options or {}).get("instance")
         if inst is None:
             inst = self.sampler.sample(self.np_random)
         elif not isinstance(inst, PlacementInstance):
-            raise ConfigError(f"options['instance'] must be a PlacementInstance, got {type(inst).__name__}")
-        elif inst.state.topology is not self.topology and inst.state.topology.num_gpus != self.topology.num_gpus:
+            raise ConfigError(
+                f"options['instance'] must be a PlacementInstance, got {type(inst).__name__}"
+            )
+        elif (
+            inst.state.topology is not self.topology
+            and inst.state.topology.num_gpus != self.topology.num_gpus
+        ):
             raise ConfigError("options['instance'] is on a different cluster than this environment")
         else:
             inst = PlacementInstance(inst.state.copy(), tuple(inst.queue), inst.scenario)
@@ -207,8 +220,9 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
             q, c = decoded
             job = acts.view[q]
             gpus = acts.gpus(q, c)
-            reward = self.state.add(job, gpus)
-            own = self.state.job_record(job.job_id)["value"]
+            # A row of a table built for this very state is a valid placement: skip the checks.
+            reward = self.state.add(job, gpus, validate=not acts.is_current(self.state))
+            own = self.state.job_value(job.job_id)
             del self.pending[acts.positions[q]]
             self.placed.append((job.job_id, gpus))
             placed = job.job_id
@@ -221,7 +235,9 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
             terminated = self.invalid_action == "stop"
         truncated = not terminated and self._steps >= self.max_steps
         self._done = terminated or truncated
-        obs = self.features.build(self.state, self.pending, step=self._steps, max_steps=self.max_steps)
+        obs = self.features.build(
+            self.state, self.pending, step=self._steps, max_steps=self.max_steps
+        )
         info = self._info()
         info["invalid_action"] = invalid
         info["reward_terms"] = {"own_value": own, "interference": reward - own}
@@ -272,7 +288,9 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
             return self._renderer.ansi(self.state, header=self._header())
         if self.render_mode == "rgb_array":
             jobs = {jid: self._queue_index.get(jid, i) for i, (jid, _) in enumerate(self.placed)}
-            return self._renderer.rgb(self.state, title="   ".join(self._header()), episode_jobs=jobs)
+            return self._renderer.rgb(
+                self.state, title="   ".join(self._header()), episode_jobs=jobs
+            )
         return None
 
     def close(self) -> None:

@@ -80,4 +80,6 @@ def register_envs() -> None:
 
     for env_id, (entry_point, kwargs, _) in ENV_IDS.items():
         if env_id not in registry:
-            register(id=env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=False)
+            register(
+                id=env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=False
+            )

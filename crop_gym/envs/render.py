@@ -20,7 +20,9 @@ from crop_gym.topology import Topology
 __all__ = ["ANSI_LEGEND", "ClusterRenderer"]
 
 #: The legend printed under the ``ansi`` view.
-ANSI_LEGEND = "legend: .  free   XX failed   <id> job   ! slow   ? failure-prone   * chosen (GPU mode)"
+ANSI_LEGEND = (
+    "legend: .  free   XX failed   <id> job   ! slow   ? failure-prone   * chosen (GPU mode)"
+)
 
 _FREE = (1.0, 1.0, 1.0, 1.0)
 _BACKGROUND = (0.70, 0.76, 0.84, 1.0)
@@ -116,7 +118,16 @@ class ClusterRenderer:
         ax.scatter(x[sw], y[sw], s=18, marker="s", c="0.35", zorder=2)
         gx, gy = x[topo.gpu_node], y[topo.gpu_node]
         size = float(np.clip(4000.0 / n_gpu, 3.0, 120.0))
-        self._gpus: Any = ax.scatter(gx, gy, s=size, marker="o", facecolors="white", edgecolors="0.4", linewidths=0.8, zorder=3)
+        self._gpus: Any = ax.scatter(
+            gx,
+            gy,
+            s=size,
+            marker="o",
+            facecolors="white",
+            edgecolors="0.4",
+            linewidths=0.8,
+            zorder=3,
+        )
         self._failed = ax.scatter([], [], s=size, marker="x", c="k", zorder=4)
         self._gxy = np.stack([gx, gy], 1)
         pad = 1.0
@@ -162,7 +173,9 @@ class ClusterRenderer:
         edge[h.gpu_slowdown > 1.0] = (0.85, 0.0, 0.0, 1.0)
         self._gpus.set_facecolor(face)
         self._gpus.set_edgecolor(edge)
-        self._failed.set_offsets(self._gxy[h.gpu_failed] if h.gpu_failed.any() else np.empty((0, 2)))
+        self._failed.set_offsets(
+            self._gxy[h.gpu_failed] if h.gpu_failed.any() else np.empty((0, 2))
+        )
         load = state.link_load[1:].astype(np.float64)
         peak = max(2.0, float(load.max()) if len(load) else 2.0)
         colors = self._cmap(0.15 + 0.85 * load / peak)
@@ -181,7 +194,9 @@ class ClusterRenderer:
         self._fig = None
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if not k.startswith("_") or k in ("_x", "_y")}
+        state = {
+            k: v for k, v in self.__dict__.items() if not k.startswith("_") or k in ("_x", "_y")
+        }
         state["_fig"] = None
         return state
 

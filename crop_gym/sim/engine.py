@@ -122,7 +122,9 @@ class Simulator:
         self._k = np.fromiter((j.num_gpus for j in self.jobs), np.int64, n)
         self._work = np.fromiter((j.iterations for j in self.jobs), np.float64, n)
         self._arrival = np.fromiter((j.arrival for j in self.jobs), np.float64, n)
-        self._tstar = np.fromiter((ideal_time(self.topology, j, self.config.perf) for j in self.jobs), np.float64, n)
+        self._tstar = np.fromiter(
+            (ideal_time(self.topology, j, self.config.perf) for j in self.jobs), np.float64, n
+        )
         self._status = np.zeros(n, dtype=np.int8)
         self._start = np.full(n, np.nan)
         self._finish = np.full(n, np.nan)
