@@ -31,6 +31,7 @@ from agents.config import EVAL_SEED_BASE, TRAIN_SEED_LIMIT
 from agents.envs import is_online
 from agents.networks import MASKED_LOGIT, ObsSpec, adapt_observation, obs_to_tensors
 from agents.policies import scorer_of
+from baselines.compare import DEFAULT_POLICIES
 
 __all__ = [
     "DEFAULT_BASELINES",
@@ -42,18 +43,9 @@ __all__ = [
     "summarize",
 ]
 
-#: Baselines compared on the static environment (every registered policy but the slow duplicate
-#: ``crop-plain``, which returns CROP's placements).
-DEFAULT_BASELINES: tuple[str, ...] = (
-    "crop",
-    "crop-nonrobust",
-    "random",
-    "first-fit",
-    "best-fit",
-    "spread",
-    "hived",
-    "comm-greedy",
-)
+#: Baselines compared on the static environment: those of ``crop-gym compare`` (every registered
+#: policy but ``crop-plain``, which returns exactly CROP's placements, only slower).
+DEFAULT_BASELINES: tuple[str, ...] = DEFAULT_POLICIES
 
 
 class PolicyAgent:
