@@ -115,11 +115,6 @@ _JOB_CAND_COLS = [2, 3, 16]
 _FACT_COLS = [1, 2, 4]
 
 
-def _clip01(x: float) -> float:
-    """``x`` clipped to ``[0, 1]``, as ``np.clip(x, 0.0, 1.0)``."""
-    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
-
-
 def _grad_feature(grad_bytes: Any) -> Any:
     return np.clip(
         (np.log10(np.maximum(grad_bytes, 1.0)) - _GRAD_LOG_LO) / _GRAD_LOG_SPAN, 0.0, 1.0
@@ -158,7 +153,6 @@ class CandidateActions:
         view: The pending job of each view slot.
         positions: Index in ``pending`` of each view job.
         copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty).
-        in_view: Pending jobs the view stands for (the sum of :attr:`copies`).
         groups: The distinct candidate sets of the view (one per job size).
         slot_group: ``int[Q]`` index into :attr:`groups` of each slot (-1 if empty).
         slot_groups: The same for the filled slots only, as a tuple.
@@ -194,7 +188,6 @@ class CandidateActions:
         self.groups: list[CandidateSet] = []
         self.slot_group = np.full(self.num_jobs, -1, dtype=np.int64)
         self.slot_groups: tuple[int, ...] = ()
-        self.in_view = 0
         self.view_classes: tuple[int, ...] = ()
         self._info_cache: dict[int, tuple[Job, tuple[int, int]]] = {}
         self._col = np.arange(self.max_candidates)
@@ -328,7 +321,6 @@ class CandidateActions:
         Q, C = self.num_jobs, self.max_candidates
         n = len(slot_group)
         self.copies[:] = copies + [0] * (Q - n)
-        self.in_view = sum(copies)
         self.slot_group[:] = slot_group + [-1] * (Q - n)
         self.slot_groups = tuple(slot_group)
         # The mask only depends on each slot's number of candidates.
@@ -499,7 +491,7 @@ class ObservationBuilder:
         # _candidate_features). Multi-server candidates also keep what their load-dependent values
         # need (spanned inter-server links, b_intra).
         self._ring = perf.allreduce == "ring"
-        n_h = 4 if self._ring else 7
+        n_h = 5 if self._ring else 8
         self._h0 = len(CANDIDATE_FEATURES)
         self._v0 = self._h0 + n_h
         self._mat = np.zeros((256, self._v0 + 3))
@@ -683,7 +675,7 @@ class ObservationBuilder:
             self._multi[i] = (spanned, b_intra)
         if self._ring:
             steps = 2.0 * (k - 1.0)
-            h: tuple[float, ...] = (steps / k, b_intra, steps * max(a_intra, a_inter), sd)
+            h: tuple[float, ...] = (steps / k, b_intra, steps * max(a_intra, a_inter), sd, 0.0)
         else:
             h = (
                 2.0 * (g_ - 1.0) / g_,
@@ -693,25 +685,25 @@ class ObservationBuilder:
                 np.inf,
                 2.0 * (s_ - 1.0) * a_inter,
                 sd,
+                0.0,
             )
         bw_ref = self._bw_ref
-        # Feature columns are clipped to [0, 1] here, once (as np.clip would clip the table).
         self._mat[i] = (
             1.0,
-            _clip01(k / self.max_job_gpus),
+            k / self.max_job_gpus,
             0.0,
             0.0,
-            _clip01(s_ / 32.0),
-            _clip01((s_ - 1.0) / max(k - 1.0, 1.0)),
-            _clip01(sw / 8.0),
-            _clip01(slow_f),
-            _clip01(fp_f),
-            _clip01(1.0 - 1.0 / sd),
-            0.0,  # survival, in [0, 1]
+            s_ / 32.0,
+            (s_ - 1.0) / max(k - 1.0, 1.0),
+            sw / 8.0,
+            slow_f,
+            fp_f,
+            1.0 - 1.0 / sd,
+            0.0,  # survival
             0.0,
             0.0,
             0.0,  # contention (single server: no inter-server link)
-            _clip01(min(b_intra, bw_ref) / bw_ref),
+            min(b_intra, bw_ref) / bw_ref,
             0.0,
             0.0,
             *h,
@@ -782,7 +774,7 @@ class ObservationBuilder:
             _, gf, cf, wf = self._class_columns(c, job)
             _, grad, tc, _, tstar = self.job_facts(job)
             row = self._jmat[c]
-            row[2], row[3], row[16] = _clip01(gf), _clip01(cf), _clip01(wf)
+            row[2], row[3], row[16] = gf, cf, wf
             row[self._v0 :] = grad, tc, tstar
             done.add(c)
         return self._jmat[list(classes)]
@@ -809,17 +801,19 @@ class ObservationBuilder:
                 eidx.append(i)
         h0, v0 = self._h0, self._v0
         if exp_rows:
-            self._mat[exp_rows, 10] = np.exp(exp_logs)
+            surv = np.exp(exp_logs)
+            self._mat[exp_rows, 10] = surv
+            self._mat[exp_rows, v0 - 1] = surv
         M = self._mat[eidx]
         # Multi-server candidates: contention and bandwidth share under the current link loads.
         multi = self._multi
         if multi:
             load = state.link_load
             eff, bw_ref = self._h_eff_bw, self._bw_ref
-            ch = h0 + (1 if self._ring else 4)
             rs: list[int] = []
-            cs_: list[int] = []
-            vals: list[float] = []
+            c13: list[float] = []
+            c14: list[float] = []
+            ch: list[float] = []
             for r, i in enumerate(eidx):
                 hit = multi.get(i)
                 if hit is None:
@@ -828,15 +822,14 @@ class ObservationBuilder:
                 lds = [int(load[a]) for a in spanned]
                 ml = max(lds)
                 b_inter = min([eff[a] / (ld + 1.0) for a, ld in zip(spanned, lds, strict=True)])
-                rs += (r, r, r)
-                cs_ += (13, 14, ch)
-                vals += (
-                    _clip01(ml / (ml + 1.0)),
-                    _clip01(min(min(b_intra, b_inter), bw_ref) / bw_ref),
-                    min(b_intra, b_inter) if self._ring else b_inter,
-                )
+                rs.append(r)
+                c13.append(ml / (ml + 1.0))
+                c14.append(min(min(b_intra, b_inter), bw_ref) / bw_ref)
+                ch.append(min(b_intra, b_inter) if self._ring else b_inter)
             if rs:
-                M[rs, cs_] = vals
+                M[rs, 13] = c13
+                M[rs, 14] = c14
+                M[rs, h0 + (1 if self._ring else 4)] = ch
         gidx, qidx, row, starts = self._layout(groups, n_view)
         J = self._job_rows(view)
         J[:, 15] = self._queue_pos[:n_view]
@@ -849,12 +842,13 @@ class ObservationBuilder:
             comm = (X[:, h0] * (grad / X[:, h0 + 1]) + X[:, h0 + 2]) + (
                 X[:, h0 + 3] * (grad / X[:, h0 + 4]) + X[:, h0 + 5]
             )
-        T = iteration_time(tc * X[:, v0 - 1], comm, self.perf.overlap)
-        # Every other column is in [0, 1] already; so are η (a positive ratio capped at 1) and
-        # η·survival, so the table needs no final clip.
+        T = iteration_time(tc * X[:, v0 - 2], comm, self.perf.overlap)
         eta = np.minimum(1.0, tstar / T)
         X[:, 11] = eta
-        X[:, 12] = eta * X[:, 10]
+        X[:, 12] = eta * X[:, v0 - 1]
+        # Clip to [0, 1] (what np.clip does; the time-model columns are no longer needed).
+        np.maximum(X, 0.0, out=X)
+        np.minimum(X, 1.0, out=X)
         self._cand[row] = X[:, :h0]
         self._best_eta[:n_view] = np.maximum.reduceat(eta, starts)
         if self.privileged:
@@ -921,7 +915,7 @@ class ObservationBuilder:
         n = state.link_load[self._server_uplink]
         g[:, 6] = n / (n + 1.0)
         # Per slot (η, size feature), plus a zero row that free GPUs (owner -1) pick.
-        eta, k = state._eta, state._k
+        eta, k = state.slot_eta, state.slot_num_gpus
         per_slot = np.zeros((len(eta) + 1, 2))
         per_slot[:-1, 0] = eta
         per_slot[:-1, 1] = np.minimum(k / self.max_job_gpus, 1.0)
@@ -965,7 +959,7 @@ class ObservationBuilder:
         m = self.last_metrics = state.metrics()
         self._summary[:] = (
             min(len(pending) / self.queue_size, 1.0),
-            min(max(len(pending) - self.actions.in_view, 0) / self.queue_size, 1.0),
+            min(max(len(pending) - int(self.actions.copies.sum()), 0) / self.queue_size, 1.0),
             min(self.actions.pending_gpus / G, 1.0),
             state.num_free / G,
             min(max(m.F / G, 0.0), 1.0),
