@@ -10,7 +10,7 @@ without changing any output:
 * :func:`np_round9`: ``float(np.round(x, 9))`` — numpy rounds by ``rint(x * 1e9) / 1e9``, which is
   not Python's correctly rounded ``round(x, 9)``.
 
-Both are checked against numpy on random inputs in ``tests/test_numeric.py``.
+Both are checked against numpy on random inputs in ``tests/test_fastpaths.py``.
 """
 
 from __future__ import annotations

@@ -231,6 +231,7 @@ class _Shared:
         "_tier1",
         "free",
         "hd",
+        "max_free",
         "n_free",
         "qcs_l",
         "srv_free_l",
@@ -296,6 +297,7 @@ class _Shared:
             srv_free_l = srv_free.tolist()
         self.srv_free_l = srv_free_l
         self.n_free = sum(srv_free_l)
+        self.max_free = max(srv_free_l, default=0)
         self.sw_free = [sum(srv_free_l[lo:hi]) for _, lo, hi, _, _ in td.switches]
         self.sw_max = [max(srv_free_l[lo:hi], default=0) for _, lo, hi, _, _ in td.switches]
         self._compact: dict[int, list[int]] = {}
@@ -461,13 +463,17 @@ class _Shared:
             singles = self._singles_py(k)
             extras = self._extras(k, singles, None)
         else:
-            ranked, srv_q = self._singles_np(k, uniform)
-            # Without srv_q, health-first rows need the single rows only when some exist (then
-            # scores are uniform and there are no health-first rows).
-            extras = self._extras(k, [], srv_q)
-            # Only the best cap + len(extras) single rows can make it (see below).
-            need = cap + len(extras)
-            singles = list(zip(*(a[:need].tolist() for a in ranked), strict=True))
+            if k > self.max_free:  # no server holds k: no single-server row
+                singles = []
+                extras = self._extras(k, singles, None)
+            else:
+                ranked, srv_q = self._singles_np(k, uniform)
+                # Without srv_q, health-first rows need the single rows only when some exist
+                # (then scores are uniform and there are no health-first rows).
+                extras = self._extras(k, [], srv_q)
+                # Only the best cap + len(extras) single rows can make it (see below).
+                need = cap + len(extras)
+                singles = list(zip(*(a[:need].tolist() for a in ranked), strict=True))
         order_l = self.order_l
         lo_l = td.srv_lo
         if not extras:
@@ -583,7 +589,7 @@ class _Shared:
                     break
             if uniform:
                 q = float(k)
-            elif k <= 32:
+            elif k <= 32 and (td.small or self._qs_l is not None):
                 qs = self.qs_l
                 q = np_sum([qs[p] for p in pos])
             else:

@@ -21,6 +21,7 @@ privileged ``gain`` key, which is in ``[-1, 1]``. docs/ENVS.md explains each col
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -115,6 +116,11 @@ _JOB_CAND_COLS = [2, 3, 16]
 _FACT_COLS = [1, 2, 4]
 
 
+def _clip01(x: float) -> float:
+    """``x`` clipped to ``[0, 1]``, as ``np.clip(x, 0.0, 1.0)``."""
+    return 0.0 if x < 0.0 else 1.0 if x > 1.0 else x
+
+
 def _grad_feature(grad_bytes: Any) -> Any:
     return np.clip(
         (np.log10(np.maximum(grad_bytes, 1.0)) - _GRAD_LOG_LO) / _GRAD_LOG_SPAN, 0.0, 1.0
@@ -153,6 +159,7 @@ class CandidateActions:
         view: The pending job of each view slot.
         positions: Index in ``pending`` of each view job.
         copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty).
+        in_view: Pending jobs the view stands for (the sum of :attr:`copies`).
         groups: The distinct candidate sets of the view (one per job size).
         slot_group: ``int[Q]`` index into :attr:`groups` of each slot (-1 if empty).
         slot_groups: The same for the filled slots only, as a tuple.
@@ -188,8 +195,14 @@ class CandidateActions:
         self.groups: list[CandidateSet] = []
         self.slot_group = np.full(self.num_jobs, -1, dtype=np.int64)
         self.slot_groups: tuple[int, ...] = ()
+        self.in_view = 0
         self.view_classes: tuple[int, ...] = ()
-        self._info_cache: dict[int, tuple[Job, tuple[int, int]]] = {}
+        # Per job object (by id; the job is kept alive in _jobs, so ids are not reused): its size
+        # and class id.
+        self._jobs: dict[int, Job] = {}
+        self._k_of: dict[int, int] = {}
+        self._cls_of: dict[int, int] = {}
+        self._cls_k: dict[int, int] = {}
         self._col = np.arange(self.max_candidates)
         self.pending_gpus = 0
         self._class_ids: dict[tuple[str, int, float, float], int] = {}
@@ -212,20 +225,20 @@ class CandidateActions:
         built, version = self._built
         return built is state and version == state.version
 
-    def _job_info(self, job: Job) -> tuple[int, int]:
-        """``(k, class id)`` of a job; the class id interns :func:`job_key` (cached per job object)."""
-        hit = self._info_cache.get(id(job))
-        if hit is not None and hit[0] is job:
-            return hit[1]
-        key = job_key(job)
-        cls = self._class_ids.setdefault(key, len(self._class_ids))
-        info = (job.num_gpus, cls)
-        self._info_cache[id(job)] = (job, info)
-        return info
+    def _learn_job(self, job: Job) -> None:
+        """Cache a job's size and class id (the class id interns :func:`job_key`)."""
+        cls = self._class_ids.setdefault(job_key(job), len(self._class_ids))
+        i = id(job)
+        self._jobs[i] = job
+        self._k_of[i] = job.num_gpus
+        self._cls_of[i] = cls
+        self._cls_k[cls] = job.num_gpus
 
     def forget_jobs(self) -> None:
         """Drop the per-job cache (call at reset, so finished episodes' jobs can be freed)."""
-        self._info_cache.clear()
+        self._jobs.clear()
+        self._k_of.clear()
+        self._cls_of.clear()
 
     def build(self, state: ClusterState, pending: Sequence[Job]) -> None:
         """Rebuild the table for ``state`` and the pending jobs (in queue order).
@@ -234,12 +247,16 @@ class CandidateActions:
             state: The cluster state.
             pending: Pending jobs in queue order.
         """
-        cache = self._info_cache
-        infos = []
-        for j in pending:
-            hit = cache.get(id(j))
-            infos.append(hit[1] if hit is not None and hit[0] is j else self._job_info(j))
-        self.pending_gpus = sum([k for k, _ in infos])
+        ids = list(map(id, pending))
+        cls_of = self._cls_of
+        if not cls_of.keys() >= set(ids):
+            for j in pending:
+                if id(j) not in cls_of:
+                    self._learn_job(j)
+        classes = list(map(cls_of.__getitem__, ids))
+        sizes_of_jobs = list(map(self._k_of.__getitem__, ids))
+        self.pending_gpus = sum(sizes_of_jobs)
+        infos = (classes, sizes_of_jobs)
         # A size has candidates exactly when it fits in the free GPUs (some server or switch
         # subtree then holds it), so the view is known before any candidate set is computed;
         # the sets of all its sizes are then computed together.
@@ -260,36 +277,54 @@ class CandidateActions:
             view = self._select(infos, has)
             sizes = view[0]
             groups = [found[k] for k in sizes]
-        _, slot_group, copies, pos = view
-        self._store(state, pending, infos, groups, slot_group, copies, pos)
+        _, slot_group, copies, pos, slot_classes = view
+        self._store(state, pending, slot_classes, groups, slot_group, copies, pos)
 
     def _select(
-        self, infos: list[tuple[int, int]], has_candidates: Any
-    ) -> tuple[list[int], list[int], list[int], list[int]]:
-        """The view of the pending jobs ``infos`` (``(k, class)`` in queue order).
+        self, infos: tuple[list[int], list[int]], has_candidates: Any
+    ) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+        """The view of the pending jobs given by ``infos`` (their class ids and sizes, in queue
+        order), keeping the sizes for which ``has_candidates(k)``.
 
         Returns:
             The distinct sizes of the view (in order of first use), each slot's index into them,
-            each slot's number of pending copies, and each slot's position in the queue.
+            each slot's number of pending copies, each slot's position in the queue, and each
+            slot's class id.
         """
         Q = self.num_jobs
-        grouping = self.group_identical
+        classes, ks = infos
         group_of_size: dict[int, int] = {}
         sizes: list[int] = []
-        slot_of: dict[int, int] = {}
         copies: list[int] = []
         slot_group: list[int] = []
         pos: list[int] = []
-        n = 0
-        for i, (k, cls) in enumerate(infos):
-            if grouping:
-                q = slot_of.get(cls)
-                if q is not None:
-                    copies[q] += 1
+        slot_classes: list[int] = []
+        if self.group_identical:
+            # A class gets a slot at its first job if the view has room and its size fits; the
+            # slot stands for every pending job of the class.
+            counts = Counter(classes)
+            cls_k = self._cls_k
+            for cls in dict.fromkeys(classes):
+                if len(slot_group) == Q:
+                    break
+                k = cls_k[cls]
+                gi = group_of_size.get(k)
+                if gi is None:
+                    gi = -1
+                    if has_candidates(k):
+                        gi = len(sizes)
+                        sizes.append(k)
+                    group_of_size[k] = gi
+                if gi < 0:
                     continue
-                if n == Q:
-                    continue  # the view is full: only count copies of its jobs
-            elif n == Q:
+                copies.append(counts[cls])
+                slot_group.append(gi)
+                pos.append(classes.index(cls))
+                slot_classes.append(cls)
+            return sizes, slot_group, copies, pos, slot_classes
+        n = 0
+        for i, (k, cls) in enumerate(zip(ks, classes, strict=True)):
+            if n == Q:
                 break
             gi = group_of_size.get(k)
             if gi is None:
@@ -300,18 +335,18 @@ class CandidateActions:
                 group_of_size[k] = gi
             if gi < 0:
                 continue
-            slot_of[cls] = n
             copies.append(1)
             slot_group.append(gi)
             pos.append(i)
+            slot_classes.append(cls)
             n += 1
-        return sizes, slot_group, copies, pos
+        return sizes, slot_group, copies, pos, slot_classes
 
     def _store(
         self,
         state: ClusterState,
         pending: Sequence[Job],
-        infos: list[tuple[int, int]],
+        slot_classes: list[int],
         groups: list[CandidateSet],
         slot_group: list[int],
         copies: list[int],
@@ -321,6 +356,7 @@ class CandidateActions:
         Q, C = self.num_jobs, self.max_candidates
         n = len(slot_group)
         self.copies[:] = copies + [0] * (Q - n)
+        self.in_view = sum(copies)
         self.slot_group[:] = slot_group + [-1] * (Q - n)
         self.slot_groups = tuple(slot_group)
         # The mask only depends on each slot's number of candidates.
@@ -340,7 +376,7 @@ class CandidateActions:
         self.groups = groups
         self.positions = tuple(pos)
         self.view = tuple(pending[i] for i in pos)
-        self.view_classes = tuple(infos[i][1] for i in pos)
+        self.view_classes = tuple(slot_classes)
         self._built = (state, state.version)
 
     def decode(self, action: Any) -> tuple[int, int] | None:
@@ -491,7 +527,7 @@ class ObservationBuilder:
         # _candidate_features). Multi-server candidates also keep what their load-dependent values
         # need (spanned inter-server links, b_intra).
         self._ring = perf.allreduce == "ring"
-        n_h = 5 if self._ring else 8
+        n_h = 4 if self._ring else 7
         self._h0 = len(CANDIDATE_FEATURES)
         self._v0 = self._h0 + n_h
         self._mat = np.zeros((256, self._v0 + 3))
@@ -675,7 +711,7 @@ class ObservationBuilder:
             self._multi[i] = (spanned, b_intra)
         if self._ring:
             steps = 2.0 * (k - 1.0)
-            h: tuple[float, ...] = (steps / k, b_intra, steps * max(a_intra, a_inter), sd, 0.0)
+            h: tuple[float, ...] = (steps / k, b_intra, steps * max(a_intra, a_inter), sd)
         else:
             h = (
                 2.0 * (g_ - 1.0) / g_,
@@ -685,25 +721,25 @@ class ObservationBuilder:
                 np.inf,
                 2.0 * (s_ - 1.0) * a_inter,
                 sd,
-                0.0,
             )
         bw_ref = self._bw_ref
+        # Feature columns are clipped to [0, 1] here, once (as np.clip would clip the table).
         self._mat[i] = (
             1.0,
-            k / self.max_job_gpus,
+            _clip01(k / self.max_job_gpus),
             0.0,
             0.0,
-            s_ / 32.0,
-            (s_ - 1.0) / max(k - 1.0, 1.0),
-            sw / 8.0,
-            slow_f,
-            fp_f,
-            1.0 - 1.0 / sd,
-            0.0,  # survival
+            _clip01(s_ / 32.0),
+            _clip01((s_ - 1.0) / max(k - 1.0, 1.0)),
+            _clip01(sw / 8.0),
+            _clip01(slow_f),
+            _clip01(fp_f),
+            _clip01(1.0 - 1.0 / sd),
+            0.0,  # survival, in [0, 1]
             0.0,
             0.0,
             0.0,  # contention (single server: no inter-server link)
-            min(b_intra, bw_ref) / bw_ref,
+            _clip01(min(b_intra, bw_ref) / bw_ref),
             0.0,
             0.0,
             *h,
@@ -774,7 +810,7 @@ class ObservationBuilder:
             _, gf, cf, wf = self._class_columns(c, job)
             _, grad, tc, _, tstar = self.job_facts(job)
             row = self._jmat[c]
-            row[2], row[3], row[16] = gf, cf, wf
+            row[2], row[3], row[16] = _clip01(gf), _clip01(cf), _clip01(wf)
             row[self._v0 :] = grad, tc, tstar
             done.add(c)
         return self._jmat[list(classes)]
@@ -801,19 +837,17 @@ class ObservationBuilder:
                 eidx.append(i)
         h0, v0 = self._h0, self._v0
         if exp_rows:
-            surv = np.exp(exp_logs)
-            self._mat[exp_rows, 10] = surv
-            self._mat[exp_rows, v0 - 1] = surv
+            self._mat[exp_rows, 10] = np.exp(exp_logs)
         M = self._mat[eidx]
         # Multi-server candidates: contention and bandwidth share under the current link loads.
         multi = self._multi
         if multi:
             load = state.link_load
             eff, bw_ref = self._h_eff_bw, self._bw_ref
+            ch = h0 + (1 if self._ring else 4)
             rs: list[int] = []
-            c13: list[float] = []
-            c14: list[float] = []
-            ch: list[float] = []
+            cs_: list[int] = []
+            vals: list[float] = []
             for r, i in enumerate(eidx):
                 hit = multi.get(i)
                 if hit is None:
@@ -822,14 +856,15 @@ class ObservationBuilder:
                 lds = [int(load[a]) for a in spanned]
                 ml = max(lds)
                 b_inter = min([eff[a] / (ld + 1.0) for a, ld in zip(spanned, lds, strict=True)])
-                rs.append(r)
-                c13.append(ml / (ml + 1.0))
-                c14.append(min(min(b_intra, b_inter), bw_ref) / bw_ref)
-                ch.append(min(b_intra, b_inter) if self._ring else b_inter)
+                rs += (r, r, r)
+                cs_ += (13, 14, ch)
+                vals += (
+                    _clip01(ml / (ml + 1.0)),
+                    _clip01(min(min(b_intra, b_inter), bw_ref) / bw_ref),
+                    min(b_intra, b_inter) if self._ring else b_inter,
+                )
             if rs:
-                M[rs, 13] = c13
-                M[rs, 14] = c14
-                M[rs, h0 + (1 if self._ring else 4)] = ch
+                M[rs, cs_] = vals
         gidx, qidx, row, starts = self._layout(groups, n_view)
         J = self._job_rows(view)
         J[:, 15] = self._queue_pos[:n_view]
@@ -842,13 +877,12 @@ class ObservationBuilder:
             comm = (X[:, h0] * (grad / X[:, h0 + 1]) + X[:, h0 + 2]) + (
                 X[:, h0 + 3] * (grad / X[:, h0 + 4]) + X[:, h0 + 5]
             )
-        T = iteration_time(tc * X[:, v0 - 2], comm, self.perf.overlap)
+        T = iteration_time(tc * X[:, v0 - 1], comm, self.perf.overlap)
+        # Every other column is in [0, 1] already; so are η (a positive ratio capped at 1) and
+        # η·survival, so the table needs no final clip.
         eta = np.minimum(1.0, tstar / T)
         X[:, 11] = eta
-        X[:, 12] = eta * X[:, v0 - 1]
-        # Clip to [0, 1] (what np.clip does; the time-model columns are no longer needed).
-        np.maximum(X, 0.0, out=X)
-        np.minimum(X, 1.0, out=X)
+        X[:, 12] = eta * X[:, 10]
         self._cand[row] = X[:, :h0]
         self._best_eta[:n_view] = np.maximum.reduceat(eta, starts)
         if self.privileged:
@@ -915,7 +949,7 @@ class ObservationBuilder:
         n = state.link_load[self._server_uplink]
         g[:, 6] = n / (n + 1.0)
         # Per slot (η, size feature), plus a zero row that free GPUs (owner -1) pick.
-        eta, k = state.slot_eta, state.slot_num_gpus
+        eta, k = state._eta, state._k
         per_slot = np.zeros((len(eta) + 1, 2))
         per_slot[:-1, 0] = eta
         per_slot[:-1, 1] = np.minimum(k / self.max_job_gpus, 1.0)
@@ -959,7 +993,7 @@ class ObservationBuilder:
         m = self.last_metrics = state.metrics()
         self._summary[:] = (
             min(len(pending) / self.queue_size, 1.0),
-            min(max(len(pending) - int(self.actions.copies.sum()), 0) / self.queue_size, 1.0),
+            min(max(len(pending) - self.actions.in_view, 0) / self.queue_size, 1.0),
             min(self.actions.pending_gpus / G, 1.0),
             state.num_free / G,
             min(max(m.F / G, 0.0), 1.0),

@@ -1,0 +1,272 @@
+"""The plain-Python fast paths give bit-identical results to numpy.
+
+The step of the small environments is dominated by numpy's per-call overhead, so several hot paths
+have a plain-Python twin used on small inputs (see :mod:`crop_gym._numeric`). Each twin must
+produce exactly what the vectorised path produces: these tests run both on random inputs and
+compare with ``np.array_equal`` (no tolerance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import crop_gym.candidates as cand
+import crop_gym.perf as perf
+from crop_gym._numeric import np_round9, np_sum, np_sum_sparse
+from crop_gym.devices import PROFILES
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState
+from crop_gym.scenario import Scenario
+from crop_gym.topology import make_topology
+
+
+# ----------------------------------------------------------------------------------- numerics
+def test_np_sum_matches_numpy_pairwise_summation() -> None:
+    rng = np.random.default_rng(0)
+    for n in [*range(40), 127, 128, 129, 255, 256, 257, 300, 1000, 1031]:
+        for _ in range(5):
+            v = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 8, size=n)
+            assert np_sum(v.tolist()) == float(v.sum()), n
+
+
+def test_np_sum_sparse_matches_the_dense_sum() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(2000):
+        n = int(rng.integers(1, 600))
+        a = np.zeros(n)
+        nz = rng.random(n) < rng.random() * 0.5
+        a[nz] = -rng.random(int(nz.sum())) * 10.0 ** rng.integers(-6, 1, size=int(nz.sum()))
+        items = [(int(i), float(a[i])) for i in np.flatnonzero(nz)]
+        assert np_sum_sparse(n, items) == float(a.sum())
+
+
+def test_np_round9_matches_numpy_round() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal(20000) * 10.0 ** rng.integers(-12, 6, size=20000)
+    # Values close to a rounding tie, where numpy's rint(x * 1e9) / 1e9 and Python's
+    # correctly rounded round(x, 9) can disagree.
+    ties = np.round(x, 9) + rng.integers(-2, 3, size=x.size) * 5e-10
+    for v in np.concatenate([x, ties, [0.0, -0.0, np.inf, -np.inf]]):
+        assert np_round9(float(v)) == float(np.round(v, 9))
+
+
+# ------------------------------------------------------------------------------ random states
+def _states(preset: str, profile: str, seed: int, n: int) -> Iterator[ClusterState]:
+    """Random states: scattered and compact placements, some removed again."""
+    topo = make_topology(preset)
+    rng = np.random.default_rng(seed)
+    for s in range(n):
+        st = ClusterState(topo, PROFILES[profile].sample(topo, rng))
+        target = rng.uniform(0.0, 0.9) * topo.num_gpus
+        t = 0
+        while topo.num_gpus - st.num_free < target:
+            free = np.flatnonzero(st.free_mask)
+            k = int(min(len(free), rng.choice([1, 2, 3, 4, 8, 12, 16])))
+            if s % 2:
+                gpus = rng.choice(free, size=k, replace=False)
+            else:
+                cs = cand.candidate_placements(st, k, robust=bool(rng.integers(2)))
+                gpus = cs.gpus[rng.integers(len(cs))]
+            st.add(Job(f"j{t}", "resnet50", k, 64 * k), gpus)
+            t += 1
+            if rng.random() < 0.2:
+                st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
+        yield st
+
+
+def _sets(st: ClusterState, ks: list[int]) -> list[tuple[np.ndarray, ...]]:
+    out = []
+    for robust in (True, False):
+        for cap in (1, 8, 40):
+            for k in ks:
+                cs = cand.candidate_placements(st.copy(), k, robust=robust, max_candidates=cap)
+                out.append((cs.gpus, cs.num_servers, cs.subtree, cs.quality))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("preset", "profile"),
+    [
+        ("leafspine-64", "mild"),
+        ("hetero-64", "severe"),
+        ("n64g8", "severe"),
+        ("pollux-16x4", "none"),
+    ],
+)
+def test_candidates_python_and_numpy_paths_agree(
+    preset: str, profile: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ks = [1, 2, 3, 5, 8, 9, 16, 24, 32, 33]
+    for st in _states(preset, profile, 7, 3):
+        results = []
+        for small in (10**6, 0):  # every server loop in Python, then every one in numpy
+            monkeypatch.setattr(cand, "SMALL_SERVERS", small)
+            monkeypatch.setattr(cand, "_TOPO_DATA", type(cand._TOPO_DATA)())
+            results.append(_sets(st, [k for k in ks if k <= st.topology.num_gpus]))
+        for a, b in zip(*results, strict=True):
+            for x, y in zip(a, b, strict=True):
+                assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+def test_placement_stats_python_and_numpy_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    for preset in ("leafspine-64", "hetero-64", "n64g8"):
+        topo = make_topology(preset)
+        for _ in range(30):
+            health = PROFILES["severe"].sample(topo, rng).observe(rng, 0.3)
+            k = int(rng.integers(2, 65))
+            gpus = rng.choice(topo.num_gpus, size=k, replace=False)
+            monkeypatch.setattr(perf, "SMALL_PLACEMENT", 64)
+            a = perf.placement_stats(topo, health, gpus)
+            monkeypatch.setattr(perf, "SMALL_PLACEMENT", 1)
+            b = perf.placement_stats(topo, health, gpus)
+            for f in dataclasses.fields(a):
+                x, y = getattr(a, f.name), getattr(b, f.name)
+                if isinstance(x, np.ndarray):
+                    assert x.dtype == y.dtype and np.array_equal(x, y), f.name
+                else:
+                    assert type(x) is type(y) and x == y, f.name
+
+
+@pytest.mark.parametrize("allreduce", ["ring", "hierarchical"])
+def test_incremental_python_rows_match_numpy_rows(allreduce: str) -> None:
+    """Adding, removing and evaluating gains: the plain-Python row updates (few affected jobs)
+    and the vectorised ones give the same F, values and gains."""
+    perf_cfg = perf.PerfConfig(allreduce, 0.3 if allreduce == "ring" else 0.0)
+    topo = make_topology("leafspine-64")
+    rng = np.random.default_rng(4)
+    health = PROFILES["severe"].sample(topo, rng)
+    states = [ClusterState(topo, health, perf_cfg) for _ in range(2)]
+    states[1]._PY_ROWS = -1  # type: ignore[misc]  # always vectorised
+    for t in range(60):
+        st0 = states[0]
+        if st0.jobs and rng.random() < 0.3:
+            jid = sorted(st0.jobs)[int(rng.integers(len(st0.jobs)))]
+            d = [st.remove(jid) for st in states]
+        else:
+            free = np.flatnonzero(st0.free_mask)
+            if len(free) == 0:
+                continue
+            k = int(min(len(free), rng.choice([1, 2, 4, 8, 16])))
+            gpus = rng.choice(free, size=k, replace=False)
+            job = Job(f"j{t}", str(rng.choice(["resnet50", "vgg16", "bert"])), k, 32 * k)
+            g = [st.gain(job, gpus) for st in states]
+            assert g[0] == g[1]
+            d = [st.add(job, gpus) for st in states]
+        assert d[0] == d[1]
+        assert states[0].F == states[1].F
+        assert np.array_equal(states[0].slot_iteration_times, states[1].slot_iteration_times)
+        assert states[0].metrics() == states[1].metrics()
+
+
+def test_trusted_add_matches_checked_add() -> None:
+    sc = Scenario(cluster="leafspine-64", abnormal=PROFILES["severe"])
+    st = ClusterState(sc.topology, PROFILES["severe"].sample(sc.topology, np.random.default_rng(5)))
+    other = st.copy()
+    for t, k in enumerate([4, 8, 1, 16, 2]):
+        cs = cand.candidate_placements(st, k)
+        job = Job(f"j{t}", "resnet50", k, 64)
+        assert st.add(job, cs.gpus[0], validate=False) == other.add(job, cs.gpus[0])
+        assert st.F == other.F and np.array_equal(st.gpu_owner, other.gpu_owner)
+
+
+@pytest.mark.parametrize(
+    ("env_id", "kwargs"),
+    [
+        ("crop_gym/Placement-v0", {}),
+        ("crop_gym/Placement-Severe-v0", {"privileged": True, "max_candidates": 12}),
+        ("crop_gym/Placement-v0", {"scenario": Scenario(observation_noise=0.3, allreduce="ring")}),
+        ("crop_gym/Placement-v0", {"scenario": Scenario(cluster="hetero-64", overlap=0.5)}),
+    ],
+)
+def test_feature_caches_match_a_fresh_builder(env_id: str, kwargs: dict[str, object]) -> None:
+    """Per-candidate, per-class and per-layout caches never go stale: every observation equals
+    the one a fresh builder computes from scratch."""
+    import gymnasium as gym
+
+    from crop_gym.envs.features import ObservationBuilder
+
+    env = gym.make(env_id, **kwargs)
+    u = env.unwrapped
+    rng = np.random.default_rng(6)
+    obs, info = env.reset(seed=6)
+    for step in range(60):
+        fresh = ObservationBuilder(
+            u.topology,
+            u.actions,
+            u.scenario.perf,
+            queue_size=u.scenario.queue_size,
+            max_job_gpus=u.scenario.job_size_limit,
+            privileged=u.privileged,
+        )
+        fresh.set_health(u.features.health)
+        ref = fresh.build(u.state, u.pending, step=u._steps, max_steps=u.max_steps)
+        assert ref.keys() == obs.keys()
+        for key in ref:
+            assert np.array_equal(ref[key], obs[key]), (step, key)
+        valid = np.flatnonzero(info["action_mask"])
+        obs, _, term, trunc, info = env.step(int(valid[rng.integers(len(valid))]))
+        if term or trunc:
+            obs, info = env.reset()
+
+
+def _select_reference(
+    infos: list[tuple[int, int]], Q: int, grouping: bool, fits: set[int]
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The original job-by-job view selection (sizes, slot groups, copies, positions)."""
+    group_of_size: dict[int, int] = {}
+    sizes: list[int] = []
+    slot_of: dict[int, int] = {}
+    copies: list[int] = []
+    slot_group: list[int] = []
+    pos: list[int] = []
+    n = 0
+    for i, (k, cls) in enumerate(infos):
+        if grouping:
+            q = slot_of.get(cls)
+            if q is not None:
+                copies[q] += 1
+                continue
+            if n == Q:
+                continue
+        elif n == Q:
+            break
+        gi = group_of_size.get(k)
+        if gi is None:
+            gi = -1
+            if k in fits:
+                gi = len(sizes)
+                sizes.append(k)
+            group_of_size[k] = gi
+        if gi < 0:
+            continue
+        slot_of[cls] = n
+        copies.append(1)
+        slot_group.append(gi)
+        pos.append(i)
+        n += 1
+    return sizes, slot_group, copies, pos
+
+
+@pytest.mark.parametrize("grouping", [True, False])
+def test_view_selection_matches_the_job_by_job_rule(grouping: bool) -> None:
+    from crop_gym.envs.features import CandidateActions
+
+    rng = np.random.default_rng(8)
+    for _ in range(500):
+        Q = int(rng.integers(1, 12))
+        acts = CandidateActions(Q, 4, group_identical=grouping)
+        n_cls = int(rng.integers(1, 15))
+        cls_k = {c: int(rng.choice([1, 2, 4, 8, 16])) for c in range(n_cls)}
+        acts._cls_k.update(cls_k)
+        classes = [int(c) for c in rng.integers(0, n_cls, size=int(rng.integers(0, 40)))]
+        ks = [cls_k[c] for c in classes]
+        fits = {k for k in (1, 2, 4, 8, 16) if rng.random() < 0.7}
+        got = acts._select((classes, ks), lambda k, fits=fits: k in fits)
+        want = _select_reference(list(zip(ks, classes, strict=True)), Q, grouping, fits)
+        assert got[:4] == want
+        assert got[4] == [classes[i] for i in want[3]]
