@@ -112,54 +112,39 @@ def _scorer_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-class MaskableScorerPolicy(_ScorerMixin, MaskableActorCriticPolicy):
+class _ScorerPolicyMixin(_ScorerMixin):
+    """Constructor, build and saved parameters shared by the scorer actor-critic policies."""
+
+    def __init__(
+        self,
+        observation_space: spaces.Space,
+        action_space: spaces.Space,
+        lr_schedule: Schedule,
+        scorer: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self._init_scorer(scorer)
+        super().__init__(  # type: ignore[call-arg]
+            observation_space, action_space, lr_schedule, **_scorer_kwargs(kwargs)
+        )
+
+    def _build(self, lr_schedule: Schedule) -> None:
+        super()._build(lr_schedule)  # type: ignore[misc]
+        self._finish_build(lr_schedule)
+
+    def _get_constructor_parameters(self) -> dict[str, Any]:
+        data: dict[str, Any] = super()._get_constructor_parameters()  # type: ignore[misc]
+        data["scorer"] = self.scorer_config.to_dict()
+        data.pop("net_arch", None)
+        return data
+
+
+class MaskableScorerPolicy(_ScorerPolicyMixin, MaskableActorCriticPolicy):
     """MaskablePPO policy over :class:`CandidateScorer` (``policy_kwargs={"scorer": {...}}``)."""
 
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        lr_schedule: Schedule,
-        scorer: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._init_scorer(scorer)
-        super().__init__(observation_space, action_space, lr_schedule, **_scorer_kwargs(kwargs))
 
-    def _build(self, lr_schedule: Schedule) -> None:
-        super()._build(lr_schedule)
-        self._finish_build(lr_schedule)
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        data = super()._get_constructor_parameters()
-        data["scorer"] = self.scorer_config.to_dict()
-        data.pop("net_arch", None)
-        return data
-
-
-class ScorerPolicy(_ScorerMixin, ActorCriticPolicy):
+class ScorerPolicy(_ScorerPolicyMixin, ActorCriticPolicy):
     """PPO policy over :class:`CandidateScorer`: the logits are masked from the observation."""
-
-    def __init__(
-        self,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
-        lr_schedule: Schedule,
-        scorer: dict[str, Any] | None = None,
-        **kwargs: Any,
-    ) -> None:
-        self._init_scorer(scorer)
-        super().__init__(observation_space, action_space, lr_schedule, **_scorer_kwargs(kwargs))
-
-    def _build(self, lr_schedule: Schedule) -> None:
-        super()._build(lr_schedule)
-        self._finish_build(lr_schedule)
-
-    def _get_constructor_parameters(self) -> dict[str, Any]:
-        data = super()._get_constructor_parameters()
-        data["scorer"] = self.scorer_config.to_dict()
-        data.pop("net_arch", None)
-        return data
 
 
 class ScorerQNetwork(QNetwork):
