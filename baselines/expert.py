@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 
 from baselines.crop import crop_greedy
 from baselines.policy import Placement
-from crop_gym.envs.features import job_key
+from crop_gym.envs.actions import job_key
 from crop_gym.envs.placement import PlacementEnv
 
 __all__ = ["CropExpert", "Transition", "expert_rollouts"]

@@ -254,7 +254,7 @@ def _select_reference(
 
 @pytest.mark.parametrize("grouping", [True, False])
 def test_view_selection_matches_the_job_by_job_rule(grouping: bool) -> None:
-    from crop_gym.envs.features import CandidateActions
+    from crop_gym.envs.actions import CandidateActions
 
     rng = np.random.default_rng(8)
     for _ in range(500):

@@ -15,12 +15,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from crop_gym.envs.actions import CandidateActions
     from crop_gym.envs.features import (
         CANDIDATE_FEATURES,
         GPU_FEATURES,
         JOB_FEATURES,
         SUMMARY_FEATURES,
-        CandidateActions,
         ObservationBuilder,
     )
     from crop_gym.envs.gpu_placement import GPUPlacementEnv
@@ -47,7 +47,7 @@ _WHERE = {
     "GPU_FEATURES": "features",
     "JOB_FEATURES": "features",
     "SUMMARY_FEATURES": "features",
-    "CandidateActions": "features",
+    "CandidateActions": "actions",
     "ObservationBuilder": "features",
     "ClusterRenderer": "render",
     "GPUPlacementEnv": "gpu_placement",

@@ -10,7 +10,8 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.envs.features import CandidateActions, ObservationBuilder, _as_index
+from crop_gym.envs.actions import CandidateActions, _as_index
+from crop_gym.envs.features import ObservationBuilder
 from crop_gym.envs.placement import DEFAULT_QUEUE_VIEW
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.errors import ConfigError

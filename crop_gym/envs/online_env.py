@@ -11,7 +11,8 @@ from gymnasium import spaces
 from numpy.typing import NDArray
 
 from crop_gym.devices import AbnormalityProfile, Health, get_profile
-from crop_gym.envs.features import CandidateActions, ObservationBuilder
+from crop_gym.envs.actions import CandidateActions
+from crop_gym.envs.features import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.jobs import Job

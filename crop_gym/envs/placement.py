@@ -9,7 +9,8 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.envs.features import CandidateActions, ObservationBuilder
+from crop_gym.envs.actions import CandidateActions
+from crop_gym.envs.features import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job
