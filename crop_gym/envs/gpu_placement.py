@@ -2,32 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
-import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
 from crop_gym.envs.actions import CandidateActions, _as_index
+from crop_gym.envs.base import Obs, StaticPlacementBase
 from crop_gym.envs.features import ObservationBuilder
-from crop_gym.envs.placement import DEFAULT_QUEUE_VIEW
-from crop_gym.envs.render import ClusterRenderer
-from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
-from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
+from crop_gym.scenario import Scenario
 
-__all__ = ["GPUPlacementEnv"]
-
-Obs = dict[str, NDArray[np.float32]]
+__all__ = ["HEAD_FEATURES", "GPUPlacementEnv"]
 
 #: Columns of the ``"head"`` key.
 HEAD_FEATURES: tuple[str, ...] = ("present", "job_gpus", "chosen", "grad_size", "compute_time")
 
 
-class GPUPlacementEnv(gym.Env[Obs, np.int64]):
+class GPUPlacementEnv(StaticPlacementBase):
     """Static multi-job placement, one GPU per step (the harder, unstructured action space).
 
     The episode is the same static problem as :class:`~crop_gym.envs.placement.PlacementEnv`: a
@@ -84,8 +79,6 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         v0: Initial version.
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012
-
     def __init__(
         self,
         scenario: Scenario | str | Path = "default",
@@ -97,26 +90,13 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         table_layout: bool = False,
         render_mode: str | None = None,
     ) -> None:
-        self.sampler = ScenarioSampler(scenario)
-        self.scenario = sc = self.sampler.scenario
-        self.topology = topo = self.sampler.topology
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(
-                f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}"
-            )
-        if invalid_action not in ("noop", "stop"):
-            raise ConfigError(f"invalid_action={invalid_action!r} must be 'noop' or 'stop'")
-        self.render_mode = render_mode
-        self.invalid_action = invalid_action
-        q = min(sc.queue_size, queue_view if queue_view is not None else DEFAULT_QUEUE_VIEW)
-        if q < 1:
-            raise ConfigError(f"queue_view={queue_view!r} must be >= 1")
-        limit = sc.job_size_limit
-        self.max_steps = (
-            int(max_steps) if max_steps is not None else 2 * sc.queue_size * (limit + 1)
+        super().__init__(
+            scenario, queue_view=queue_view, invalid_action=invalid_action, render_mode=render_mode
         )
-        if self.max_steps < 1:
-            raise ConfigError(f"max_steps={max_steps!r} must be >= 1")
+        sc, topo = self.scenario, self.topology
+        q = self.queue_view
+        limit = sc.job_size_limit
+        self.max_steps = self._check_max_steps(max_steps, 2 * sc.queue_size * (limit + 1))
         self.privileged = bool(privileged)
         self.actions = CandidateActions(q, sc.max_candidates, robust=True, group_identical=False)
         self.features = ObservationBuilder(
@@ -143,15 +123,8 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         self._head = np.zeros(len(HEAD_FEATURES), dtype=np.float32)
         self._hint = np.zeros(G, dtype=np.float32)
         self._gain = np.zeros(1, dtype=np.float32)
-        self._renderer = ClusterRenderer(topo)
-        self.state: ClusterState = ClusterState(topo, perf=sc.perf)
-        self.pending: list[Job] = []
         self.chosen: list[int] = []
-        self.placed: list[tuple[str, NDArray[np.int32]]] = []
         self.dropped: list[str] = []
-        self.initial_F = 0.0
-        self._queue_index: dict[str, int] = {}
-        self._steps = 0
 
     # ------------------------------------------------------------------ API
     @property
@@ -164,32 +137,9 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new instance (or on ``options["instance"]``)."""
-        super().reset(seed=seed)
-        inst = (options or {}).get("instance")
-        if inst is None:
-            inst = self.sampler.sample(self.np_random)
-        elif not isinstance(inst, PlacementInstance):
-            raise ConfigError(
-                f"options['instance'] must be a PlacementInstance, got {type(inst).__name__}"
-            )
-        elif inst.state.topology.num_gpus != self.topology.num_gpus:
-            raise ConfigError("options['instance'] is on a different cluster than this environment")
-        else:
-            inst = PlacementInstance(inst.state.copy(), tuple(inst.queue), inst.scenario)
-        self.instance = inst
-        self.state = inst.state
-        self.pending = list(inst.queue)
-        self._queue_index = {j.job_id: i for i, j in enumerate(inst.queue)}
+        self._start_episode(seed, options)
         self.chosen = []
-        self.placed = []
         self.dropped = []
-        self.initial_F = self.state.F
-        self._steps = 0
-        self.features.clear_jobs()
-        self.actions.forget_jobs()
-        self.features.set_health(
-            self.state.health.observe(self.np_random, self.scenario.observation_noise)
-        )
         self._new_head()
         return self._obs(), self._info()
 
@@ -237,11 +187,6 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         """Valid actions, ``bool[G + 1]``."""
         return self._mask.copy()
 
-    @property
-    def episode_return(self) -> float:
-        """``F(now) - F(start)``."""
-        return self.state.F - self.initial_F
-
     # -------------------------------------------------------------- internals
     def _new_head(self) -> None:
         """Rebuild the view after the queue or the state changed; reset the picks and the mask."""
@@ -283,22 +228,11 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
         return obs
 
     def _info(self) -> dict[str, Any]:
-        m = self.features.last_metrics  # computed by the observation builder for this state
+        info = self._base_info(self._mask)
         head = self.head
-        return {
-            "action_mask": self._mask.copy(),
-            "F": m.F,
-            "F_start": self.initial_F,
-            "pending": len(self.pending),
-            "head": None if head is None else head.job_id,
-            "chosen": list(self.chosen),
-            "metrics": {
-                "jobs_placed": m.jobs_placed,
-                "gpus_busy": m.gpus_busy,
-                "utilization": m.utilization,
-                "comm_overhead": m.comm_overhead,
-            },
-        }
+        info["head"] = None if head is None else head.job_id
+        info["chosen"] = list(self.chosen)
+        return info
 
     # ---------------------------------------------------------------- render
     def _header(self) -> list[str]:
@@ -309,22 +243,9 @@ class GPUPlacementEnv(gym.Env[Obs, np.int64]):
             else f"{head.job_id}:{head.model}x{head.num_gpus} picked {len(self.chosen)}"
         )
         return [
-            f"{self.scenario.name} ({self.topology.name}) GPU mode  step {self._steps}/{self.max_steps}  "
-            f"F={self.state.F:.3f}  return={self.episode_return:+.3f}  free={self.state.num_free}/{self.topology.num_gpus}",
+            self._status_line(" GPU mode"),
             f"head job: {what}   pending {len(self.pending)}   dropped {len(self.dropped)}",
         ]
 
-    def render(self) -> Any:
-        """``ansi``: a string; ``rgb_array``: ``uint8[H, W, 3]``; ``None`` without a render mode."""
-        if self.render_mode == "ansi":
-            return self._renderer.ansi(self.state, header=self._header(), chosen=self.chosen)
-        if self.render_mode == "rgb_array":
-            jobs = {jid: self._queue_index.get(jid, i) for i, (jid, _) in enumerate(self.placed)}
-            return self._renderer.rgb(
-                self.state, title="   ".join(self._header()), episode_jobs=jobs, chosen=self.chosen
-            )
-        return None
-
-    def close(self) -> None:
-        """Release the rendering figure."""
-        self._renderer.close()
+    def _chosen(self) -> Sequence[int]:
+        return self.chosen

@@ -12,6 +12,7 @@ from numpy.typing import NDArray
 
 from crop_gym.devices import AbnormalityProfile, Health, get_profile
 from crop_gym.envs.actions import CandidateActions
+from crop_gym.envs.base import RENDER_MODES, check_render_mode
 from crop_gym.envs.features import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.errors import ConfigError, check_range
@@ -104,7 +105,7 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         v0: Initial version.
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}  # noqa: RUF012
 
     def __init__(
         self,
@@ -127,10 +128,7 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
     ) -> None:
         from crop_gym.workloads import load_workload
 
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(
-                f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}"
-            )
+        check_render_mode(render_mode)
         if reward not in ("effective", "jct"):
             raise ConfigError(f"reward={reward!r} must be 'effective' or 'jct'")
         check_range("window_jobs", window_jobs, 1)

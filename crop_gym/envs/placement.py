@@ -5,25 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
-import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.envs.actions import CandidateActions
+from crop_gym.envs.base import Obs, StaticPlacementBase
 from crop_gym.envs.features import ObservationBuilder
-from crop_gym.envs.render import ClusterRenderer
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
-from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
+from crop_gym.scenario import Scenario
 
 __all__ = ["PlacementEnv"]
 
-Obs = dict[str, NDArray[np.float32]]
-DEFAULT_QUEUE_VIEW = 64
 
-
-class PlacementEnv(gym.Env[Obs, np.int64]):
+class PlacementEnv(StaticPlacementBase):
     """Static multi-job placement, one (job, candidate placement) pair per step.
 
     Each episode is one static placement problem drawn from a scenario: a cluster (topology, abnormal
@@ -111,8 +105,6 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         v0: Initial version.
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}  # noqa: RUF012
-
     def __init__(
         self,
         scenario: Scenario | str | Path = "default",
@@ -127,26 +119,15 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         table_layout: bool = False,
         render_mode: str | None = None,
     ) -> None:
-        self.sampler = ScenarioSampler(scenario)
-        self.scenario = sc = self.sampler.scenario
-        self.topology = self.sampler.topology
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ConfigError(
-                f"render_mode={render_mode!r} is not one of {self.metadata['render_modes']}"
-            )
-        if invalid_action not in ("noop", "stop"):
-            raise ConfigError(f"invalid_action={invalid_action!r} must be 'noop' or 'stop'")
-        self.render_mode = render_mode
-        self.invalid_action = invalid_action
-        q = min(sc.queue_size, queue_view if queue_view is not None else DEFAULT_QUEUE_VIEW)
+        super().__init__(
+            scenario, queue_view=queue_view, invalid_action=invalid_action, render_mode=render_mode
+        )
+        sc = self.scenario
+        q = self.queue_view
         c = sc.max_candidates if max_candidates is None else max_candidates
-        if q < 1 or c < 1:
-            raise ConfigError(
-                f"queue_view={queue_view!r} and max_candidates={max_candidates!r} must be >= 1"
-            )
-        self.max_steps = int(max_steps) if max_steps is not None else 2 * sc.queue_size
-        if self.max_steps < 1:
-            raise ConfigError(f"max_steps={max_steps!r} must be >= 1")
+        if c < 1:
+            raise ConfigError(f"max_candidates={max_candidates!r} must be >= 1")
+        self.max_steps = self._check_max_steps(max_steps, 2 * sc.queue_size)
         self.actions = CandidateActions(
             q, c, robust=robust_candidates, group_identical=group_identical_jobs
         )
@@ -162,13 +143,6 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         self.privileged = bool(privileged)
         self.action_space = self.actions.space
         self.observation_space = self.features.observation_space  # type: ignore[assignment]
-        self._renderer = ClusterRenderer(self.topology)
-        self.state: ClusterState = ClusterState(self.topology, perf=sc.perf)
-        self.pending: list[Job] = []
-        self.placed: list[tuple[str, NDArray[np.int32]]] = []
-        self.initial_F = 0.0
-        self._queue_index: dict[str, int] = {}
-        self._steps = 0
         self._done = True
 
     # ------------------------------------------------------------------ API
@@ -176,32 +150,7 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new instance (or on ``options["instance"]``)."""
-        super().reset(seed=seed)
-        inst = (options or {}).get("instance")
-        if inst is None:
-            inst = self.sampler.sample(self.np_random)
-        elif not isinstance(inst, PlacementInstance):
-            raise ConfigError(
-                f"options['instance'] must be a PlacementInstance, got {type(inst).__name__}"
-            )
-        elif (
-            inst.state.topology is not self.topology
-            and inst.state.topology.num_gpus != self.topology.num_gpus
-        ):
-            raise ConfigError("options['instance'] is on a different cluster than this environment")
-        else:
-            inst = PlacementInstance(inst.state.copy(), tuple(inst.queue), inst.scenario)
-        self.instance = inst
-        self.state = inst.state
-        self.pending = list(inst.queue)
-        self._queue_index = {j.job_id: i for i, j in enumerate(inst.queue)}
-        self.placed = []
-        self.initial_F = self.state.F
-        self._steps = 0
-        noise = self.scenario.observation_noise
-        self.features.clear_jobs()
-        self.actions.forget_jobs()
-        self.features.set_health(self.state.health.observe(self.np_random, noise))
+        self._start_episode(seed, options)
         self.actions.build(self.state, self.pending)
         self._done = False
         obs = self.features.build(self.state, self.pending, step=0, max_steps=self.max_steps)
@@ -253,47 +202,14 @@ class PlacementEnv(gym.Env[Obs, np.int64]):
         """The action placing ``job_id`` on exactly ``gpus`` now, or ``None`` if it is not offered."""
         return self.actions.index_of(job_id, gpus)
 
-    @property
-    def episode_return(self) -> float:
-        """``F(now) - F(start)``: the return so far."""
-        return self.state.F - self.initial_F
-
     def _info(self) -> dict[str, Any]:
-        m = self.features.last_metrics  # computed by the observation builder for this state
-        return {
-            "action_mask": self.actions.mask.copy(),
-            "F": m.F,
-            "F_start": self.initial_F,
-            "pending": len(self.pending),
-            "metrics": {
-                "jobs_placed": m.jobs_placed,
-                "gpus_busy": m.gpus_busy,
-                "utilization": m.utilization,
-                "comm_overhead": m.comm_overhead,
-            },
-        }
+        return self._base_info(self.actions.mask)
 
     # ---------------------------------------------------------------- render
     def _header(self) -> list[str]:
         view = ", ".join(f"{j.job_id}:{j.model}x{j.num_gpus}" for j in self.actions.view[:8])
         more = len(self.pending) - min(len(self.pending), 8)
         return [
-            f"{self.scenario.name} ({self.topology.name})  step {self._steps}/{self.max_steps}  "
-            f"F={self.state.F:.3f}  return={self.episode_return:+.3f}  free={self.state.num_free}/{self.topology.num_gpus}",
+            self._status_line(),
             f"pending {len(self.pending)}: {view}{f' (+{more})' if more > 0 else ''}",
         ]
-
-    def render(self) -> Any:
-        """``ansi``: a string; ``rgb_array``: ``uint8[H, W, 3]``; ``None`` without a render mode."""
-        if self.render_mode == "ansi":
-            return self._renderer.ansi(self.state, header=self._header())
-        if self.render_mode == "rgb_array":
-            jobs = {jid: self._queue_index.get(jid, i) for i, (jid, _) in enumerate(self.placed)}
-            return self._renderer.rgb(
-                self.state, title="   ".join(self._header()), episode_jobs=jobs
-            )
-        return None
-
-    def close(self) -> None:
-        """Release the rendering figure."""
-        self._renderer.close()
