@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 
 import crop_gym
-import crop_gym.envs.features as feat_mod
+import crop_gym.envs.actions as actions_mod
 from crop_gym.objective import ClusterState
 
 DEFAULT_IDS = (
@@ -128,16 +128,16 @@ def bench_env(env_id: str, steps: int, seed: int, breakdown: bool) -> dict[str, 
     env.close()
     if breakdown:
         add_t, cand_t = _Timer(), _Timer()
-        orig_add, orig_cp = ClusterState.add, feat_mod.candidate_placements
+        orig_add, orig_cp = ClusterState.add, actions_mod.candidate_placements
         ClusterState.add = add_t.wrap(orig_add)  # type: ignore[method-assign]
-        feat_mod.candidate_placements = cand_t.wrap(orig_cp)
+        actions_mod.candidate_placements = cand_t.wrap(orig_cp)
         try:
             env = gym.make(env_id)
             r = _run(env, steps, seed, [add_t, cand_t])
             env.close()
         finally:
             ClusterState.add = orig_add  # type: ignore[method-assign]
-            feat_mod.candidate_placements = orig_cp
+            actions_mod.candidate_placements = orig_cp
         out["share_add"] = add_t.total / r["step_time"]
         out["share_candidates"] = cand_t.total / r["step_time"]
     # Memory: a separate, traced run (tracemalloc slows everything down).
