@@ -31,7 +31,7 @@ from __future__ import annotations
 import weakref
 from bisect import bisect_right
 from dataclasses import FrozenInstanceError
-from itertools import accumulate, compress
+from itertools import accumulate, chain, compress
 from operator import attrgetter, itemgetter
 from typing import Any
 
@@ -99,7 +99,8 @@ class CandidateSet:
             assert src is not None and keys is not None
             k, rows = src
             if j == 0:
-                a = np.array(keys, dtype=np.int32).reshape(len(keys), k)
+                n = len(keys)
+                a = np.fromiter(chain.from_iterable(keys), np.int32, n * k).reshape(n, k)
             elif j == 1:
                 a = np.array([r[0] for r in rows], dtype=np.int32)
             elif j == 2:
@@ -298,10 +299,9 @@ class _HealthData:
         "_key2",
         "_q_round",
         "_servers",
-        "_switches",
         "base_order",
+        "last",
         "q",
-        "q_l",
         "rep_sums",
         "td",
         "uniform",
@@ -318,13 +318,13 @@ class _HealthData:
             self.base_order = np.arange(td.G)
         else:
             self.base_order = np.lexsort((np.arange(td.G), q, topo.gpu_server))
-        self.q_l: list[float] = q.tolist()
         self._q_round: NDArray[np.float64] | None = None
         self._key2: NDArray[np.int64] | None = None
         self._servers: list[_ServerSpec] | None = None
-        self._switches: list[_SwitchSpec] | None = None
         # np_sum([x] * k) by (x, k): the badness of k GPUs of equal badness x.
         self.rep_sums: dict[tuple[float, int], float] = {}
+        # The last _Small built on this health: (free flags in health order, servers, switches).
+        self.last: tuple[bytes, list[_Server], list[_Switch]] | None = None
 
     @property
     def q_round(self) -> NDArray[np.float64]:
@@ -359,21 +359,10 @@ class _HealthData:
             ]
         return self._servers
 
-    def switches(self, td: _TopoData) -> list[_SwitchSpec]:
-        """Per switch: its entry of :attr:`_TopoData.switches` and a memo of :class:`_Switch` by
-        its servers (``None`` for a switch over every server: its servers never repeat in a
-        placement episode)."""
-        if self._switches is None:
-            self._switches = [(*sw, None if sw[2] - sw[1] == td.S else {}) for sw in td.switches]
-        return self._switches
-
 
 #: (first GPU, end GPU, node, GPUs in health order, their badness, memo) of a server; see
 #: :meth:`_HealthData.servers`.
 _ServerSpec = tuple[int, int, int, list[int], list[float] | None, dict[bytes, "_Server"]]
-#: (node, first server, end server, first GPU, end GPU, memo) of a switch; see
-#: :meth:`_HealthData.switches`.
-_SwitchSpec = tuple[int, int, int, int, int, dict[tuple["_Server", ...], "_Switch"] | None]
 #: A candidate row: (servers spanned, badness rounded to 1e-9, free GPUs left in its subtree,
 #: subtree node, kind, GPUs, badness); kind is 0 for a single-server row, 1 for a multi-server
 #: compact row, 2 for a health-first row. Rows rank by their first five items, which tell any
@@ -512,43 +501,36 @@ class _Server:
 
 class _Switch:
     """One switch subtree for one tuple of its :class:`_Server` (small clusters): its free
-    GPUs, the server orders its rows need, and its rows by job size."""
+    GPUs, the server orders its rows need, and its rows by job size.
 
-    __slots__ = (
-        "_compact",
-        "_tier1",
-        "every",
-        "extras",
-        "ghi",
-        "glo",
-        "mx",
-        "nf",
-        "node",
-        "qmin",
-        "srv",
-        "uniform",
-    )
+    Attributes:
+        spec: Its entry of :attr:`_TopoData.switches` (node, servers, GPUs).
+        srv: Its servers.
+        every: Whether it holds every server (the root).
+        nf, mx, qmin: Its free GPUs, the most free GPUs of a server inside, and the smallest
+            badness of a free GPU inside (inf if none; only set when scores vary).
+        extras: Per job size ``k <= nf``: its multi-server and health-first rows.
+    """
+
+    __slots__ = ("_compact", "_tier1", "every", "extras", "mx", "nf", "qmin", "spec", "srv")
 
     def __init__(
         self,
-        sw: _SwitchSpec,
-        srv: tuple[_Server, ...] | list[_Server],
-        uniform: bool,
-        nfs: list[int],
-        qmins: list[float],
+        spec: tuple[int, int, int, int, int],
+        srv: list[_Server],
+        every: bool,
+        nf: int,
+        mx: int,
+        qmin: float,
     ) -> None:
-        """``nfs`` and ``qmins``: the servers' :attr:`_Server.nf` and :attr:`_Server.qmin`."""
-        self.node, _, _, self.glo, self.ghi, memo = sw
-        self.every = memo is None  # over every server
+        self.spec = spec
         self.srv = srv
-        self.uniform = uniform
-        self.nf = sum(nfs)
-        self.mx = max(nfs)  # (a switch holds a server)
-        # The smallest badness of a free GPU inside (inf if none).
-        self.qmin = min(qmins)
+        self.every = every
+        self.nf = nf
+        self.mx = mx
+        self.qmin = qmin
         self._compact: list[_Server] | None = None
         self._tier1: list[int] | bool | None = False  # False: not computed yet
-        # Per job size k (with nf >= k): the subtree's multi-server and health-first rows.
         self.extras: dict[int, tuple[_Row, ...]] = {}
 
     def compact(self) -> list[_Server]:
@@ -596,7 +578,7 @@ class _Small:
     every switch subtree's :class:`_Switch`, reused from earlier versions where they did not
     change. Gives the same candidates as :class:`_Shared`, bit for bit."""
 
-    __slots__ = ("_rank", "free", "hd", "n_free", "srv", "sws", "td")
+    __slots__ = ("_rank", "free", "hd", "max_free", "n_free", "srv", "sws", "td")
 
     def __init__(self, state: ClusterState, hd: _HealthData) -> None:
         td = self.td = hd.td
@@ -608,47 +590,73 @@ class _Small:
         # The free flags in health order: each server's slice is its memo key and its GPUs'
         # flags.
         fb = free.tobytes() if uniform else free[hd.base_order].tobytes()
-        srv: list[_Server] = []
-        base = 0.0  # the global prefix sum at the current server's first GPU
-        for lo, hi, node, blk, qblk, memo in hd.servers(td):
-            key = fb[lo:hi]
-            e = memo.get(key)
-            if e is None:
-                if len(memo) >= _MEMO_CAP:
-                    memo.clear()
-                e = memo[key] = _Server(len(srv), node, blk, qblk, key, base)
-            elif e.base != base and not uniform:
-                e = memo[key] = e.rebased(base)
+        specs = hd.servers(td)
+        n_srv = len(specs)
+        last = hd.last
+        if last is None:
+            srv: list[_Server] = [None] * n_srv  # type: ignore[list-item]
+            first, end = 0, n_srv
+        else:
+            # Only the servers from the first to the last GPU whose flag changed since the last
+            # version can have changed (and the ones after them if their base did).
+            last_fb, last_srv, last_sws = last
+            x = int.from_bytes(fb, "little") ^ int.from_bytes(last_fb, "little")
+            if not x:
+                first = end = n_srv
+            else:
+                first = td.gpu_server[((x & -x).bit_length() - 1) // 8]
+                end = td.gpu_server[(x.bit_length() - 1) // 8] + 1
+            srv = last_srv.copy()
+        base = srv[first - 1].end if first else 0.0  # the prefix sum at a server's first GPU
+        s = first
+        while s < n_srv:
+            if s < end:
+                lo, hi, node, blk, qblk, memo = specs[s]
+                key = fb[lo:hi]
+                e = memo.get(key)
+                if e is None:
+                    if len(memo) >= _MEMO_CAP:
+                        memo.clear()
+                    e = memo[key] = _Server(s, node, blk, qblk, key, base)
+                elif e.base != base and not uniform:
+                    e = memo[key] = e.rebased(base)
+            else:
+                e = srv[s]
+                if uniform or e.base == base:
+                    break  # this server and the ones after it are as in the last version
+                e = specs[s][5][fb[specs[s][0] : specs[s][1]]] = e.rebased(base)
+            srv[s] = e
             base = e.end
-            srv.append(e)
+            s += 1
+        end = s  # the servers [first, end) may differ from the last version's
         self.srv = srv
         nfs = list(map(_nf_of, srv))
-        qmins = list(map(_qmin_of, srv))
-        self.n_free = sum(nfs)
+        qmins = None if uniform else list(map(_qmin_of, srv))
+        n_free = self.n_free = sum(nfs)
+        max_free = self.max_free = max(nfs)
         sws: list[_Switch] = []
-        for sw in hd.switches(td):
-            memo_sw, lo, hi = sw[5], sw[1], sw[2]
-            if memo_sw is None:
-                sws.append(_Switch(sw, srv, uniform, nfs, qmins))
-                continue
-            sub = tuple(srv[lo:hi])
-            d = memo_sw.get(sub)
-            if d is None:
-                if len(memo_sw) >= _MEMO_CAP:
-                    memo_sw.clear()
-                d = memo_sw[sub] = _Switch(sw, sub, uniform, nfs[lo:hi], qmins[lo:hi])
-            sws.append(d)
+        for i, spec in enumerate(td.switches):
+            _, lo, hi, _, _ = spec
+            if last is not None and (hi <= first or lo >= end):
+                sws.append(last_sws[i])  # same servers
+            elif hi - lo == n_srv:
+                qmin = np.inf if qmins is None else min(qmins)
+                sws.append(_Switch(spec, srv, True, n_free, max_free, qmin))
+            else:
+                f = nfs[lo:hi]
+                qmin = np.inf if qmins is None else min(qmins[lo:hi])
+                sws.append(_Switch(spec, srv[lo:hi], False, sum(f), max(f), qmin))
         self.sws = sws
+        hd.last = (fb, srv, sws)
 
     def gpu_rank(self) -> NDArray[np.int64]:
         """Rank of every free GPU by (badness rounded, -free GPUs of its server, index); busy last."""
         if self._rank is None:
             td = self.td
-            q = self.hd.q
             srv_free = np.array([e.nf for e in self.srv], dtype=np.int64)
             g_all = np.flatnonzero(self.free)
             srv_of = td.topo.gpu_server[g_all]
-            g_all = g_all[np.lexsort((g_all, -srv_free[srv_of], np.round(q[g_all], 9)))]
+            g_all = g_all[np.lexsort((g_all, -srv_free[srv_of], self.hd.q_round[g_all]))]
             rank = np.full(td.G, len(g_all), dtype=np.int64)
             rank[g_all] = np.arange(len(g_all))
             self._rank = rank
@@ -658,16 +666,26 @@ class _Small:
         """The candidate set of size ``k``, at most ``cap`` rows (see :meth:`_Shared.compute`)."""
         if self.n_free < k:
             return _empty(k)
-        singles = [e.singles.get(k) or e.single(k) for e in self.srv if e.nf >= k]
-        singles.sort()  # never compares past the server node
+        uniform = self.hd.uniform
+        singles: list[_Row] = []
+        if k <= self.max_free:
+            singles = [e.singles.get(k) or e.single(k) for e in self.srv if e.nf >= k]
+            singles.sort()  # never compares past the server node
         extras: list[_Row] = []
         for d in self.sws:
             if d.nf >= k:
                 rows = d.extras.get(k)
                 if rows is None:
+                    if d.every and k <= d.mx and (uniform or singles[0][6] <= k * d.qmin + 1e-9):
+                        # Shortcut of _extras: a server holds k (no multi-server row) and the
+                        # best single-server row proves the health-first row's skip.
+                        continue
                     rows = self._extras(d, k, singles)
                 if rows:
                     extras += rows
+        if not extras:
+            top = singles[:cap]
+            return CandidateSet._from_rows(k, top) if top else _empty(k)
         return _assemble(k, cap, singles, extras)
 
     def _extras(self, d: _Switch, k: int, singles: list[_Row]) -> tuple[_Row, ...]:
@@ -676,7 +694,9 @@ class _Small:
 
         Stored in ``d.extras`` unless the health-first row needed :meth:`gpu_rank` (which
         depends on the whole version). ``singles``: all single-server rows, in rank order."""
-        node, nf = d.node, d.nf
+        hd = self.hd
+        uniform = hd.uniform
+        node, nf = d.spec[0], d.nf
         rows: list[_Row] = []
         cq = np.inf  # the multi-server row's badness
         if d.mx < k:
@@ -693,7 +713,7 @@ class _Small:
                 need -= n
                 if need == 0:
                     break
-            if d.uniform:
+            if uniform:
                 cq = float(k)
             elif k <= 32:
                 cq = np_sum(vals)
@@ -703,20 +723,34 @@ class _Small:
             # cq is finite, so np_round9(cq) is round(cq * 1e9) / 1e9.
             rows.append((n_srv, round(cq * 1e9) / 1e9, nf - k, node, 1, tuple(gpus), cq))
         keep = True
-        if not d.uniform:
+        if not uniform:
             m = d.qmin
             bound = k * m + 1e-9
             # The best badness of a single-server row inside; stop at one that proves the skip
             # below (usually the best-ranked one).
             best = np.inf
-            inner = singles if d.every else [e.single(k) for e in d.srv if e.nf >= k]
-            for row in inner:
-                b = row[6]
-                if b <= bound:
-                    break
-                if b < best:
-                    best = b
+            if d.every:
+                for row in singles:
+                    b = row[6]
+                    if b <= bound:
+                        break
+                    if b < best:
+                        best = b
+                else:
+                    b = best
+            elif k <= d.mx:
+                for e in d.srv:
+                    if e.nf >= k:
+                        b = (e.singles.get(k) or e.single(k))[6]
+                        if b <= bound:
+                            break
+                        if b < best:
+                            best = b
+                else:
+                    b = best
             else:
+                b = best  # no server inside holds k
+            if b > bound:
                 inside = min(best, cq)
                 # Skip if a compact candidate inside is made of its healthiest GPUs.
                 if inside > bound:
@@ -724,18 +758,18 @@ class _Small:
                     if t1 is not None and len(t1) >= k:
                         # The k best are k GPUs of equal badness m: any k of them sum alike.
                         gl: list[int] = t1[:k]
-                        sums = self.hd.rep_sums
+                        sums = hd.rep_sums
                         q = sums.get((m, k))
                         if q is None:
                             q = sums[(m, k)] = np_sum([m] * k)
                     else:
                         keep = False
-                        glo, ghi = d.glo, d.ghi
+                        _, _, _, glo, ghi = d.spec
                         r = self.gpu_rank()[glo:ghi]
                         g = glo + (
                             np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r))
                         )
-                        q = float(self.hd.q[g].sum())
+                        q = float(hd.q[g].sum())
                         gl = g.tolist()
                     if not q >= inside - 1e-9:  # else a compact candidate is as healthy
                         gl.sort()
