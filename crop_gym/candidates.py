@@ -21,9 +21,10 @@ Candidate sets depend only on the free GPUs, the health and ``k``; they are cach
 :attr:`ClusterState.version`, so jobs of the same size share one computation, and what every size
 needs (the GPU order inside each server, free counts, badness prefix sums) is computed once per
 version. What depends on the health alone (badness scores, the health order of each server's GPUs)
-is kept until the health changes. Clusters with few servers run the per-server loops in plain Python
-(numpy's per-call overhead dominates there); larger ones use vectorised numpy. Both give the same
-candidates, bit for bit.
+is kept until the health changes. Clusters with few servers work in plain Python (numpy's per-call
+overhead dominates there) and keep, from one version to the next, every server and switch subtree
+whose free GPUs did not change, with the rows already computed for them (a placement changes a
+server or two); larger ones use vectorised numpy. Both give the same candidates, bit for bit.
 """
 
 from __future__ import annotations
@@ -278,8 +279,7 @@ def _topo_data(topo: Topology) -> _TopoData:
     return td
 
 
-#: Cap on the entries of each memo of :class:`_HealthData` (per server or switch); a full memo
-#: is cleared.
+#: Cap on the entries of each server's memo in :class:`_HealthData`; a full memo is cleared.
 _MEMO_CAP = 2048
 
 #: bytes.translate table swapping 0 and 1: free flags to busy flags.
@@ -289,10 +289,10 @@ _FLIP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 class _HealthData:
     """What depends on the health alone: badness scores and each server's GPUs in health order.
 
-    Small clusters also memoise here what a server's free GPUs give (:class:`_Server`, keyed by
-    its free-GPU pattern) and what a switch subtree's servers give (:class:`_Switch`, keyed by
-    those :class:`_Server`): a placement or a removal changes only a few servers, so the next
-    version reuses the others and the subtrees without them.
+    Small clusters also keep here the last version's servers and switch subtrees (``last``), which
+    the next version reuses where its free GPUs are the same, and memoise what a server's free
+    GPUs give (:class:`_Server`, keyed by its free-GPU pattern: after a removal a server often
+    returns to an earlier pattern).
     """
 
     __slots__ = (
@@ -323,8 +323,9 @@ class _HealthData:
         self._servers: list[_ServerSpec] | None = None
         # np_sum([x] * k) by (x, k): the badness of k GPUs of equal badness x.
         self.rep_sums: dict[tuple[float, int], float] = {}
-        # The last _Small built on this health: (free flags in health order, servers, switches).
-        self.last: tuple[bytes, list[_Server], list[_Switch]] | None = None
+        # The last _Small built on this health (small clusters): its free flags in health order
+        # as an int (byte p for position p), its servers and its switches.
+        self.last: tuple[int, list[_Server], list[_Switch]] | None = None
 
     @property
     def q_round(self) -> NDArray[np.float64]:
@@ -333,16 +334,19 @@ class _HealthData:
             self._q_round = np.round(self.q, 9)
         return self._q_round
 
-    def key2(self, td: _TopoData) -> NDArray[np.int64]:
+    @property
+    def key2(self) -> NDArray[np.int64]:
         """Sort key ``2 * server`` of the GPUs in health order."""
         if self._key2 is None:
-            self._key2 = td.srv_key2[self.base_order]
+            self._key2 = self.td.srv_key2[self.base_order]
         return self._key2
 
-    def servers(self, td: _TopoData) -> list[_ServerSpec]:
+    @property
+    def servers(self) -> list[_ServerSpec]:
         """Per server: (its first GPU, end GPU, node, its GPUs in health order, their badness
         (``None`` when uniform), memo of :class:`_Server` by free-GPU pattern)."""
         if self._servers is None:
+            td = self.td
             order_l = self.base_order.tolist()
             q_o: list[float] | None = None if self.uniform else self.q[self.base_order].tolist()
             lo = [*td.srv_lo, td.G]
@@ -490,18 +494,17 @@ class _Server:
         the same; ``r`` is ``np_round9(qmin)``."""
         if self._tier is None:
             qs, nf, qmin = self.qs, self.nf, self.qmin
+            assert qs is not None  # (only asked when scores vary)
             r = np_round9(qmin)
-            if qs is None:
-                self._tier = (self.free, False, r)
-            else:
-                n = bisect_right(qs, qmin, 0, nf)  # free GPUs come least bad first
-                self._tier = (self.free[:n], n < nf and np_round9(qs[n]) == r, r)
+            n = bisect_right(qs, qmin, 0, nf)  # free GPUs come least bad first
+            self._tier = (self.free[:n], n < nf and np_round9(qs[n]) == r, r)
         return self._tier
 
 
 class _Switch:
-    """One switch subtree for one tuple of its :class:`_Server` (small clusters): its free
-    GPUs, the server orders its rows need, and its rows by job size.
+    """One switch subtree for one list of its :class:`_Server` (small clusters): its free GPUs,
+    the server orders its rows need, and its rows by job size. A pure function of those servers
+    (and the health), so a later version with the same servers reuses it and its rows.
 
     Attributes:
         spec: Its entry of :attr:`_TopoData.switches` (node, servers, GPUs).
@@ -575,8 +578,10 @@ _gpus_of = itemgetter(5)
 
 class _Small:
     """Per-version data of a small cluster (plain Python): every server's :class:`_Server` and
-    every switch subtree's :class:`_Switch`, reused from earlier versions where they did not
-    change. Gives the same candidates as :class:`_Shared`, bit for bit."""
+    every switch subtree's :class:`_Switch`, taken from the last version where its free GPUs (and
+    for a server, the prefix sum before it) did not change. Gives the same candidates as
+    :class:`_Shared`, bit for bit (``tests/test_fastpaths.py`` checks it along random
+    placements, removals and health changes)."""
 
     __slots__ = ("_rank", "free", "hd", "max_free", "n_free", "srv", "sws", "td")
 
@@ -590,7 +595,8 @@ class _Small:
         # The free flags in health order: each server's slice is its memo key and its GPUs'
         # flags.
         fb = free.tobytes() if uniform else free[hd.base_order].tobytes()
-        specs = hd.servers(td)
+        fx = int.from_bytes(fb, "little")
+        specs = hd.servers
         n_srv = len(specs)
         last = hd.last
         if last is None:
@@ -599,8 +605,8 @@ class _Small:
         else:
             # Only the servers from the first to the last GPU whose flag changed since the last
             # version can have changed (and the ones after them if their base did).
-            last_fb, last_srv, last_sws = last
-            x = int.from_bytes(fb, "little") ^ int.from_bytes(last_fb, "little")
+            last_fx, last_srv, last_sws = last
+            x = fx ^ last_fx  # byte p of x: whether the flag at position p changed
             if not x:
                 first = end = n_srv
             else:
@@ -647,7 +653,7 @@ class _Small:
                 qmin = np.inf if qmins is None else min(qmins[lo:hi])
                 sws.append(_Switch(spec, srv[lo:hi], False, sum(f), max(f), qmin))
         self.sws = sws
-        hd.last = (fb, srv, sws)
+        hd.last = (fx, srv, sws)
 
     def gpu_rank(self) -> NDArray[np.int64]:
         """Rank of every free GPU by (badness rounded, -free GPUs of its server, index); busy last."""
@@ -828,7 +834,7 @@ class _Shared:
         self.qcs_l: list[float] | None = None
         base = hd.base_order
         # Stable sort of the health order by (server, busy) == lexsort((index, q, busy, server)).
-        order = base[np.argsort(hd.key2(td) + ~free[base], kind="stable")]
+        order = base[np.argsort(hd.key2 + ~free[base], kind="stable")]
         self._order = order
         if hd.uniform:
             self._qcs = td.arange_f
