@@ -430,33 +430,33 @@ class _Server:
         uniform), ``flags`` whether each is free (bytes 0/1, same order)."""
         self.s = s
         self.node = node
-        free = list(compress(blk, flags))
-        nf = len(free)
-        self.free = free
-        self.nf = nf
+        free = self.free = list(compress(blk, flags))
+        nf = self.nf = len(free)
         self._tier: tuple[list[int], bool, float] | None = None
+        self.singles: dict[int, _Row] = {}
+        self.base = base
         if qblk is None:
-            self.qs = None
+            self.qs = self.cs = None
             self.qmin = 1.0 if nf else np.inf
-            self.base = base
-            self.cs = None
             self.end = base
             self.key = (-nf, s)
-            self.singles: dict[int, _Row] = {}
-        else:
-            busy = flags.translate(_FLIP)
-            self.qs = qblk if nf == len(blk) else [*compress(qblk, flags), *compress(qblk, busy)]
-            self.qmin = self.qs[0] if nf else np.inf
-            self._set_base(base)
+            return
+        if nf == len(blk):
+            qs = qblk
+        else:  # free GPUs first, then busy ones
+            qs = list(compress(qblk, flags))
+            qs += compress(qblk, flags.translate(_FLIP))
+        self.qs = qs
+        self.qmin = qs[0] if nf else np.inf
+        self._set_cs(base)
 
-    def _set_base(self, base: float) -> None:
+    def _set_cs(self, base: float) -> None:
+        """The prefix sums from ``base`` and what they give."""
         assert self.qs is not None
-        self.base = base
         cs = self.cs = list(accumulate(self.qs, initial=base))
         self.end = cs[-1]
         nf = self.nf
         self.key = (-nf, (cs[nf] - cs[0]) / nf, self.s) if nf else (0, 0.0, self.s)
-        self.singles = {}
 
     def rebased(self, base: float) -> _Server:
         """The same server with its prefix sums from another ``base`` (a new object: earlier
@@ -464,7 +464,9 @@ class _Server:
         new = object.__new__(_Server)
         new.s, new.node, new.free, new.nf = self.s, self.node, self.free, self.nf
         new.qs, new.qmin, new._tier = self.qs, self.qmin, self._tier
-        new._set_base(base)
+        new.singles = {}
+        new.base = base
+        new._set_cs(base)
         return new
 
     def single(self, k: int) -> _Row:
@@ -560,7 +562,7 @@ class _Switch:
         for e in sorted(filter(_nf_of, self.srv), key=_nf_of, reverse=True):
             # Free GPUs come least bad first, equally bad ones by index: those of badness
             # qmin are a prefix, in rank order.
-            best, tie, r = e.tier()
+            best, tie, r = e._tier or e.tier()
             if e.qmin == qmin:
                 if tie:
                     return None
