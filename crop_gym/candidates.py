@@ -279,8 +279,9 @@ def _topo_data(topo: Topology) -> _TopoData:
     return td
 
 
-#: Cap on the entries of each server's memo in :class:`_HealthData`; a full memo is cleared.
-_MEMO_CAP = 2048
+#: Cap on the entries of each server's memo in :class:`_HealthData` (a full memo is cleared):
+#: every free-GPU pattern of a server of up to 8 GPUs fits, and the memory stays bounded.
+_MEMO_CAP = 256
 
 #: bytes.translate table swapping 0 and 1: free flags to busy flags.
 _FLIP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
