@@ -58,15 +58,14 @@ class CandidateSet:
         num_servers: ``int32[C]`` servers spanned by each candidate.
         subtree: ``int32[C]`` node index of the subtree the candidate was taken from.
         quality: ``float64[C]`` sum of the GPUs' badness scores (lower is healthier).
-        keys: Each candidate's GPUs as a tuple of ints (hashable; ``None`` until first asked for,
-            see :meth:`row_keys`).
+        keys: Each candidate's GPUs as a tuple of ints (hashable; see :meth:`row_keys`).
     """
 
     __slots__ = ("_arrays", "_src", "keys")
 
     _arrays: list[NDArray[Any] | None]
     _src: tuple[int, list[tuple[Any, ...]]] | None
-    keys: tuple[tuple[int, ...], ...] | None
+    keys: tuple[tuple[int, ...], ...]
 
     def __init__(
         self,
@@ -76,10 +75,11 @@ class CandidateSet:
         quality: NDArray[np.float64],
         keys: tuple[tuple[int, ...], ...] | None = None,
     ) -> None:
-        init = object.__setattr__
-        init(self, "_arrays", [gpus, num_servers, subtree, quality])
-        init(self, "_src", None)
-        init(self, "keys", keys)
+        if keys is None:
+            keys = tuple(map(tuple, gpus.tolist()))
+        _set_arrays(self, [gpus, num_servers, subtree, quality])
+        _set_src(self, None)
+        _set_keys(self, keys)
 
     @classmethod
     def _from_rows(cls, k: int, rows: list[tuple[Any, ...]]) -> CandidateSet:
@@ -97,7 +97,7 @@ class CandidateSet:
         a = self._arrays[j]
         if a is None:
             src, keys = self._src, self.keys
-            assert src is not None and keys is not None
+            assert src is not None
             k, rows = src
             if j == 0:
                 n = len(keys)
@@ -132,14 +132,10 @@ class CandidateSet:
         return self._array(3)
 
     def __len__(self) -> int:
-        keys = self.keys
-        return len(keys) if keys is not None else len(self.gpus)
+        return len(self.keys)
 
     def row_keys(self) -> tuple[tuple[int, ...], ...]:
-        """Each candidate's GPU indices as a tuple (computed once)."""
-        if self.keys is None:
-            object.__setattr__(self, "keys", tuple(map(tuple, self.gpus.tolist())))
-        assert self.keys is not None
+        """Each candidate's GPU indices as a tuple."""
         return self.keys
 
     def __setattr__(self, name: str, value: Any) -> None:
