@@ -36,6 +36,13 @@ def np_sum(values: Sequence[float]) -> float:
         for v in values:
             r += v
         return r
+    if n < 16:
+        # _pairwise's first block inlined (no 8-wide loop below 16 items): the common case.
+        r0, r1, r2, r3, r4, r5, r6, r7 = values[:8]
+        res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for i in range(8, n):
+            res += values[i]
+        return res
     return _pairwise(values, 0, n)
 
 

@@ -21,17 +21,19 @@ Candidate sets depend only on the free GPUs, the health and ``k``; they are cach
 :attr:`ClusterState.version`, so jobs of the same size share one computation, and what every size
 needs (the GPU order inside each server, free counts, badness prefix sums) is computed once per
 version. What depends on the health alone (badness scores, the health order of each server's GPUs)
-is kept until the health changes. Clusters with few servers run the per-server loops in plain Python
-(numpy's per-call overhead dominates there); larger ones use vectorised numpy. Both give the same
-candidates, bit for bit.
+is kept until the health changes. Clusters with few servers work in plain Python (numpy's per-call
+overhead dominates there) and keep, from one version to the next, every server and switch subtree
+whose free GPUs did not change, with the rows already computed for them (a placement changes a
+server or two); larger ones use vectorised numpy. Both give the same candidates, bit for bit.
 """
 
 from __future__ import annotations
 
 import weakref
 from bisect import bisect_right
-from dataclasses import dataclass, field
-from itertools import accumulate
+from dataclasses import FrozenInstanceError
+from itertools import accumulate, chain, compress
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import numpy as np
@@ -45,34 +47,118 @@ from crop_gym.topology import SWITCH, Topology
 __all__ = ["CandidateSet", "candidate_placements", "gpu_quality"]
 
 
-@dataclass(frozen=True, eq=False)
 class CandidateSet:
-    """Candidate placements for one job size.
+    """Candidate placements for one job size (immutable).
+
+    The generator hands over its rows as tuples and builds the arrays on first access: the
+    environments mostly read :meth:`row_keys` and one row.
 
     Attributes:
         gpus: ``int32[C, k]`` sorted GPU indices of each candidate.
         num_servers: ``int32[C]`` servers spanned by each candidate.
         subtree: ``int32[C]`` node index of the subtree the candidate was taken from.
         quality: ``float64[C]`` sum of the GPUs' badness scores (lower is healthier).
-        keys: Each candidate's GPUs as a tuple of ints (hashable; ``None`` until first asked for,
-            see :meth:`row_keys`).
+        keys: Each candidate's GPUs as a tuple of ints (hashable; see :meth:`row_keys`).
     """
 
-    gpus: NDArray[np.int32]
-    num_servers: NDArray[np.int32]
-    subtree: NDArray[np.int32]
-    quality: NDArray[np.float64]
-    keys: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
+    __slots__ = ("_arrays", "_src", "keys")
+
+    _arrays: list[NDArray[Any] | None]
+    _src: tuple[int, list[tuple[Any, ...]]] | None
+    keys: tuple[tuple[int, ...], ...]
+
+    def __init__(
+        self,
+        gpus: NDArray[np.int32],
+        num_servers: NDArray[np.int32],
+        subtree: NDArray[np.int32],
+        quality: NDArray[np.float64],
+        keys: tuple[tuple[int, ...], ...] | None = None,
+    ) -> None:
+        if keys is None:
+            keys = tuple(map(tuple, gpus.tolist()))
+        _set_arrays(self, [gpus, num_servers, subtree, quality])
+        _set_src(self, None)
+        _set_keys(self, keys)
+
+    @classmethod
+    def _from_rows(cls, k: int, rows: list[tuple[Any, ...]]) -> CandidateSet:
+        """A set of the (non-empty) generator rows ``rows`` of ``k`` GPUs (see ``_Row``: servers
+        spanned at index 0, subtree node at 3, GPUs at 5, badness at 6), whose arrays are built
+        when first read."""
+        self = object.__new__(cls)
+        _set_arrays(self, [None, None, None, None])
+        _set_src(self, (k, rows))
+        _set_keys(self, tuple(map(_gpus_of, rows)))
+        return self
+
+    def _array(self, j: int) -> NDArray[Any]:
+        """Array ``j`` of (gpus, num_servers, subtree, quality), built on first use."""
+        a = self._arrays[j]
+        if a is None:
+            src, keys = self._src, self.keys
+            assert src is not None
+            k, rows = src
+            if j == 0:
+                n = len(keys)
+                a = np.fromiter(chain.from_iterable(keys), np.int32, n * k).reshape(n, k)
+            elif j == 1:
+                a = np.array([r[0] for r in rows], dtype=np.int32)
+            elif j == 2:
+                a = np.array([r[3] for r in rows], dtype=np.int32)
+            else:
+                a = np.array([r[6] for r in rows], dtype=np.float64)
+            self._arrays[j] = a
+        return a
+
+    @property
+    def gpus(self) -> NDArray[np.int32]:
+        """``int32[C, k]`` sorted GPU indices of each candidate."""
+        return self._array(0)
+
+    @property
+    def num_servers(self) -> NDArray[np.int32]:
+        """``int32[C]`` servers spanned by each candidate."""
+        return self._array(1)
+
+    @property
+    def subtree(self) -> NDArray[np.int32]:
+        """``int32[C]`` node index of the subtree each candidate was taken from."""
+        return self._array(2)
+
+    @property
+    def quality(self) -> NDArray[np.float64]:
+        """``float64[C]`` sum of each candidate's badness scores (lower is healthier)."""
+        return self._array(3)
 
     def __len__(self) -> int:
-        return len(self.gpus)
+        return len(self.keys)
 
     def row_keys(self) -> tuple[tuple[int, ...], ...]:
-        """Each candidate's GPU indices as a tuple (computed once)."""
-        if self.keys is None:
-            object.__setattr__(self, "keys", tuple(map(tuple, self.gpus.tolist())))
-        assert self.keys is not None
+        """Each candidate's GPU indices as a tuple."""
         return self.keys
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Slots and a frozen __setattr__: pickle and copy through the public constructor.
+        return (CandidateSet, (self.gpus, self.num_servers, self.subtree, self.quality, self.keys))
+
+    def __repr__(self) -> str:
+        return (
+            f"CandidateSet(gpus={self.gpus!r}, num_servers={self.num_servers!r}, "
+            f"subtree={self.subtree!r}, quality={self.quality!r})"
+        )
+
+
+# The slots' setters, which bypass the frozen __setattr__ (faster than object.__setattr__).
+_set_arrays = vars(CandidateSet)["_arrays"].__set__
+_set_src = vars(CandidateSet)["_src"].__set__
+_set_keys = vars(CandidateSet)["keys"].__set__
 
 
 def gpu_quality(state: ClusterState, robust: bool = True) -> NDArray[np.float64]:
@@ -107,21 +193,26 @@ def candidate_placements(
         Up to ``max_candidates`` distinct candidates, best first; empty if fewer than ``k`` GPUs are
         free.
     """
-    if not 1 <= k <= state.topology.num_gpus:
-        check_range("k", k, 1, state.topology.num_gpus)
-    if max_candidates < 1:
-        check_range("max_candidates", max_candidates, 1)
     cache = state._candidate_cache
     if cache.version != state.version:
         cache.reset(state.version)
     key = (k, robust, max_candidates)
     hit = cache.sets.get(key)
-    if hit is None:
+    if hit is None:  # (a cached key was checked when computed)
         shared = cache.shared.get(robust)
         if shared is None:
-            shared = cache.shared[robust] = _Shared(state, robust, cache)
-        hit = shared.compute(int(k), int(max_candidates))
-        cache.sets[key] = hit
+            health = state.health
+            entry = cache.health.get(robust)
+            if entry is None or entry[0] is not health:
+                hd = _HealthData(state, robust, _topo_data(state.topology))
+                entry = cache.health[robust] = (health, hd)
+            hd = entry[1]
+            shared = cache.shared[robust] = (_Small if hd.td.small else _Shared)(state, hd)
+        if not 1 <= k <= shared.td.G:
+            check_range("k", k, 1, shared.td.G)
+        if max_candidates < 1:
+            check_range("max_candidates", max_candidates, 1)
+        hit = cache.sets[key] = shared.compute(int(k), int(max_candidates))
     return hit
 
 
@@ -137,7 +228,6 @@ class _TopoData:
         "G",
         "S",
         "arange_f",
-        "arange_l",
         "gpu_server",
         "small",
         "srv_key2",
@@ -162,7 +252,6 @@ class _TopoData:
         # Sort key of a GPU in the per-version order: (server, busy) as 2 * server + busy.
         self.srv_key2 = (2 * topo.gpu_server).astype(np.int64)
         self.arange_f = np.arange(self.G + 1, dtype=np.float64)
-        self.arange_l: list[float] = self.arange_f.tolist()
         # Switch subtrees in node order: (node, first server, end server, first GPU, end GPU).
         self.switches: list[tuple[int, int, int, int, int]] = [
             (
@@ -186,28 +275,515 @@ def _topo_data(topo: Topology) -> _TopoData:
     return td
 
 
-class _HealthData:
-    """What depends on the health alone: badness scores and each server's GPUs in health order."""
+#: Cap on the entries of each server's memo in :class:`_HealthData` (a full memo is cleared):
+#: every free-GPU pattern of a server of up to 8 GPUs fits, and the memory stays bounded.
+_MEMO_CAP = 256
 
-    __slots__ = ("base_order", "blocks", "key2", "q", "q_l", "q_round", "uniform")
+#: bytes.translate table swapping 0 and 1: free flags to busy flags.
+_FLIP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
+
+
+class _HealthData:
+    """What depends on the health alone: badness scores and each server's GPUs in health order.
+
+    Small clusters also keep here the last version's servers and switch subtrees (``last``), which
+    the next version reuses where its free GPUs are the same, and memoise what a server's free
+    GPUs give (:class:`_Server`, keyed by its free-GPU pattern: after a removal a server often
+    returns to an earlier pattern).
+    """
+
+    __slots__ = (
+        "_key2",
+        "_q_round",
+        "_servers",
+        "base_order",
+        "last",
+        "q",
+        "rep_sums",
+        "td",
+        "uniform",
+    )
 
     def __init__(self, state: ClusterState, robust: bool, td: _TopoData) -> None:
+        self.td = td
         topo = state.topology
         q = gpu_quality(state, robust)
         self.q = q
-        self.q_round = np.round(q, 9)
         self.uniform = not robust or bool(np.all(q == 1.0))
         if self.uniform:
             # GPUs are numbered server by server, so (server, index) order is the identity.
             self.base_order = np.arange(td.G)
         else:
             self.base_order = np.lexsort((np.arange(td.G), q, topo.gpu_server))
-        self.key2 = td.srv_key2[self.base_order]
-        # Plain-Python copies for small clusters: each server's GPUs in health order.
-        self.q_l: list[float] = q.tolist()
-        order_l = self.base_order.tolist()
-        lo = [*td.srv_lo, td.G]
-        self.blocks: list[list[int]] = [order_l[lo[s] : lo[s + 1]] for s in range(td.S)]
+        self._q_round: NDArray[np.float64] | None = None
+        self._key2: NDArray[np.int64] | None = None
+        self._servers: list[_ServerSpec] | None = None
+        # np_sum([x] * k) by (x, k): the badness of k GPUs of equal badness x.
+        self.rep_sums: dict[tuple[float, int], float] = {}
+        # The last _Small built on this health (small clusters): its free flags in health order
+        # as an int (byte p for position p), its servers and its switches.
+        self.last: tuple[int, list[_Server], list[_Switch]] | None = None
+
+    @property
+    def q_round(self) -> NDArray[np.float64]:
+        """``np.round(q, 9)``."""
+        if self._q_round is None:
+            self._q_round = np.round(self.q, 9)
+        return self._q_round
+
+    @property
+    def key2(self) -> NDArray[np.int64]:
+        """Sort key ``2 * server`` of the GPUs in health order."""
+        if self._key2 is None:
+            self._key2 = self.td.srv_key2[self.base_order]
+        return self._key2
+
+    @property
+    def servers(self) -> list[_ServerSpec]:
+        """Per server: (its first GPU, end GPU, node, its GPUs in health order, their badness
+        (``None`` when uniform), memo of :class:`_Server` by free-GPU pattern)."""
+        if self._servers is None:
+            td = self.td
+            order_l = self.base_order.tolist()
+            q_o: list[float] | None = None if self.uniform else self.q[self.base_order].tolist()
+            lo = [*td.srv_lo, td.G]
+            self._servers = [
+                (
+                    lo[s],
+                    lo[s + 1],
+                    td.srv_node[s],
+                    order_l[lo[s] : lo[s + 1]],
+                    None if q_o is None else q_o[lo[s] : lo[s + 1]],
+                    {},
+                )
+                for s in range(td.S)
+            ]
+        return self._servers
+
+
+#: (first GPU, end GPU, node, GPUs in health order, their badness, memo) of a server; see
+#: :meth:`_HealthData.servers`.
+_ServerSpec = tuple[int, int, int, list[int], list[float] | None, dict[bytes, "_Server"]]
+#: A candidate row: (servers spanned, badness rounded to 1e-9, free GPUs left in its subtree,
+#: subtree node, kind, GPUs, badness); kind is 0 for a single-server row, 1 for a multi-server
+#: compact row, 2 for a health-first row. Rows rank by their first five items, which tell any
+#: two rows of a job size apart (a subtree has at most one row of each kind), so sorting never
+#: compares the GPUs.
+_Row = tuple[int, float, int, int, int, tuple[int, ...], float]
+
+
+class _Server:
+    """One server under one health, for one pattern of free GPUs and one ``base`` (small
+    clusters): its free GPUs, badness prefix sums and single-server rows.
+
+    ``cs[i]`` is the prefix sum of the badness along the global GPU order (server by server:
+    free GPUs, healthiest first, then busy ones) up to the server's ``i``-th GPU, from ``base``
+    (the sum over the servers before), by the same sequential additions as one global
+    ``accumulate``, so bit-identical to it. Floating-point sums are not associative, so the
+    prefix sums (and all they give) are only reused while ``base`` is the same: see
+    :meth:`rebased`.
+
+    Attributes:
+        s, node: The server and its node index.
+        free: The free GPUs, healthiest and fastest first (then by index).
+        nf: ``len(free)``.
+        qs: The badness of the free GPUs then the busy ones, in that order (``None`` when
+            scores are uniform: any ``k`` GPUs then have badness ``k``, and ``cs`` is ``None``).
+        qmin: Badness of the healthiest free GPU (``inf`` if none).
+        end: ``cs[-1]``, the next server's ``base``.
+        key: Rank of the server in a subtree's compact order: most free GPUs first, then least
+            bad on average (``(cs[nf] - cs[0]) / nf``), then index.
+        singles: Single-server row of ``k`` GPUs, by ``k``.
+    """
+
+    __slots__ = (
+        "_tier",
+        "base",
+        "cs",
+        "end",
+        "free",
+        "key",
+        "nf",
+        "node",
+        "qmin",
+        "qs",
+        "s",
+        "singles",
+    )
+
+    cs: list[float] | None
+    key: tuple[Any, ...]
+
+    def __init__(
+        self,
+        s: int,
+        node: int,
+        blk: list[int],
+        qblk: list[float] | None,
+        flags: bytes,
+        base: float,
+    ) -> None:
+        """``blk``: the server's GPUs in health order, ``qblk`` their badness (``None`` when
+        uniform), ``flags`` whether each is free (bytes 0/1, same order)."""
+        self.s = s
+        self.node = node
+        free = self.free = list(compress(blk, flags))
+        nf = self.nf = len(free)
+        self._tier: tuple[list[int], bool, float] | None = None
+        self.singles: dict[int, _Row] = {}
+        self.base = base
+        if qblk is None:
+            self.qs = self.cs = None
+            self.qmin = 1.0 if nf else np.inf
+            self.end = base
+            self.key = (-nf, s)
+            return
+        if nf == len(blk):
+            qs = qblk
+        else:  # free GPUs first, then busy ones
+            qs = list(compress(qblk, flags))
+            qs += compress(qblk, flags.translate(_FLIP))
+        self.qs = qs
+        self.qmin = qs[0] if nf else np.inf
+        self._set_cs(base)
+
+    def _set_cs(self, base: float) -> None:
+        """The prefix sums from ``base`` and what they give."""
+        assert self.qs is not None
+        cs = self.cs = list(accumulate(self.qs, initial=base))
+        self.end = cs[-1]
+        nf = self.nf
+        self.key = (-nf, (cs[nf] - cs[0]) / nf, self.s) if nf else (0, 0.0, self.s)
+
+    def rebased(self, base: float) -> _Server:
+        """The same server with its prefix sums from another ``base`` (a new object: earlier
+        versions keep this one intact)."""
+        new = object.__new__(_Server)
+        new.s, new.node, new.free, new.nf = self.s, self.node, self.free, self.nf
+        new.qs, new.qmin, new._tier = self.qs, self.qmin, self._tier
+        new.singles = {}
+        new.base = base
+        new._set_cs(base)
+        return new
+
+    def single(self, k: int) -> _Row:
+        """The server's single-server row of ``k`` GPUs (``k <= nf``)."""
+        t = self.singles.get(k)
+        if t is None:
+            cs = self.cs
+            if cs is None:
+                q = rq = float(k)
+            else:
+                q = cs[k] - cs[0]
+                rq = round(q * 1e9) / 1e9  # q is finite, so this is np_round9(q)
+            t = self.singles[k] = (
+                1,
+                rq,
+                self.nf - k,
+                self.node,
+                0,
+                tuple(sorted(self.free[:k])),
+                q,
+            )
+        return t
+
+    def tier(self) -> tuple[list[int], bool, float]:
+        """``(best, tie, r)``: ``best`` are the free GPUs of badness exactly ``qmin`` (a prefix
+        of ``free``); ``tie`` tells whether the next free GPU's badness rounds like ``qmin`` all
+        the same; ``r`` is ``np_round9(qmin)``."""
+        if self._tier is None:
+            qs, nf, qmin = self.qs, self.nf, self.qmin
+            assert qs is not None  # (only asked when scores vary)
+            r = np_round9(qmin)
+            n = bisect_right(qs, qmin, 0, nf)  # free GPUs come least bad first
+            self._tier = (self.free[:n], n < nf and np_round9(qs[n]) == r, r)
+        return self._tier
+
+
+class _Switch:
+    """One switch subtree for one list of its :class:`_Server` (small clusters): its free GPUs,
+    the server orders its rows need, and its rows by job size. A pure function of those servers
+    (and the health), so a later version with the same servers reuses it and its rows.
+
+    Attributes:
+        spec: Its entry of :attr:`_TopoData.switches` (node, servers, GPUs).
+        srv: Its servers.
+        every: Whether it holds every server (the root).
+        nf, mx, qmin: Its free GPUs, the most free GPUs of a server inside, and the smallest
+            badness of a free GPU inside (inf if none; only set when scores vary).
+        extras: Per job size ``k <= nf``: its multi-server and health-first rows.
+    """
+
+    __slots__ = ("_compact", "_tier1", "every", "extras", "mx", "nf", "qmin", "spec", "srv")
+
+    def __init__(
+        self,
+        spec: tuple[int, int, int, int, int],
+        srv: list[_Server],
+        every: bool,
+        nf: int,
+        mx: int,
+        qmin: float,
+    ) -> None:
+        self.spec = spec
+        self.srv = srv
+        self.every = every
+        self.nf = nf
+        self.mx = mx
+        self.qmin = qmin
+        self._compact: list[_Server] | None = None
+        self._tier1: list[int] | bool | None = False  # False: not computed yet
+        self.extras: dict[int, tuple[_Row, ...]] = {}
+
+    def compact(self) -> list[_Server]:
+        """Servers with a free GPU in compact order (see :attr:`_Server.key`)."""
+        out = self._compact
+        if out is None:
+            out = self._compact = sorted(filter(_nf_of, self.srv), key=_key_of)
+        return out
+
+    def tier1(self) -> list[int] | None:
+        """The free GPUs inside of the smallest badness ``qmin``, in health-first rank order
+        (most free GPUs on their server first, then index); ``None`` if some other free GPU's
+        badness rounds like ``qmin`` (then the rank order is left to numpy)."""
+        out = self._tier1
+        if out is False:
+            out = self._tier1 = self._tier1_of()
+        return out  # type: ignore[return-value]
+
+    def _tier1_of(self) -> list[int] | None:
+        qmin = self.qmin
+        r0 = np_round9(qmin)
+        out: list[int] = []
+        # Most free GPUs first, then by index (sorting is stable, also in reverse).
+        for e in sorted(filter(_nf_of, self.srv), key=_nf_of, reverse=True):
+            # Free GPUs come least bad first, equally bad ones by index: those of badness
+            # qmin are a prefix, in rank order.
+            best, tie, r = e._tier or e.tier()
+            if e.qmin == qmin:
+                if tie:
+                    return None
+                out += best
+            elif r == r0:
+                return None
+        return out
+
+
+_nf_of = attrgetter("nf")
+_qmin_of = attrgetter("qmin")
+_key_of = attrgetter("key")
+_gpus_of = itemgetter(5)
+
+
+class _Small:
+    """Per-version data of a small cluster (plain Python): every server's :class:`_Server` and
+    every switch subtree's :class:`_Switch`, taken from the last version where its free GPUs (and
+    for a server, the prefix sum before it) did not change. Gives the same candidates as
+    :class:`_Shared`, bit for bit (``tests/test_fastpaths.py`` checks it along random
+    placements, removals and health changes)."""
+
+    __slots__ = ("_rank", "free", "hd", "max_free", "n_free", "srv", "sws", "td")
+
+    def __init__(self, state: ClusterState, hd: _HealthData) -> None:
+        td = self.td = hd.td
+        self.hd = hd
+        free = state._free()
+        self.free = free
+        self._rank: NDArray[np.int64] | None = None
+        uniform = hd.uniform
+        # The free flags in health order: each server's slice is its memo key and its GPUs'
+        # flags.
+        fb = free.tobytes() if uniform else free[hd.base_order].tobytes()
+        fx = int.from_bytes(fb, "little")
+        specs = hd.servers
+        n_srv = len(specs)
+        last = hd.last
+        if last is None:
+            srv: list[_Server] = [None] * n_srv  # type: ignore[list-item]
+            first, end = 0, n_srv
+        else:
+            # Only the servers from the first to the last GPU whose flag changed since the last
+            # version can have changed (and the ones after them if their base did).
+            last_fx, last_srv, last_sws = last
+            x = fx ^ last_fx  # byte p of x: whether the flag at position p changed
+            if not x:
+                first = end = n_srv
+            else:
+                first = td.gpu_server[((x & -x).bit_length() - 1) // 8]
+                end = td.gpu_server[(x.bit_length() - 1) // 8] + 1
+            srv = last_srv.copy()
+        base = srv[first - 1].end if first else 0.0  # the prefix sum at a server's first GPU
+        s = first
+        while s < n_srv:
+            if s < end:
+                lo, hi, node, blk, qblk, memo = specs[s]
+                key = fb[lo:hi]
+                e = memo.get(key)
+                if e is None:
+                    if len(memo) >= _MEMO_CAP:
+                        memo.clear()
+                    e = memo[key] = _Server(s, node, blk, qblk, key, base)
+                elif e.base != base and not uniform:
+                    e = memo[key] = e.rebased(base)
+            else:
+                e = srv[s]
+                if uniform or e.base == base:
+                    break  # this server and the ones after it are as in the last version
+                e = specs[s][5][fb[specs[s][0] : specs[s][1]]] = e.rebased(base)
+            srv[s] = e
+            base = e.end
+            s += 1
+        end = s  # the servers [first, end) may differ from the last version's
+        self.srv = srv
+        nfs = list(map(_nf_of, srv))
+        qmins = None if uniform else list(map(_qmin_of, srv))
+        n_free = self.n_free = sum(nfs)
+        max_free = self.max_free = max(nfs)
+        sws: list[_Switch] = []
+        for i, spec in enumerate(td.switches):
+            _, lo, hi, _, _ = spec
+            if last is not None and (hi <= first or lo >= end):
+                sws.append(last_sws[i])  # same servers
+            elif hi - lo == n_srv:
+                qmin = np.inf if qmins is None else min(qmins)
+                sws.append(_Switch(spec, srv, True, n_free, max_free, qmin))
+            else:
+                f = nfs[lo:hi]
+                qmin = np.inf if qmins is None else min(qmins[lo:hi])
+                sws.append(_Switch(spec, srv[lo:hi], False, sum(f), max(f), qmin))
+        self.sws = sws
+        hd.last = (fx, srv, sws)
+
+    def gpu_rank(self) -> NDArray[np.int64]:
+        """Rank of every free GPU by (badness rounded, -free GPUs of its server, index); busy last."""
+        if self._rank is None:
+            td = self.td
+            srv_free = np.array([e.nf for e in self.srv], dtype=np.int64)
+            g_all = np.flatnonzero(self.free)
+            srv_of = td.topo.gpu_server[g_all]
+            g_all = g_all[np.lexsort((g_all, -srv_free[srv_of], self.hd.q_round[g_all]))]
+            rank = np.full(td.G, len(g_all), dtype=np.int64)
+            rank[g_all] = np.arange(len(g_all))
+            self._rank = rank
+        return self._rank
+
+    def compute(self, k: int, cap: int) -> CandidateSet:
+        """The candidate set of size ``k``, at most ``cap`` rows (see :meth:`_Shared.compute`)."""
+        if self.n_free < k:
+            return _empty(k)
+        uniform = self.hd.uniform
+        singles: list[_Row] = []
+        if k <= self.max_free:
+            singles = [e.singles.get(k) or e.single(k) for e in self.srv if e.nf >= k]
+            singles.sort()  # never compares past the server node
+        extras: list[_Row] = []
+        for d in self.sws:
+            if d.nf >= k:
+                rows = d.extras.get(k)
+                if rows is None:
+                    if d.every and k <= d.mx and (uniform or singles[0][6] <= k * d.qmin + 1e-9):
+                        # Shortcut of _extras: a server holds k (no multi-server row) and the
+                        # best single-server row proves the health-first row's skip.
+                        continue
+                    rows = self._extras(d, k, singles)
+                if rows:
+                    extras += rows
+        if not extras:
+            top = singles[:cap]
+            return CandidateSet._from_rows(k, top) if top else _empty(k)
+        return _assemble(k, cap, singles, extras)
+
+    def _extras(self, d: _Switch, k: int, singles: list[_Row]) -> tuple[_Row, ...]:
+        """Switch subtree ``d``'s multi-server row (if no server inside holds ``k``) and
+        health-first row (if healthier than every compact row inside) for ``k <= d.nf``.
+
+        Stored in ``d.extras`` unless the health-first row needed :meth:`gpu_rank` (which
+        depends on the whole version). ``singles``: all single-server rows, in rank order."""
+        hd = self.hd
+        uniform = hd.uniform
+        node, nf = d.spec[0], d.nf
+        rows: list[_Row] = []
+        cq = np.inf  # the multi-server row's badness
+        if d.mx < k:
+            need = k
+            gpus: list[int] = []
+            vals: list[float] = []
+            n_srv = 0
+            for e in d.compact():
+                n = e.nf if e.nf < need else need
+                gpus += e.free[:n]
+                if e.qs is not None:
+                    vals += e.qs[:n]
+                n_srv += 1
+                need -= n
+                if need == 0:
+                    break
+            if uniform:
+                cq = float(k)
+            elif k <= 32:
+                cq = np_sum(vals)
+            else:
+                cq = float(np.array(vals).sum())
+            gpus.sort()
+            # cq is finite, so np_round9(cq) is round(cq * 1e9) / 1e9.
+            rows.append((n_srv, round(cq * 1e9) / 1e9, nf - k, node, 1, tuple(gpus), cq))
+        keep = True
+        if not uniform:
+            m = d.qmin
+            bound = k * m + 1e-9
+            # The best badness of a single-server row inside; stop at one that proves the skip
+            # below (usually the best-ranked one).
+            best = np.inf
+            if d.every:
+                for row in singles:
+                    b = row[6]
+                    if b <= bound:
+                        break
+                    if b < best:
+                        best = b
+                else:
+                    b = best
+            elif k <= d.mx:
+                for e in d.srv:
+                    if e.nf >= k:
+                        b = (e.singles.get(k) or e.single(k))[6]
+                        if b <= bound:
+                            break
+                        if b < best:
+                            best = b
+                else:
+                    b = best
+            else:
+                b = best  # no server inside holds k
+            if b > bound:
+                inside = min(best, cq)
+                # Skip if a compact candidate inside is made of its healthiest GPUs.
+                if inside > bound:
+                    t1 = d.tier1()
+                    if t1 is not None and len(t1) >= k:
+                        # The k best are k GPUs of equal badness m: any k of them sum alike.
+                        gl: list[int] = t1[:k]
+                        sums = hd.rep_sums
+                        q = sums.get((m, k))
+                        if q is None:
+                            q = sums[(m, k)] = np_sum([m] * k)
+                    else:
+                        keep = False
+                        _, _, _, glo, ghi = d.spec
+                        r = self.gpu_rank()[glo:ghi]
+                        g = glo + (
+                            np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r))
+                        )
+                        q = float(hd.q[g].sum())
+                        gl = g.tolist()
+                    if not q >= inside - 1e-9:  # else a compact candidate is as healthy
+                        gl.sort()
+                        n_srv = len(set(map(self.td.gpu_server.__getitem__, gl)))
+                        rows.append((n_srv, round(q * 1e9) / 1e9, nf - k, node, 2, tuple(gl), q))
+        out = tuple(rows)
+        if keep:
+            d.extras[k] = out
+        return out
 
 
 class _Shared:
@@ -216,6 +792,9 @@ class _Shared:
     The GPU order lists, server by server, the free GPUs (healthiest and fastest first, then by
     index), then the busy ones. ``qcs`` are the prefix sums of the badness scores in that order, so
     a server's ``k`` best free GPUs have badness ``qcs[lo + k] - qcs[lo]``.
+
+    This is the numpy version for large clusters (per-switch loops over few servers run in plain
+    Python); small clusters use :class:`_Small`.
     """
 
     __slots__ = (
@@ -240,15 +819,8 @@ class _Shared:
         "td",
     )
 
-    def __init__(self, state: ClusterState, robust: bool, cache: Any) -> None:
-        td = _topo_data(state.topology)
-        self.td = td
-        health = state.health
-        per_health = cache.health
-        entry = per_health.get(robust)
-        if entry is None or entry[0] is not health:
-            entry = per_health[robust] = (health, _HealthData(state, robust, td))
-        hd: _HealthData = entry[1]
+    def __init__(self, state: ClusterState, hd: _HealthData) -> None:
+        td = self.td = hd.td
         self.hd = hd
         free = state._free()
         self.free = free
@@ -259,42 +831,20 @@ class _Shared:
         self._order_l: list[int] | None = None
         self._qs_l: list[float] | None = None
         self.qcs_l: list[float] | None = None
-        if td.small:
-            # Plain Python: each server's free GPUs in health order, then its busy ones.
-            free_l = free.tolist()
-            order_l: list[int] = []
-            srv_free_l: list[int] = []
-            for blk in hd.blocks:
-                fr = [g for g in blk if free_l[g]]
-                srv_free_l.append(len(fr))
-                order_l += fr
-                if len(fr) < len(blk):
-                    order_l += [g for g in blk if not free_l[g]]
-            self._order_l = order_l
-            if hd.uniform:
-                self.qcs_l = td.arange_l
-            else:
-                q_l = hd.q_l
-                qs = [q_l[g] for g in order_l]
-                self._qs_l = qs
-                qcs_l = [0.0]
-                qcs_l += accumulate(qs)  # sequential, as np.cumsum
-                self.qcs_l = qcs_l
+        base = hd.base_order
+        # Stable sort of the health order by (server, busy) == lexsort((index, q, busy, server)).
+        order = base[np.argsort(hd.key2 + ~free[base], kind="stable")]
+        self._order = order
+        if hd.uniform:
+            self._qcs = td.arange_f
         else:
-            base = hd.base_order
-            # Stable sort of the health order by (server, busy) == lexsort((index, q, busy, server)).
-            order = base[np.argsort(hd.key2 + ~free[base], kind="stable")]
-            self._order = order
-            if hd.uniform:
-                self._qcs = td.arange_f
-            else:
-                self._q_sorted = hd.q[order]
-                qcs = np.zeros(td.G + 1)
-                np.cumsum(self._q_sorted, out=qcs[1:])
-                self._qcs = qcs
-            srv_free = np.add.reduceat(free.view(np.uint8), td.srv_lo_arr, dtype=np.int64)
-            self._srv_free = srv_free
-            srv_free_l = srv_free.tolist()
+            self._q_sorted = hd.q[order]
+            qcs = np.zeros(td.G + 1)
+            np.cumsum(self._q_sorted, out=qcs[1:])
+            self._qcs = qcs
+        srv_free = np.add.reduceat(free.view(np.uint8), td.srv_lo_arr, dtype=np.int64)
+        self._srv_free = srv_free
+        srv_free_l = srv_free.tolist()
         self.srv_free_l = srv_free_l
         self.n_free = sum(srv_free_l)
         self.max_free = max(srv_free_l, default=0)
@@ -393,14 +943,8 @@ class _Shared:
         """Per switch, the smallest badness of a free GPU inside (inf if none)."""
         if self._sw_qmin is None:
             td = self.td
-            if td.small:
-                # A server's best free GPU comes first in its block of the order.
-                qs, sf, lo_l = self.qs_l, self.srv_free_l, td.srv_lo
-                srv_min = [qs[lo_l[s]] if sf[s] else np.inf for s in range(td.S)]
-                self._sw_qmin = [min(srv_min[lo:hi]) for _, lo, hi, _, _ in td.switches]
-            else:
-                qf = np.where(self.free, self.hd.q, np.inf)
-                self._sw_qmin = [float(qf[glo:ghi].min()) for _, _, _, glo, ghi in td.switches]
+            qf = np.where(self.free, self.hd.q, np.inf)
+            self._sw_qmin = [float(qf[glo:ghi].min()) for _, _, _, glo, ghi in td.switches]
         return self._sw_qmin
 
     def tier1(self, i: int) -> list[int] | None:
@@ -456,85 +1000,21 @@ class _Shared:
         """The candidate set of size ``k``, at most ``cap`` rows."""
         if self.n_free < k:
             return _empty(k)
-        td = self.td
-        uniform = self.hd.uniform
-        # Single-server candidates: (rounded badness, free GPUs left, server node, server, badness).
-        if td.small:
-            singles = self._singles_py(k)
-            extras = self._extras(k, singles, None)
+        if k > self.max_free:  # no server holds k: no single-server row
+            singles: list[_Row] = []
+            extras = self._extras(k, None)
         else:
-            if k > self.max_free:  # no server holds k: no single-server row
-                singles = []
-                extras = self._extras(k, singles, None)
-            else:
-                ranked, srv_q = self._singles_np(k, uniform)
-                # Without srv_q, health-first rows need the single rows only when some exist
-                # (then scores are uniform and there are no health-first rows).
-                extras = self._extras(k, [], srv_q)
-                # Only the best cap + len(extras) single rows can make it (see below).
-                need = cap + len(extras)
-                singles = list(zip(*(a[:need].tolist() for a in ranked), strict=True))
-        order_l = self.order_l
-        lo_l = td.srv_lo
-        if not extras:
-            top = singles[:cap]
-            rows = [sorted(order_l[lo_l[s] : lo_l[s] + k]) for _, _, _, s, _ in top]
-            ns = [1] * len(top)
-            st = [t[2] for t in top]
-            qv = [t[4] for t in top]
-        else:
-            # Only the extra rows can repeat another row (single-server rows are disjoint), and each
-            # repeat drops one row: the best cap + len(extras) single rows are enough.
-            pool: list[tuple[Any, ...]] = [
-                (1, rq, lo, node, 0, sorted(order_l[lo_l[s] : lo_l[s] + k]), q)
-                for rq, lo, node, s, q in singles[: cap + len(extras)]
+            ranked, srv_q = self._singles_np(k, self.hd.uniform)
+            # Without srv_q (uniform scores), there are no health-first rows.
+            extras = self._extras(k, srv_q)
+            # Only the best cap + len(extras) single rows can make it (see _assemble).
+            need = cap + len(extras)
+            order_l, lo_l = self.order_l, self.td.srv_lo
+            singles = [
+                (1, rq, lo, node, 0, tuple(sorted(order_l[lo_l[s] : lo_l[s] + k])), q)
+                for rq, lo, node, s, q in zip(*(a[:need].tolist() for a in ranked), strict=True)
             ]
-            for e, (row, n_srv, node, q, lo) in enumerate(extras):
-                pool.append((n_srv, np_round9(q), lo, node, 1 + e, row, q))
-            pool.sort(key=_rank_key)
-            seen: set[tuple[int, ...]] = set()
-            rows, ns, st, qv = [], [], [], []
-            for r in pool:
-                t = tuple(r[5])
-                if t in seen:
-                    continue
-                seen.add(t)
-                rows.append(r[5])
-                ns.append(r[0])
-                st.append(r[3])
-                qv.append(r[6])
-                if len(rows) == cap:
-                    break
-        if not rows:
-            return _empty(k)
-        keys = tuple(map(tuple, rows))
-        return CandidateSet(
-            np.array(rows, dtype=np.int32).reshape(len(rows), k),
-            np.array(ns, dtype=np.int32),
-            np.array(st, dtype=np.int32),
-            np.array(qv, dtype=np.float64),
-            keys,
-        )
-
-    def _singles_py(self, k: int) -> list[tuple[float, int, int, int, float]]:
-        td = self.td
-        qcs = self.qcs_l
-        assert qcs is not None
-        sf, lo_l, node_l = self.srv_free_l, td.srv_lo, td.srv_node
-        out = []
-        if self.hd.uniform:
-            fk = float(k)
-            for s in range(td.S):
-                if sf[s] >= k:
-                    out.append((fk, sf[s] - k, node_l[s], s, fk))
-        else:
-            for s in range(td.S):
-                if sf[s] >= k:
-                    a = lo_l[s]
-                    q = qcs[a + k] - qcs[a]  # finite, so np_round9(q) is:
-                    out.append((round(q * 1e9) / 1e9, sf[s] - k, node_l[s], s, q))
-        out.sort()
-        return out
+        return _assemble(k, cap, singles, extras)
 
     def _singles_np(
         self, k: int, uniform: bool
@@ -558,15 +1038,11 @@ class _Shared:
         srv_q[fit] = q
         return (rq[sel], lo[sel], st[sel], fit[sel], q[sel]), srv_q
 
-    def _extras(
-        self,
-        k: int,
-        singles: list[tuple[float, int, int, int, float]],
-        srv_q: NDArray[np.float64] | None,
-    ) -> list[tuple[list[int], int, int, float, int]]:
-        """Multi-server compact rows and health-first rows: (gpus, servers, node, badness, left)."""
+    def _extras(self, k: int, srv_q: NDArray[np.float64] | None) -> list[_Row]:
+        """Multi-server compact rows, then health-first rows (``srv_q``: each server's
+        single-row badness, inf if none; ``None`` when no server holds ``k``)."""
         td = self.td
-        out: list[tuple[list[int], int, int, float, int]] = []
+        out: list[_Row] = []
         compact_q: dict[int, float] = {}
         uniform = self.hd.uniform
         sw_free, sw_max = self.sw_free, self.sw_max
@@ -589,7 +1065,7 @@ class _Shared:
                     break
             if uniform:
                 q = float(k)
-            elif k <= 32 and (td.small or self._qs_l is not None):
+            elif k <= 32 and self._qs_l is not None:
                 qs = self.qs_l
                 q = np_sum([qs[p] for p in pos])
             else:
@@ -597,37 +1073,29 @@ class _Shared:
                 assert q_sorted is not None
                 q = float(q_sorted[pos].sum())
             order_l = self.order_l
-            out.append((sorted([order_l[p] for p in pos]), n_srv, node, q, nf - k))
+            row = tuple(sorted([order_l[p] for p in pos]))
+            out.append((n_srv, np_round9(q), nf - k, node, 1, row, q))
             compact_q[node] = q
         if not uniform:
-            self._health_first(k, singles, srv_q, compact_q, out)
+            self._health_first(k, srv_q, compact_q, out)
         return out
 
     def _health_first(
         self,
         k: int,
-        singles: list[tuple[float, int, int, int, float]],
         srv_q: NDArray[np.float64] | None,
         compact_q: dict[int, float],
-        out: list[tuple[list[int], int, int, float, int]],
+        out: list[_Row],
     ) -> None:
         """Append each switch subtree's ``k`` healthiest free GPUs if healthier than its compact
         candidates."""
         td = self.td
         sw_qmin = None
-        srv_q_l: list[float] | None = None
         for i, (node, slo, shi, glo, ghi) in enumerate(td.switches):
             nf = self.sw_free[i]
             if nf < k:
                 continue
-            if srv_q is not None:
-                best = float(srv_q[slo:shi].min())
-            else:
-                if srv_q_l is None:
-                    srv_q_l = [np.inf] * td.S
-                    for t in singles:
-                        srv_q_l[t[3]] = t[4]
-                best = min(srv_q_l[slo:shi])
+            best = float(srv_q[slo:shi].min()) if srv_q is not None else np.inf
             inside = min(best, compact_q.get(node, np.inf))
             if sw_qmin is None:
                 sw_qmin = self.sw_qmin()
@@ -648,8 +1116,31 @@ class _Shared:
                 continue  # a compact candidate is as healthy
             gl.sort()
             gs = td.gpu_server
-            out.append((gl, len({gs[x] for x in gl}), node, q, nf - k))
+            out.append((len({gs[x] for x in gl}), np_round9(q), nf - k, node, 2, tuple(gl), q))
 
 
-def _rank_key(r: tuple[Any, ...]) -> tuple[Any, ...]:
-    return r[:5]
+def _assemble(k: int, cap: int, singles: list[_Row], extras: list[_Row]) -> CandidateSet:
+    """The candidate set from the single-server rows (in rank order) and the extra rows: the
+    best ``cap`` rows in rank order (see :data:`_Row`), a row that repeats a better one dropped.
+    """
+    if not extras:
+        top = singles[:cap]
+        if not top:
+            return _empty(k)
+        return CandidateSet._from_rows(k, top)
+    # Only the extra rows can repeat another row (single-server rows are disjoint), and each
+    # repeat drops one row: the best cap + len(extras) single rows are enough.
+    pool = singles[: cap + len(extras)]
+    pool += extras
+    pool.sort()  # never compares past the kind
+    seen: set[tuple[int, ...]] = set()
+    kept: list[_Row] = []
+    for p in pool:
+        row = p[5]
+        if row in seen:
+            continue
+        seen.add(row)
+        kept.append(p)
+        if len(kept) == cap:
+            break
+    return CandidateSet._from_rows(k, kept)

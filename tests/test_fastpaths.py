@@ -17,11 +17,11 @@ import pytest
 import crop_gym.candidates as cand
 import crop_gym.perf as perf
 from crop_gym._numeric import np_round9, np_sum, np_sum_sparse
-from crop_gym.devices import PROFILES
+from crop_gym.devices import PROFILES, Health
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
 from crop_gym.scenario import Scenario
-from crop_gym.topology import make_topology
+from crop_gym.topology import Topology, make_topology
 
 
 # ----------------------------------------------------------------------------------- numerics
@@ -110,6 +110,99 @@ def test_candidates_python_and_numpy_paths_agree(
         for a, b in zip(*results, strict=True):
             for x, y in zip(a, b, strict=True):
                 assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
+def _numpy_reference(st: ClusterState, k: int, robust: bool, cap: int) -> cand.CandidateSet:
+    """The candidate set from scratch on the vectorised path (no cache, no reuse)."""
+    td = cand._TopoData(st.topology)
+    td.small = False
+    return cand._Shared(st, cand._HealthData(st, robust, td)).compute(k, cap)
+
+
+def _health(profile: str, topo: Topology, rng: np.random.Generator) -> Health:
+    if profile != "ties":
+        return PROFILES[profile].sample(topo, rng)
+    # Badness scores that round alike (to 1e-9) without being equal, and exact duplicates.
+    levels = np.array([1.0, 1.0 + 3e-10, 1.0 + 4e-10, 1.25, 1.25 + 1e-10, 1.5])
+    slow = levels[rng.integers(len(levels), size=topo.num_gpus)]
+    slow[rng.random(topo.num_gpus) < 0.6] = 1.0
+    return Health.healthy(topo).replace(gpu_slowdown=slow)
+
+
+@pytest.mark.parametrize(
+    ("preset", "profile"),
+    [
+        ("leafspine-64", "mild"),
+        ("leafspine-64", "severe"),
+        ("leafspine-64", "ties"),
+        ("hetero-64", "severe"),
+        ("pollux-16x4", "ties"),
+        ("testbed-8", "severe"),
+        ("n32g8", "none"),
+    ],
+)
+def test_incremental_small_candidates_match_a_fresh_numpy_computation(
+    preset: str, profile: str
+) -> None:
+    """The plain-Python path reuses servers, switches and rows from earlier versions (and
+    memoises servers per health): along random placements, removals and health changes on one
+    state, every set equals the one computed from scratch by the numpy path."""
+    topo = make_topology(preset)
+    rng = np.random.default_rng(8)
+    st = ClusterState(topo, _health(profile, topo, rng))
+    ks = [k for k in (1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 24, 32, 33) if k <= topo.num_gpus]
+    for t in range(150):
+        u = rng.random()
+        if u < 0.04:
+            health = _health(profile, topo, rng)
+            for jid in sorted(st.jobs):  # a job may not hold a GPU that fails
+                if health.gpu_failed[st.placement(jid)].any():
+                    st.remove(jid)
+            st.set_health(health)
+        elif st.jobs and (u < 0.3 or st.num_free == 0):
+            st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
+        elif st.num_free:
+            k = int(min(st.num_free, rng.choice(ks)))
+            if rng.random() < 0.5:
+                gpus = rng.choice(np.flatnonzero(st.free_mask), size=k, replace=False)
+            else:
+                cs = cand.candidate_placements(st, k, robust=bool(rng.integers(2)))
+                gpus = cs.gpus[rng.integers(len(cs))]
+            st.add(Job(f"j{t}", "resnet50", k, 64 * k), gpus)
+        for k in rng.choice(ks, size=3, replace=False).tolist():
+            robust = bool(rng.integers(4))  # mostly robust, as the environments
+            cap = int(rng.choice([1, 4, 8, 40]))
+            got = cand.candidate_placements(st, k, robust=robust, max_candidates=cap)
+            want = _numpy_reference(st, k, robust, cap)
+            assert len(got) == len(want)
+            for f in ("gpus", "num_servers", "subtree", "quality"):
+                x, y = getattr(got, f), getattr(want, f)
+                assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f
+            assert got.row_keys() == tuple(map(tuple, want.gpus.tolist()))
+
+
+def test_candidate_set_is_a_frozen_value_with_lazy_arrays() -> None:
+    import copy
+    import pickle
+
+    st = next(_states("leafspine-64", "severe", 9, 1))
+    cs = cand.candidate_placements(st, 4)
+    eager = cand.CandidateSet(cs.gpus.copy(), cs.num_servers, cs.subtree, cs.quality)
+    assert len(eager) == len(cs) and eager.row_keys() == cs.row_keys()
+    assert cs.gpus.dtype == np.int32 and cs.gpus.shape == (len(cs), 4)
+    assert cs.num_servers.dtype == np.int32 and cs.subtree.dtype == np.int32
+    assert cs.quality.dtype == np.float64
+    for other in (pickle.loads(pickle.dumps(cs)), copy.copy(cs), copy.deepcopy(cs)):
+        assert other.row_keys() == cs.row_keys()
+        for f in ("gpus", "num_servers", "subtree", "quality"):
+            assert np.array_equal(getattr(other, f), getattr(cs, f))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cs.keys = None  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del cs.keys
+    assert repr(cs).startswith("CandidateSet(gpus=array(")
+    empty = cand.candidate_placements(st, st.topology.num_gpus)
+    assert len(empty) == 0 and empty.gpus.shape == (0, st.topology.num_gpus)
 
 
 def test_placement_stats_python_and_numpy_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
