@@ -220,6 +220,7 @@ _HEALTH_LISTS: weakref.WeakKeyDictionary[Health, _HealthLists] = weakref.WeakKey
 
 
 def _lists(topology: Topology, health: Health) -> tuple[_TopoLists, _HealthLists]:
+    """The plain-Python lists of ``topology`` and of ``health`` on it (cached per object)."""
     tl = _TOPO_LISTS.get(topology)
     if tl is None:
         tl = _TOPO_LISTS[topology] = _TopoLists(topology)
@@ -239,24 +240,37 @@ def placement_stats(
         health: Device health (σ, ρ, π).
         gpus: GPU indices (any order, distinct).
     """
-    p = np.sort(np.asarray(gpus, dtype=np.int32))
+    return sorted_placement_stats(topology, health, np.sort(np.asarray(gpus, dtype=np.int32)))
+
+
+def sorted_placement_stats(
+    topology: Topology,
+    health: Health,
+    p: NDArray[np.int32],
+    lists: tuple[_TopoLists, _HealthLists] | None = None,
+) -> PlacementStats:
+    """:func:`placement_stats` of an already sorted placement without repeats (not checked).
+
+    Args:
+        topology: The cluster.
+        health: Device health.
+        p: Sorted, distinct GPU indices as ``int32`` (stored in the result: pass an array the
+            caller will not modify).
+        lists: ``_lists(topology, health)`` if the caller keeps it (saves two lookups).
+    """
     k = len(p)
-    if k == 1:
-        g0 = int(p[0])
-        return PlacementStats(
-            gpus=p,
-            inter_links=_NO_LINKS,
-            k=1,
-            g=1,
-            s=1,
-            b_intra=np.inf,
-            a_intra=0.0,
-            a_inter=0.0,
-            slowdown=float(health.gpu_slowdown[g0] / topology.gpu_speed[g0]),
-            survival=float(1.0 - health.gpu_fail_prob[g0]),
-        )
-    if k <= SMALL_PLACEMENT:
-        return _placement_stats_py(topology, health, p, p.tolist())
+    if k <= SMALL_PLACEMENT or k == 1:
+        tl, hl = lists if lists is not None else _lists(topology, health)
+        pl: list[int] = p.tolist()
+        if k == 1:
+            # The lists hold the same quotient and difference as the arrays, elementwise.
+            g0 = pl[0]
+            # Positional arguments (field order): a frozen dataclass's keyword call is slower.
+            # gpus, inter_links, k, g, s, b_intra, a_intra, a_inter, slowdown, survival.
+            return PlacementStats(
+                p, _NO_LINKS, 1, 1, 1, np.inf, 0.0, 0.0, hl.slowdown[g0], hl.gpu_ok[g0]
+            )
+        return _placement_stats_py(tl, hl, p, pl)
     links = topology.spanned_links(p)
     intra_mask = topology.is_intra[links]
     intra, inter = links[intra_mask], links[~intra_mask]
@@ -290,7 +304,7 @@ def placement_stats(
 
 
 def _placement_stats_py(
-    topology: Topology, health: Health, p: NDArray[np.int32], pl: list[int]
+    tl: _TopoLists, hl: _HealthLists, p: NDArray[np.int32], pl: list[int]
 ) -> PlacementStats:
     """:func:`placement_stats` of a sorted placement of ``k >= 2`` GPUs, in plain Python.
 
@@ -298,12 +312,11 @@ def _placement_stats_py(
     sequential, as ``np.prod``'s), so the facts are bit-identical.
 
     Args:
-        topology: The cluster.
-        health: Device health.
+        tl: The topology's lists.
+        hl: The health's lists.
         p: The sorted GPU indices (``int32``; stored in the result).
         pl: ``p`` as a list.
     """
-    tl, hl = _lists(topology, health)
     k = len(pl)
     gl = tl.gpu_links
     links: list[int] = []
@@ -356,15 +369,16 @@ def _placement_stats_py(
     surv_l = 1.0
     for e in links:
         surv_l *= ok_l[e]
+    # Positional arguments, in field order (faster than keywords).
     return PlacementStats(
-        gpus=p,
-        inter_links=np.array(inter, dtype=np.int32),
-        k=k,
-        g=g_max,
-        s=s_count,
-        b_intra=b_intra,
-        a_intra=a_intra,
-        a_inter=a_inter,
-        slowdown=slowdown,
-        survival=surv_g * surv_l,
+        p,  # gpus
+        np.array(inter, dtype=np.int32) if inter else _NO_LINKS,  # inter_links
+        k,
+        g_max,  # g
+        s_count,  # s
+        b_intra,
+        a_intra,
+        a_inter,
+        slowdown,
+        surv_g * surv_l,  # survival
     )
