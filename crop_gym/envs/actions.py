@@ -53,10 +53,12 @@ class CandidateActions:
         sets: Per view slot, its :class:`CandidateSet` (``None`` for an empty slot).
         view: The pending job of each view slot.
         positions: Index in ``pending`` of each view job.
-        copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty).
+        copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty;
+            read-only).
+        view_copies: The same for the filled slots only, as a tuple.
         in_view: Pending jobs the view stands for (the sum of :attr:`copies`).
         groups: The distinct candidate sets of the view (one per job size).
-        slot_group: ``int[Q]`` index into :attr:`groups` of each slot (-1 if empty).
+        slot_group: ``int[Q]`` index into :attr:`groups` of each slot (-1 if empty; read-only).
         slot_groups: The same for the filled slots only, as a tuple.
         view_classes: A class id per view job (equal ids = jobs identical for the objective, see
             :func:`job_key`; ids are stable for the lifetime of this object).
@@ -86,14 +88,11 @@ class CandidateActions:
         self.sets: list[CandidateSet | None] = [None] * self.num_jobs
         self.view: tuple[Job, ...] = ()
         self.positions: tuple[int, ...] = ()
-        # ``copies`` and ``slot_group`` are read-only views of private buffers that only this
-        # object writes, so a build may skip rewriting them when they did not change.
-        self._copies_buf = np.zeros(self.num_jobs, dtype=np.int64)
-        self._slot_group_buf = np.full(self.num_jobs, -1, dtype=np.int64)
-        self._copies_l: list[int] = []
+        self.view_copies: tuple[int, ...] = ()
         self.groups: list[CandidateSet] = []
         self.slot_groups: tuple[int, ...] = ()
-        self._make_views()
+        # The arrays of copies and slot_group, made when first read after they change.
+        self._arrays: dict[str, NDArray[np.int64]] = {}
         self.in_view = 0
         self.view_classes: tuple[int, ...] = ()
         # Per job object (by id; the job is kept alive in _jobs, so ids are not reused): its
@@ -105,31 +104,39 @@ class CandidateActions:
         self.pending_gpus = 0
         self._class_ids: dict[tuple[str, int, float, float], int] = {}
         self._built: tuple[Any, int] = (None, -1)
-        self._masks: dict[tuple[int, ...], NDArray[np.bool_]] = {}
+        self._masks: dict[tuple[tuple[int, ...], tuple[int, ...]], NDArray[np.bool_]] = {}
         # A slot's mask bytes by its number of candidates.
         C = self.max_candidates
         self._mask_rows = [b"\x01" * m + bytes(C - m) for m in range(C + 1)]
         # The pending queue of the last build, indexed (see _QueueIndex).
         self._index: _QueueIndex | None = None
 
-    def _make_views(self) -> None:
-        """(Re)create the read-only public views of the private buffers."""
-        self.copies = self._copies_buf.view()
-        self.copies.setflags(write=False)
-        self.slot_group = self._slot_group_buf.view()
-        self.slot_group.setflags(write=False)
+    def _padded(self, name: str, values: tuple[int, ...], pad: int) -> NDArray[np.int64]:
+        """``values`` padded with ``pad`` to ``Q`` entries, as a read-only array (cached until
+        :meth:`_store` drops it)."""
+        arr = self._arrays.get(name)
+        if arr is None:
+            arr = np.array(values + (pad,) * (self.num_jobs - len(values)), dtype=np.int64)
+            arr.setflags(write=False)
+            self._arrays[name] = arr
+        return arr
+
+    @property
+    def copies(self) -> NDArray[np.int64]:
+        """``int[Q]`` pending jobs each slot stands for (see the class docstring)."""
+        return self._padded("copies", self.view_copies, 0)
+
+    @property
+    def slot_group(self) -> NDArray[np.int64]:
+        """``int[Q]`` index into :attr:`groups` of each slot, -1 if empty."""
+        return self._padded("slot_group", self.slot_groups, -1)
 
     def __getstate__(self) -> dict[str, Any]:
         # The per-job caches are keyed by object id, which means nothing in another process
         # (or for the copied jobs of a deep copy): drop them; the next build relearns the jobs.
         st = self.__dict__.copy()
         st["_jobs"], st["_cls_of"], st["_index"] = {}, {}, None
-        del st["copies"], st["slot_group"]
         return st
-
-    def __setstate__(self, st: dict[str, Any]) -> None:
-        self.__dict__.update(st)
-        self._make_views()
 
     @property
     def space(self) -> spaces.Discrete:
@@ -238,7 +245,7 @@ class CandidateActions:
         Q = self.num_jobs
         if self.group_identical:
             order, first, count, size = index.order, index.first, index.count, index.size
-            if not size or max(size) <= n_free:
+            if index.kmax <= n_free:
                 slots, pos, copies, slot_ks = order[:Q], first[:Q], count[:Q], size[:Q]
             else:
                 keep = list(islice(compress(range(len(size)), map(n_free.__ge__, size)), Q))
@@ -248,7 +255,7 @@ class CandidateActions:
                 slot_ks = list(map(size.__getitem__, keep))
         else:
             ks = index.ks
-            if not ks or max(ks) <= n_free:
+            if index.kmax <= n_free:
                 pos = list(range(min(Q, len(ks))))
             else:
                 pos = list(islice(compress(range(len(ks)), map(n_free.__ge__, ks)), Q))
@@ -335,24 +342,27 @@ class CandidateActions:
         of candidates of each group)."""
         Q, C = self.num_jobs, self.max_candidates
         n = len(slot_group)
-        if copies != self._copies_l:
-            self._copies_buf[:] = copies + [0] * (Q - n)
-            self._copies_l = copies
+        vc = tuple(copies)
+        if vc != self.view_copies:
+            self.view_copies = vc
+            self._arrays.pop("copies", None)
         self.in_view = sum(copies)
         sg = tuple(slot_group)
         if sg != self.slot_groups:
-            self._slot_group_buf[:] = slot_group + [-1] * (Q - n)
             self.slot_groups = sg
-        # The mask only depends on each slot's number of candidates.
-        lens = tuple(map(counts.__getitem__, slot_group))
-        pattern = self._masks.get(lens)
+            self._arrays.pop("slot_group", None)
+        # The mask only depends on each slot's number of candidates, which the key determines.
+        key = (tuple(counts), sg)
+        pattern = self._masks.get(key)
         if pattern is None:
-            # Slot q's rows: lens[q] ones then zeros; empty slots all zeros; stop valid.
-            raw = b"".join(map(self._mask_rows.__getitem__, lens)) + bytes((Q - n) * C) + b"\x01"
+            # Slot q's rows: its number of candidates in ones, then zeros; empty slots all
+            # zeros; stop valid.
+            rows = list(map(self._mask_rows.__getitem__, counts))
+            raw = b"".join(map(rows.__getitem__, slot_group)) + bytes((Q - n) * C) + b"\x01"
             pattern = np.frombuffer(raw, dtype=np.bool_)
             if len(self._masks) >= 4096:
                 self._masks.clear()
-            self._masks[lens] = pattern
+            self._masks[key] = pattern
         self.mask[:] = pattern
         self.sets[:] = list(map(groups.__getitem__, slot_group)) + [None] * (Q - n)
         self.groups = groups
@@ -413,6 +423,7 @@ class _QueueIndex:
         classes: Each pending job's class id.
         ks: Each pending job's size.
         gpus: ``sum(ks)``.
+        kmax: ``max(ks)`` (0 for an empty queue).
         order: With grouping only (else empty): the distinct classes in order of first
             occurrence in the queue.
         first: Position in the queue of each class's first job (increasing).
@@ -420,7 +431,18 @@ class _QueueIndex:
         size: Size of each class.
     """
 
-    __slots__ = ("classes", "count", "first", "gpus", "id_sum", "ids", "ks", "order", "size")
+    __slots__ = (
+        "classes",
+        "count",
+        "first",
+        "gpus",
+        "id_sum",
+        "ids",
+        "kmax",
+        "ks",
+        "order",
+        "size",
+    )
 
     def __init__(
         self, ids: list[int], classes: list[int], cls_k: dict[int, int], grouped: bool
@@ -430,6 +452,7 @@ class _QueueIndex:
         self.classes = classes
         self.ks = list(map(cls_k.__getitem__, classes))
         self.gpus = sum(self.ks)
+        self.kmax = max(self.ks, default=0)
         order: list[int] = []
         first: list[int] = []
         count: list[int] = []
@@ -454,7 +477,10 @@ class _QueueIndex:
         self.ids = ids
         self.id_sum = id_sum
         c = self.classes.pop(i)
-        self.gpus -= self.ks.pop(i)
+        k = self.ks.pop(i)
+        self.gpus -= k
+        if k == self.kmax:
+            self.kmax = max(self.ks, default=0)
         order = self.order
         if not order:
             return
