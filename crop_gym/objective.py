@@ -466,8 +466,8 @@ class ClusterState:
 
     def _job_consts(self, job: Job) -> tuple[float, float, float]:
         """``(M, t_c, T*)`` of a job: its gradient bytes, reference compute time and ideal time
-        (``job.grad_bytes``, ``job.compute_time`` and :meth:`_tstar_of`), memoised in
-        :data:`_JOB_CONSTS`."""
+        (``job.grad_bytes``, ``job.compute_time`` and :meth:`_tstar_of`, as Python floats),
+        memoised in :data:`_JOB_CONSTS`."""
         perf = self.perf
         key = (self.topology, perf.allreduce, perf.overlap, job.model, job.num_gpus, job.batch_size)
         hit = _JOB_CONSTS.get(key)
@@ -476,7 +476,7 @@ class ClusterState:
         if hit is None or MODEL_ZOO.get(job.model) is not hit[0]:
             if len(_JOB_CONSTS) >= 1 << 16:
                 _JOB_CONSTS.clear()
-            hit = (job.spec, job.grad_bytes, job.compute_time, self._tstar_of(job))
+            hit = (job.spec, float(job.grad_bytes), float(job.compute_time), self._tstar_of(job))
             _JOB_CONSTS[key] = hit
         return hit[1], hit[2], hit[3]
 
@@ -517,7 +517,7 @@ class ClusterState:
         self._wsurv[s] = wsurv
         # The same values as stored in the float64 arrays above (ints are exact as floats).
         self._slot_py[s] = (
-            float(M),
+            M,
             float(k),
             float(g),
             float(sv),
@@ -525,7 +525,7 @@ class ClusterState:
             float(a_intra),
             float(a_inter),
             float(t),
-            float(tstar),
+            tstar,
             float(wsurv),
             inter.tolist() if n_links else [],
         )
@@ -613,8 +613,8 @@ class ClusterState:
         py = self._slot_py[s]
         assert py is not None
         inter_l: list[int] = py[10]
-        self._value[s] = 0.0
         if inter_l:
+            self._value[s] = 0.0
             load = self.link_load
             for e in inter_l:
                 load[e] += 1
@@ -627,7 +627,13 @@ class ClusterState:
                     hit.add(s)
             delta = self._update_rows(self._affected_py(inter_l))
         else:
-            delta = self._update_rows([s])
+            # _update_rows([s]) of the new job alone, whose value was 0: np_sum([v]) - np_sum([0.0]).
+            ((T, C, eta, v),) = self._py_values([s], None)
+            self._T[s] = T
+            self._C[s] = C
+            self._eta[s] = eta
+            self._value[s] = v
+            delta = (0.0 + v) - 0.0
         self._F += delta
         self.version += 1
         return delta

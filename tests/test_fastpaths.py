@@ -411,3 +411,19 @@ def test_job_constants_follow_a_re_registered_model() -> None:
         assert st2._t[s] == job.compute_time * st2._slot_stats[s].slowdown  # type: ignore[union-attr]
     finally:
         register_model(old, overwrite=True)
+
+
+def test_fast_placement_stats_constructor_matches_the_dataclass() -> None:
+    """``perf._make_stats`` (slot setters) builds what the frozen dataclass's ``__init__``
+    builds: same fields, still frozen, picklable."""
+    import pickle
+
+    vals = (np.arange(3, dtype=np.int32), perf._NO_LINKS, 3, 3, 1, 2.5, 1e-6, 0.0, 1.25, 0.99)
+    fast, ref = perf._make_stats(*vals), perf.PlacementStats(*vals)
+    assert type(fast) is perf.PlacementStats
+    for f in dataclasses.fields(ref):
+        assert getattr(fast, f.name) is getattr(ref, f.name), f.name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.k = 4  # type: ignore[misc]
+    back = pickle.loads(pickle.dumps(fast))
+    assert back.survival == fast.survival and np.array_equal(back.gpus, fast.gpus)
