@@ -54,7 +54,7 @@ class CandidateActions:
         view: The pending job of each view slot.
         positions: Index in ``pending`` of each view job.
         copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty;
-            read-only).
+            read-only, updated in place by each build).
         view_copies: The same for the filled slots only, as a tuple.
         in_view: Pending jobs the view stands for (the sum of :attr:`copies`).
         groups: The distinct candidate sets of the view (one per job size).
@@ -89,10 +89,13 @@ class CandidateActions:
         self.view: tuple[Job, ...] = ()
         self.positions: tuple[int, ...] = ()
         self.view_copies: tuple[int, ...] = ()
+        # copies is a read-only view of this buffer, which only _store writes (when it changes).
+        self._copies_buf = np.zeros(self.num_jobs, dtype=np.int64)
+        self._copies_view()
         self.groups: list[CandidateSet] = []
         self.slot_groups: tuple[int, ...] = ()
-        # The arrays of copies and slot_group, made when first read after they change.
-        self._arrays: dict[str, NDArray[np.int64]] = {}
+        # The slot_group array, made when first read after it changes.
+        self._slot_group_arr: NDArray[np.int64] | None = None
         self.in_view = 0
         self.view_classes: tuple[int, ...] = ()
         # Per job object (by id; the job is kept alive in _jobs, so ids are not reused): its
@@ -111,32 +114,32 @@ class CandidateActions:
         # The pending queue of the last build, indexed (see _QueueIndex).
         self._index: _QueueIndex | None = None
 
-    def _padded(self, name: str, values: tuple[int, ...], pad: int) -> NDArray[np.int64]:
-        """``values`` padded with ``pad`` to ``Q`` entries, as a read-only array (cached until
-        :meth:`_store` drops it)."""
-        arr = self._arrays.get(name)
-        if arr is None:
-            arr = np.array(values + (pad,) * (self.num_jobs - len(values)), dtype=np.int64)
-            arr.setflags(write=False)
-            self._arrays[name] = arr
-        return arr
-
-    @property
-    def copies(self) -> NDArray[np.int64]:
-        """``int[Q]`` pending jobs each slot stands for (see the class docstring)."""
-        return self._padded("copies", self.view_copies, 0)
+    def _copies_view(self) -> None:
+        self.copies = self._copies_buf.view()
+        self.copies.setflags(write=False)
 
     @property
     def slot_group(self) -> NDArray[np.int64]:
-        """``int[Q]`` index into :attr:`groups` of each slot, -1 if empty."""
-        return self._padded("slot_group", self.slot_groups, -1)
+        """``int[Q]`` index into :attr:`groups` of each slot, -1 if empty (read-only)."""
+        arr = self._slot_group_arr
+        if arr is None:
+            sg = self.slot_groups
+            arr = np.array(sg + (-1,) * (self.num_jobs - len(sg)), dtype=np.int64)
+            arr.setflags(write=False)
+            self._slot_group_arr = arr
+        return arr
 
     def __getstate__(self) -> dict[str, Any]:
         # The per-job caches are keyed by object id, which means nothing in another process
         # (or for the copied jobs of a deep copy): drop them; the next build relearns the jobs.
         st = self.__dict__.copy()
         st["_jobs"], st["_cls_of"], st["_index"] = {}, {}, None
+        del st["copies"]  # a view of _copies_buf: made again by __setstate__
         return st
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        self.__dict__.update(st)
+        self._copies_view()
 
     @property
     def space(self) -> spaces.Discrete:
@@ -345,12 +348,12 @@ class CandidateActions:
         vc = tuple(copies)
         if vc != self.view_copies:
             self.view_copies = vc
-            self._arrays.pop("copies", None)
+            self._copies_buf[:] = vc + (0,) * (Q - n)
         self.in_view = sum(copies)
         sg = tuple(slot_group)
         if sg != self.slot_groups:
             self.slot_groups = sg
-            self._arrays.pop("slot_group", None)
+            self._slot_group_arr = None
         # The mask only depends on each slot's number of candidates, which the key determines.
         key = (tuple(counts), sg)
         pattern = self._masks.get(key)
