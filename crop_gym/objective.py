@@ -31,14 +31,16 @@ from numpy.typing import NDArray
 from crop_gym._numeric import np_sum
 from crop_gym.devices import Health
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job, get_model
+from crop_gym.jobs import MODEL_ZOO, Job, get_model
 from crop_gym.perf import (
     PerfConfig,
     PlacementStats,
+    _lists,
     comm_time,
     comm_time_scalar,
     iteration_time,
     placement_stats,
+    sorted_placement_stats,
 )
 from crop_gym.topology import Topology
 
@@ -81,6 +83,12 @@ class VersionedCache:
     def __setstate__(self, st: tuple[int, dict[Any, Any], dict[Any, Any]]) -> None:
         self.version, self.sets, self.shared = st
         self.health = {}
+
+
+#: Memo of :meth:`ClusterState._job_consts`, per (topology, all-reduce, overlap, model, GPUs,
+#: batch): ``(model spec, M, t_c, T*)``. Pure functions of the key and the spec (topologies are
+#: immutable), so states and environments can share it.
+_JOB_CONSTS: dict[tuple[Any, ...], tuple[Any, float, float, float]] = {}
 
 
 def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
@@ -456,41 +464,81 @@ class ClusterState:
             self._tstar_cache[key] = v
         return v
 
-    def _write_stats(self, s: int, st: PlacementStats, job: Job) -> None:
-        n_links = len(st.inter_links)
+    def _job_consts(self, job: Job) -> tuple[float, float, float]:
+        """``(M, t_c, T*)`` of a job: its gradient bytes, reference compute time and ideal time
+        (``job.grad_bytes``, ``job.compute_time`` and :meth:`_tstar_of`, as Python floats),
+        memoised in :data:`_JOB_CONSTS`."""
+        perf = self.perf
+        key = (self.topology, perf.allreduce, perf.overlap, job.model, job.num_gpus, job.batch_size)
+        hit = _JOB_CONSTS.get(key)
+        # An entry holds while the zoo maps the model to the same spec (models can be
+        # re-registered); T* then also comes from _tstar_of, as it would without the memo.
+        if hit is None or MODEL_ZOO.get(job.model) is not hit[0]:
+            if len(_JOB_CONSTS) >= 1 << 16:
+                _JOB_CONSTS.clear()
+            hit = (job.spec, float(job.grad_bytes), float(job.compute_time), self._tstar_of(job))
+            _JOB_CONSTS[key] = hit
+        return hit[1], hit[2], hit[3]
+
+    def _write_stats(self, s: int, st: PlacementStats, job: Job, fresh: bool = False) -> None:
+        """Store a job's placement facts in slot ``s``.
+
+        Args:
+            s: The slot.
+            st: The facts.
+            job: The job.
+            fresh: Whether ``s`` is a free slot, whose ``_links`` row is all padding (zeros):
+                free rows are kept that way (see :meth:`remove` and :meth:`_alloc`).
+        """
+        inter = st.inter_links
+        n_links = len(inter)
         if n_links > self._links.shape[1]:
             self._grow(len(self._active), max(n_links, 2 * self._links.shape[1]))
         self._slot_stats[s] = st
-        self._links[s] = 0
-        self._links[s, :n_links] = st.inter_links
-        self._M[s] = job.grad_bytes
-        self._k[s] = st.k
-        self._g[s] = st.g
-        self._s[s] = st.s
-        self._b_intra[s] = st.b_intra
-        self._a_intra[s] = st.a_intra
-        self._a_inter[s] = st.a_inter
-        t = job.compute_time * st.slowdown
-        tstar = self._tstar_of(job)
-        wsurv = job.weight * st.k * st.survival
+        if not fresh:
+            self._links[s] = 0
+        if n_links:
+            self._links[s, :n_links] = inter
+        M, tc, tstar = self._job_consts(job)
+        k, g, sv = st.k, st.g, st.s
+        b_intra, a_intra, a_inter, surv = st.b_intra, st.a_intra, st.a_inter, st.survival
+        self._M[s] = M
+        self._k[s] = k
+        self._g[s] = g
+        self._s[s] = sv
+        self._b_intra[s] = b_intra
+        self._a_intra[s] = a_intra
+        self._a_inter[s] = a_inter
+        t = tc * st.slowdown
+        wsurv = job.weight * k * surv
         self._t[s] = t
         self._tstar[s] = tstar
-        self._surv[s] = st.survival
+        self._surv[s] = surv
         self._wsurv[s] = wsurv
         # The same values as stored in the float64 arrays above (ints are exact as floats).
         self._slot_py[s] = (
-            float(job.grad_bytes),
-            float(st.k),
-            float(st.g),
-            float(st.s),
-            float(st.b_intra),
-            float(st.a_intra),
-            float(st.a_inter),
+            M,
+            float(k),
+            float(g),
+            float(sv),
+            float(b_intra),
+            float(a_intra),
+            float(a_inter),
             float(t),
-            float(tstar),
+            tstar,
             float(wsurv),
-            st.inter_links.tolist(),
+            inter.tolist() if n_links else [],
         )
+
+    def _placement_lists(self) -> Any:
+        """:func:`crop_gym.perf._lists` of the topology and current health, kept in the
+        candidate cache's health-keyed store (so copies and pickles do not carry it)."""
+        store = self._candidate_cache.health
+        hit = store.get("placement_lists")
+        if hit is None or hit[0] is not self._health:
+            hit = (self._health, _lists(self.topology, self._health))
+            store["placement_lists"] = hit
+        return hit[1]
 
     # --------------------------------------------------------------- mutation
     def check_placement(self, job: Job, gpus: NDArray[np.integer[Any]]) -> NDArray[np.int32]:
@@ -541,23 +589,35 @@ class ClusterState:
         Returns:
             The change of F.
         """
+        # A copy: the stats keep the placement (a caller's array may change later).
         p = self.check_placement(job, gpus) if validate else np.array(gpus, dtype=np.int32)
-        st = stats if stats is not None else placement_stats(self.topology, self._health, p)
+        if stats is not None:
+            st = stats
+        else:
+            st = sorted_placement_stats(self.topology, self._health, p, self._placement_lists())
         if not self._free_slots:
             self._grow(2 * len(self._active), self._links.shape[1])
         s = self._free_slots.pop()
-        self._write_stats(s, st, job)
+        self._write_stats(s, st, job, fresh=True)
         self._slot_job[s] = job
         self._active[s] = True
         self.jobs[job.job_id] = s
-        self.gpu_owner[p] = s
-        self._n_busy += len(p)
-        inter = st.inter_links
+        n = len(p)
+        owner = self.gpu_owner
+        if n <= 8:  # a few scalar writes beat one fancy-indexed write
+            for g in p.tolist():
+                owner[g] = s
+        else:
+            owner[p] = s
+        self._n_busy += n
         py = self._slot_py[s]
         assert py is not None
         inter_l: list[int] = py[10]
         if inter_l:
-            self.link_load[inter] += 1
+            self._value[s] = 0.0
+            load = self.link_load
+            for e in inter_l:
+                load[e] += 1
             ls = self._link_slots
             for e in inter_l:
                 hit = ls.get(e)
@@ -565,11 +625,15 @@ class ClusterState:
                     ls[e] = {s}
                 else:
                     hit.add(s)
-            rows = self._affected_py(inter_l)
+            delta = self._update_rows(self._affected_py(inter_l))
         else:
-            rows = [s]
-        self._value[s] = 0.0
-        delta = self._update_rows(rows)
+            # _update_rows([s]) of the new job alone, whose value was 0: np_sum([v]) - np_sum([0.0]).
+            ((T, C, eta, v),) = self._py_values([s], None)
+            self._T[s] = T
+            self._C[s] = C
+            self._eta[s] = eta
+            self._value[s] = v
+            delta = (0.0 + v) - 0.0
         self._F += delta
         self.version += 1
         return delta
@@ -633,6 +697,16 @@ class ClusterState:
             before = float(vals[ra].sum())
             self._store_rows(ra, self.link_load)
             return float(vals[ra].sum()) - before
+        if len(rows) == 1:
+            # np_sum of one number, inline.
+            r = rows[0]
+            before = 0.0 + float(vals[r])
+            ((T, C, eta, v),) = self._py_values(rows, None)
+            self._T[r] = T
+            self._C[r] = C
+            self._eta[r] = eta
+            vals[r] = v
+            return (0.0 + v) - before
         before = np_sum([float(vals[r]) for r in rows])
         new = self._py_values(rows, None)
         T_, C_, eta_ = self._T, self._C, self._eta

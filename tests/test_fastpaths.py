@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -363,3 +364,159 @@ def test_view_selection_matches_the_job_by_job_rule(grouping: bool) -> None:
         want = _select_reference(list(zip(ks, classes, strict=True)), Q, grouping, fits)
         assert got[:4] == want
         assert got[4] == [classes[i] for i in want[3]]
+
+
+def _table(acts: object) -> tuple[object, ...]:
+    """Everything a built :class:`CandidateActions` exposes."""
+    a: Any = acts
+    key_of = {c: key for key, c in a._class_ids.items()}  # class ids are per object
+    return (
+        a.view,
+        a.positions,
+        [key_of[c] for c in a.view_classes],
+        a.slot_groups,
+        a.copies.tolist(),
+        a.slot_group.tolist(),
+        a.mask.tolist(),
+        [None if cs is None else cs.gpus.tolist() for cs in a.sets],
+        [cs.gpus.tolist() for cs in a.groups],
+        a.in_view,
+        a.pending_gpus,
+    )
+
+
+@pytest.mark.parametrize("grouping", [True, False])
+def test_incremental_queue_index_matches_a_fresh_build(grouping: bool) -> None:
+    """The queue index kept between builds (updated when one job leaves the queue) gives the
+    same table as a fresh object, for any queue change and any number of free GPUs."""
+    import copy
+    import pickle
+
+    from crop_gym.envs.actions import CandidateActions
+
+    rng = np.random.default_rng(9)
+    topo = make_topology("leafspine-64")
+    models = ["resnet50", "vgg16", "bert"]
+    for trial in range(40):
+        st = ClusterState(topo, PROFILES["mild"].sample(topo, rng))
+        Q = int(rng.integers(1, 10))
+        acts = CandidateActions(Q, 4, group_identical=grouping)
+        # Few distinct jobs, so that identical jobs (shared slots) are common.
+        pool = [
+            Job(f"t{trial}j{i}", str(rng.choice(models)), int(rng.choice([1, 2, 4, 8, 16])), 64)
+            for i in range(int(rng.integers(1, 30)))
+        ]
+        pending = [pool[int(i)] for i in rng.integers(0, len(pool), size=int(rng.integers(0, 40)))]
+        for step in range(30):
+            acts.build(st, pending)
+            fresh = CandidateActions(Q, 4, group_identical=grouping)
+            fresh.build(st, pending)
+            assert _table(acts) == _table(fresh), (trial, step)
+            r = rng.random()
+            if r < 0.6 and pending:  # one job leaves (the static environment's step)
+                del pending[int(rng.integers(len(pending)))]
+            elif r < 0.7:  # arrivals
+                pending = [*pending, pool[int(rng.integers(len(pool)))]]
+            elif r < 0.8:  # any other change, as a new list
+                pending = [pending[i] for i in rng.permutation(len(pending))][1:]
+            elif r < 0.85:  # a copy mid-episode
+                acts = pickle.loads(pickle.dumps(acts)) if r < 0.825 else copy.deepcopy(acts)
+            # Free GPUs change, so that sizes stop fitting.
+            free = np.flatnonzero(st.free_mask)
+            if len(free) > 1 and rng.random() < 0.5:
+                k = int(rng.integers(1, len(free)))
+                st.add(Job(f"t{trial}b{step}", "resnet50", k, 64), rng.choice(free, k, False))
+
+
+def test_selection_from_the_index_matches_the_general_rule() -> None:
+    """:meth:`CandidateActions._select_fitting` (lists of the queue index) equals
+    :meth:`CandidateActions._select` with ``has_candidates(k) = k <= free``."""
+    from crop_gym.envs.actions import CandidateActions, _QueueIndex
+
+    rng = np.random.default_rng(10)
+    for _ in range(500):
+        grouping = bool(rng.integers(2))
+        acts = CandidateActions(int(rng.integers(1, 12)), 4, group_identical=grouping)
+        n_cls = int(rng.integers(1, 15))
+        cls_k = {c: int(rng.choice([1, 2, 4, 8, 16])) for c in range(n_cls)}
+        acts._cls_k.update(cls_k)
+        n = int(rng.integers(0, 80))  # long queues take the dictionary path of the index
+        classes = [int(c) for c in rng.integers(0, n_cls, size=n)]
+        index = _QueueIndex(list(range(n)), list(classes), cls_k, grouping)
+        for _ in range(min(n, 10)):
+            free = int(rng.integers(0, 20))
+            got = acts._select_fitting(index, free)
+            want = acts._select((classes, index.ks), lambda k, free=free: k <= free)
+            assert got == want
+            i = int(rng.integers(len(classes)))
+            del classes[i]
+            index.remove(i, list(range(len(classes))), 0)
+
+
+def test_trusted_add_keeps_every_record_and_free_link_rows_zero() -> None:
+    """The add fast path (per-health lists, single-GPU facts from lists, memoised job constants,
+    untouched padding rows) stores what the checked path with numpy placement facts stores."""
+    rng = np.random.default_rng(11)
+    topo = make_topology("leafspine-64")
+    health = PROFILES["severe"].sample(topo, rng)
+    fast, slow = ClusterState(topo, health), ClusterState(topo, health)
+    for t in range(200):
+        if fast.jobs and rng.random() < 0.35:
+            jid = sorted(fast.jobs)[int(rng.integers(len(fast.jobs)))]
+            assert fast.remove(jid) == slow.remove(jid)
+        else:
+            free = np.flatnonzero(fast.free_mask)
+            if len(free) == 0:
+                continue
+            k = int(min(len(free), rng.choice([1, 1, 2, 4, 8, 16])))
+            gpus = np.sort(rng.choice(free, size=k, replace=False)).astype(np.int32)
+            job = Job(f"j{t}", str(rng.choice(["resnet50", "vgg16", "bert"])), k, 32 * k)
+            stats = dataclasses.replace(perf.placement_stats(topo, health, gpus), gpus=gpus.copy())
+            if k == 1:  # the numpy formulas of the single-GPU facts
+                g = int(gpus[0])
+                assert stats.slowdown == float(health.gpu_slowdown[g] / topo.gpu_speed[g])
+                assert stats.survival == float(1.0 - health.gpu_fail_prob[g])
+            assert fast.add(job, gpus, validate=False) == slow.add(job, gpus, stats)
+        assert fast.F == slow.F
+        for a, b in zip(fast._slot_py, slow._slot_py, strict=True):
+            assert a == b
+        for name in ("_links", "gpu_owner", "link_load", *(f"_{f}" for f in fast._FLOAT_FIELDS)):
+            assert np.array_equal(getattr(fast, name), getattr(slow, name)), name
+        assert not fast._links[~fast._active].any()
+
+
+def test_job_constants_follow_a_re_registered_model() -> None:
+    """The memo of (M, t_c, T*) is dropped when a model name is mapped to a new spec."""
+    from crop_gym.jobs import MODEL_ZOO, register_model
+
+    topo = make_topology("testbed-8")
+    old = MODEL_ZOO["resnet50"]
+    job = Job("a", "resnet50", 2, 64)
+    st = ClusterState(topo)
+    st.add(job, np.array([0, 1]))
+    try:
+        new = dataclasses.replace(old, params=old.params * 2, per_sample=old.per_sample * 3)
+        register_model(new, overwrite=True)
+        st2 = ClusterState(topo)
+        st2.add(job, np.array([0, 1]))
+        s = st2.jobs["a"]
+        assert st2._M[s] == job.grad_bytes == 2 * old.grad_bytes
+        assert st2._t[s] == job.compute_time * st2._slot_stats[s].slowdown  # type: ignore[union-attr]
+    finally:
+        register_model(old, overwrite=True)
+
+
+def test_fast_placement_stats_constructor_matches_the_dataclass() -> None:
+    """``perf._make_stats`` (slot setters) builds what the frozen dataclass's ``__init__``
+    builds: same fields, still frozen, picklable."""
+    import pickle
+
+    vals = (np.arange(3, dtype=np.int32), perf._NO_LINKS, 3, 3, 1, 2.5, 1e-6, 0.0, 1.25, 0.99)
+    fast, ref = perf._make_stats(*vals), perf.PlacementStats(*vals)
+    assert type(fast) is perf.PlacementStats
+    for f in dataclasses.fields(ref):
+        assert getattr(fast, f.name) is getattr(ref, f.name), f.name
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.k = 4  # type: ignore[misc]
+    back = pickle.loads(pickle.dumps(fast))
+    assert back.survival == fast.survival and np.array_equal(back.gpus, fast.gpus)

@@ -9,8 +9,10 @@ Action ``a = q * max_candidates + c`` places view job ``q`` on its candidate ``c
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Sequence
+from itertools import compress, islice
 from typing import Any
 
 import numpy as np
@@ -51,10 +53,12 @@ class CandidateActions:
         sets: Per view slot, its :class:`CandidateSet` (``None`` for an empty slot).
         view: The pending job of each view slot.
         positions: Index in ``pending`` of each view job.
-        copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty).
+        copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty;
+            read-only, updated in place by each build).
+        view_copies: The same for the filled slots only, as a tuple.
         in_view: Pending jobs the view stands for (the sum of :attr:`copies`).
         groups: The distinct candidate sets of the view (one per job size).
-        slot_group: ``int[Q]`` index into :attr:`groups` of each slot (-1 if empty).
+        slot_group: ``int[Q]`` index into :attr:`groups` of each slot (-1 if empty; read-only).
         slot_groups: The same for the filled slots only, as a tuple.
         view_classes: A class id per view job (equal ids = jobs identical for the objective, see
             :func:`job_key`; ids are stable for the lifetime of this object).
@@ -84,23 +88,58 @@ class CandidateActions:
         self.sets: list[CandidateSet | None] = [None] * self.num_jobs
         self.view: tuple[Job, ...] = ()
         self.positions: tuple[int, ...] = ()
-        self.copies = np.zeros(self.num_jobs, dtype=np.int64)
+        self.view_copies: tuple[int, ...] = ()
+        # copies is a read-only view of this buffer, which only _store writes (when it changes).
+        self._copies_buf = np.zeros(self.num_jobs, dtype=np.int64)
+        self._copies_view()
         self.groups: list[CandidateSet] = []
-        self.slot_group = np.full(self.num_jobs, -1, dtype=np.int64)
         self.slot_groups: tuple[int, ...] = ()
+        # The slot_group array, made when first read after it changes.
+        self._slot_group_arr: NDArray[np.int64] | None = None
         self.in_view = 0
         self.view_classes: tuple[int, ...] = ()
-        # Per job object (by id; the job is kept alive in _jobs, so ids are not reused): its size
-        # and class id.
+        # Per job object (by id; the job is kept alive in _jobs, so ids are not reused): its
+        # class id. Per class id: its size.
         self._jobs: dict[int, Job] = {}
-        self._k_of: dict[int, int] = {}
         self._cls_of: dict[int, int] = {}
         self._cls_k: dict[int, int] = {}
         self._col = np.arange(self.max_candidates)
         self.pending_gpus = 0
         self._class_ids: dict[tuple[str, int, float, float], int] = {}
         self._built: tuple[Any, int] = (None, -1)
-        self._masks: dict[tuple[int, ...], NDArray[np.bool_]] = {}
+        self._masks: dict[tuple[tuple[int, ...], tuple[int, ...]], NDArray[np.bool_]] = {}
+        # A slot's mask bytes by its number of candidates.
+        C = self.max_candidates
+        self._mask_rows = [b"\x01" * m + bytes(C - m) for m in range(C + 1)]
+        # The pending queue of the last build, indexed (see _QueueIndex).
+        self._index: _QueueIndex | None = None
+
+    def _copies_view(self) -> None:
+        self.copies = self._copies_buf.view()
+        self.copies.setflags(write=False)
+
+    @property
+    def slot_group(self) -> NDArray[np.int64]:
+        """``int[Q]`` index into :attr:`groups` of each slot, -1 if empty (read-only)."""
+        arr = self._slot_group_arr
+        if arr is None:
+            sg = self.slot_groups
+            arr = np.array(sg + (-1,) * (self.num_jobs - len(sg)), dtype=np.int64)
+            arr.setflags(write=False)
+            self._slot_group_arr = arr
+        return arr
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The per-job caches are keyed by object id, which means nothing in another process
+        # (or for the copied jobs of a deep copy): drop them; the next build relearns the jobs.
+        st = self.__dict__.copy()
+        st["_jobs"], st["_cls_of"], st["_index"] = {}, {}, None
+        del st["copies"]  # a view of _copies_buf: made again by __setstate__
+        return st
+
+    def __setstate__(self, st: dict[str, Any]) -> None:
+        self.__dict__.update(st)
+        self._copies_view()
 
     @property
     def space(self) -> spaces.Discrete:
@@ -119,19 +158,18 @@ class CandidateActions:
         return built is state and version == state.version
 
     def _learn_job(self, job: Job) -> None:
-        """Cache a job's size and class id (the class id interns :func:`job_key`)."""
+        """Cache a job's class id (the class id interns :func:`job_key`) and its class's size."""
         cls = self._class_ids.setdefault(job_key(job), len(self._class_ids))
         i = id(job)
         self._jobs[i] = job
-        self._k_of[i] = job.num_gpus
         self._cls_of[i] = cls
         self._cls_k[cls] = job.num_gpus
 
     def forget_jobs(self) -> None:
         """Drop the per-job cache (call at reset, so finished episodes' jobs can be freed)."""
         self._jobs.clear()
-        self._k_of.clear()
         self._cls_of.clear()
+        self._index = None
 
     def build(self, state: ClusterState, pending: Sequence[Job]) -> None:
         """Rebuild the table for ``state`` and the pending jobs (in queue order).
@@ -140,24 +178,17 @@ class CandidateActions:
             state: The cluster state.
             pending: Pending jobs in queue order.
         """
-        ids = list(map(id, pending))
-        cls_of = self._cls_of
-        if not cls_of.keys() >= set(ids):
-            for j in pending:
-                if id(j) not in cls_of:
-                    self._learn_job(j)
-        classes = list(map(cls_of.__getitem__, ids))
-        sizes_of_jobs = list(map(self._k_of.__getitem__, ids))
-        self.pending_gpus = sum(sizes_of_jobs)
-        infos = (classes, sizes_of_jobs)
+        index = self._index_queue(list(map(id, pending)), pending)
+        self.pending_gpus = index.gpus
         # A size has candidates exactly when it fits in the free GPUs (some server or switch
         # subtree then holds it), so the view is known before any candidate set is computed;
         # the sets of all its sizes are then computed together.
-        view = self._select(infos, lambda k, n_free=state.num_free: k <= n_free)
+        view = self._select_fitting(index, state.num_free)
         sizes = view[0]
         robust, cap = self.robust, self.max_candidates
         groups = [candidate_placements(state, k, robust=robust, max_candidates=cap) for k in sizes]
-        if not all(len(cs) for cs in groups):  # never happens; kept for safety
+        counts = list(map(len, groups))
+        if 0 in counts:  # never happens; kept for safety
             found: dict[int, CandidateSet] = {}
 
             def has(k: int) -> bool:
@@ -167,11 +198,75 @@ class CandidateActions:
                 found[k] = cs
                 return len(cs) > 0
 
-            view = self._select(infos, has)
+            view = self._select((index.classes, index.ks), has)
             sizes = view[0]
             groups = [found[k] for k in sizes]
+            counts = list(map(len, groups))
         _, slot_group, copies, pos, slot_classes = view
-        self._store(state, pending, slot_classes, groups, slot_group, copies, pos)
+        self._store(state, pending, slot_classes, groups, slot_group, copies, pos, counts)
+
+    def _index_queue(self, ids: list[int], pending: Sequence[Job]) -> _QueueIndex:
+        """The :class:`_QueueIndex` of ``pending`` (whose job ids are ``ids``).
+
+        The previous build's index is reused when the queue is unchanged, and updated when the
+        queue is the previous one less one job (a placement in the static environment); any
+        other queue is indexed from scratch.
+        """
+        index = self._index
+        if index is not None:
+            old = index.ids
+            if len(ids) == len(old):
+                if ids == old:
+                    return index
+            elif len(ids) + 1 == len(old):
+                # The removed job's id is the difference of the id sums; a queue that is not
+                # the old one less that job fails the comparisons below.
+                id_sum = sum(ids)
+                try:
+                    i = old.index(index.id_sum - id_sum)
+                except ValueError:
+                    i = -1
+                if i >= 0 and ids[i:] == old[i + 1 :] and ids[:i] == old[:i]:
+                    index.remove(i, ids, id_sum)
+                    return index
+        cls_of = self._cls_of
+        try:
+            classes = list(map(cls_of.__getitem__, ids))
+        except KeyError:
+            for j in pending:
+                if id(j) not in cls_of:
+                    self._learn_job(j)
+            classes = list(map(cls_of.__getitem__, ids))
+        index = self._index = _QueueIndex(ids, classes, self._cls_k, self.group_identical)
+        return index
+
+    def _select_fitting(
+        self, index: _QueueIndex, n_free: int
+    ) -> tuple[list[int], list[int], list[int], list[int], list[int]]:
+        """:meth:`_select` of the indexed queue with ``has_candidates(k) = k <= n_free``, from
+        the index's lists (list operations instead of a loop over the jobs)."""
+        Q = self.num_jobs
+        if self.group_identical:
+            order, first, count, size = index.order, index.first, index.count, index.size
+            if index.kmax <= n_free:
+                slots, pos, copies, slot_ks = order[:Q], first[:Q], count[:Q], size[:Q]
+            else:
+                keep = list(islice(compress(range(len(size)), map(n_free.__ge__, size)), Q))
+                slots = list(map(order.__getitem__, keep))
+                pos = list(map(first.__getitem__, keep))
+                copies = list(map(count.__getitem__, keep))
+                slot_ks = list(map(size.__getitem__, keep))
+        else:
+            ks = index.ks
+            if index.kmax <= n_free:
+                pos = list(range(min(Q, len(ks))))
+            else:
+                pos = list(islice(compress(range(len(ks)), map(n_free.__ge__, ks)), Q))
+            slots = list(map(index.classes.__getitem__, pos))
+            slot_ks = list(map(ks.__getitem__, pos))
+            copies = [1] * len(pos)
+        sizes = list(dict.fromkeys(slot_ks))
+        return sizes, list(map(sizes.index, slot_ks)), copies, pos, slots
 
     def _select(
         self, infos: tuple[list[int], list[int]], has_candidates: Any
@@ -244,31 +339,38 @@ class CandidateActions:
         slot_group: list[int],
         copies: list[int],
         pos: list[int],
+        counts: list[int],
     ) -> None:
-        """Store a built view: mask, sets, copies and the view's jobs."""
+        """Store a built view: mask, sets, copies and the view's jobs (``counts``: the number
+        of candidates of each group)."""
         Q, C = self.num_jobs, self.max_candidates
         n = len(slot_group)
-        self.copies[:] = copies + [0] * (Q - n)
+        vc = tuple(copies)
+        if vc != self.view_copies:
+            self.view_copies = vc
+            self._copies_buf[:] = vc + (0,) * (Q - n)
         self.in_view = sum(copies)
-        self.slot_group[:] = slot_group + [-1] * (Q - n)
-        self.slot_groups = tuple(slot_group)
-        # The mask only depends on each slot's number of candidates.
-        sizes = [len(cs) for cs in groups]
-        lens = tuple([sizes[g] for g in slot_group])
-        pattern = self._masks.get(lens)
+        sg = tuple(slot_group)
+        if sg != self.slot_groups:
+            self.slot_groups = sg
+            self._slot_group_arr = None
+        # The mask only depends on each slot's number of candidates, which the key determines.
+        key = (tuple(counts), sg)
+        pattern = self._masks.get(key)
         if pattern is None:
-            pattern = np.zeros(self.num_actions, dtype=bool)
-            pattern[self.stop_action] = True
-            for q, m in enumerate(lens):
-                pattern[q * C : q * C + m] = True
+            # Slot q's rows: its number of candidates in ones, then zeros; empty slots all
+            # zeros; stop valid.
+            rows = list(map(self._mask_rows.__getitem__, counts))
+            raw = b"".join(map(rows.__getitem__, slot_group)) + bytes((Q - n) * C) + b"\x01"
+            pattern = np.frombuffer(raw, dtype=np.bool_)
             if len(self._masks) >= 4096:
                 self._masks.clear()
-            self._masks[lens] = pattern
+            self._masks[key] = pattern
         self.mask[:] = pattern
-        self.sets[:] = [groups[g] for g in slot_group] + [None] * (Q - n)
+        self.sets[:] = list(map(groups.__getitem__, slot_group)) + [None] * (Q - n)
         self.groups = groups
         self.positions = tuple(pos)
-        self.view = tuple(pending[i] for i in pos)
+        self.view = tuple(map(pending.__getitem__, pos))
         self.view_classes = tuple(slot_classes)
         self._built = (state, state.version)
 
@@ -313,6 +415,101 @@ class CandidateActions:
             hit = np.flatnonzero((cs.gpus == want).all(axis=1))
             return int(q * self.max_candidates + hit[0]) if len(hit) else None
         return None
+
+
+class _QueueIndex:
+    """A pending queue indexed for view selection, updatable when one job leaves it.
+
+    Attributes:
+        ids: ``id`` of each pending job, in queue order.
+        id_sum: ``sum(ids)`` (finds the job a one-shorter queue lost).
+        classes: Each pending job's class id.
+        ks: Each pending job's size.
+        gpus: ``sum(ks)``.
+        kmax: ``max(ks)`` (0 for an empty queue).
+        order: With grouping only (else empty): the distinct classes in order of first
+            occurrence in the queue.
+        first: Position in the queue of each class's first job (increasing).
+        count: Pending jobs of each class.
+        size: Size of each class.
+    """
+
+    __slots__ = (
+        "classes",
+        "count",
+        "first",
+        "gpus",
+        "id_sum",
+        "ids",
+        "kmax",
+        "ks",
+        "order",
+        "size",
+    )
+
+    def __init__(
+        self, ids: list[int], classes: list[int], cls_k: dict[int, int], grouped: bool
+    ) -> None:
+        self.ids = ids
+        self.id_sum = sum(ids)
+        self.classes = classes
+        self.ks = list(map(cls_k.__getitem__, classes))
+        self.gpus = sum(self.ks)
+        self.kmax = max(self.ks, default=0)
+        order: list[int] = []
+        first: list[int] = []
+        count: list[int] = []
+        if grouped:
+            order = list(dict.fromkeys(classes))
+            n = len(classes)
+            if n <= 32:  # C-level scans, quadratic but cheap for short queues
+                first = list(map(classes.index, order))
+                count = list(map(classes.count, order))
+            else:
+                # Filled from the back, each class's entry ends at its first position.
+                at = dict(zip(reversed(classes), range(n - 1, -1, -1), strict=True))
+                first = list(map(at.__getitem__, order))
+                counts = Counter(classes)
+                count = list(map(counts.__getitem__, order))
+        self.order, self.first, self.count = order, first, count
+        self.size = list(map(cls_k.__getitem__, order))
+
+    def remove(self, i: int, ids: list[int], id_sum: int) -> None:
+        """Update the index for the queue less its job at position ``i`` (whose ids are ``ids``,
+        summing to ``id_sum``)."""
+        self.ids = ids
+        self.id_sum = id_sum
+        c = self.classes.pop(i)
+        k = self.ks.pop(i)
+        self.gpus -= k
+        if k == self.kmax:
+            self.kmax = max(self.ks, default=0)
+        order = self.order
+        if not order:
+            return
+        first, count = self.first, self.count
+        o = order.index(c)
+        count[o] -= 1
+        if count[o] == 0:
+            # The class's only job left: drop it; every later class's first job moves up.
+            del order[o], first[o], count[o], self.size[o]
+            first[o:] = [f - 1 for f in first[o:]]
+        elif first[o] == i:
+            # The class's first job left: its next job becomes its first, which may move the
+            # class behind classes that came after it.
+            j = self.classes.index(c, i)
+            n_c, k_c = count.pop(o), self.size.pop(o)
+            del order[o], first[o]
+            first[o:] = [f - 1 for f in first[o:]]
+            b = bisect_left(first, j, o)
+            order.insert(b, c)
+            first.insert(b, j)
+            count.insert(b, n_c)
+            self.size.insert(b, k_c)
+        else:
+            # A later job of the class left: only the classes first seen after it move up.
+            b = bisect_right(first, i, o + 1)
+            first[b:] = [f - 1 for f in first[b:]]
 
 
 def job_key(job: Job) -> tuple[str, int, float, float]:
