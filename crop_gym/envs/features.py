@@ -592,7 +592,7 @@ class ObservationBuilder:
         rows = [b + q for q, b in enumerate(firsts)]  # type: ignore[operator]
         rows += [0] * (acts.num_jobs - len(rows))
         valid = acts.mask[:-1].reshape(-1, acts.max_candidates)
-        return valid * np.array(rows, dtype=np.intp)[:, None]
+        return valid * np.array(rows, dtype=np.intp).reshape(-1, 1)
 
     def _new_job(self, cls: int, job: Job) -> int:
         """Store the job rows of job class ``cls`` (one per view slot); return the first."""
@@ -802,15 +802,14 @@ class ObservationBuilder:
         # Per slot: its job class's columns, its candidates (those of its group) / C, best η
         # (clipped), copies / 16 (written from one flat list: one conversion); then zero rows.
         lens = [len(cs) / C for cs in acts.groups]
-        n = len(view)
         flat: list[float] = []
+        # (zip stops at the view's end: the arrays cover every slot.)
         for q, (c, g, b, cp) in enumerate(
             zip(
                 acts.view_classes,
                 acts.slot_groups,
-                self._best_eta[:n].tolist(),
-                acts.copies[:n].tolist(),
-                strict=True,
+                self._best_eta.tolist(),
+                acts.copies.tolist(),
             )
         ):
             head = heads.get(c)
@@ -886,4 +885,4 @@ class ObservationBuilder:
         return obs
 
     def _out(self, buf: NDArray[np.float32]) -> NDArray[np.float32]:
-        return buf.copy() if self.table_layout else buf.ravel().copy()
+        return buf.copy() if self.table_layout else buf.flatten()
