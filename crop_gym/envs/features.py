@@ -592,7 +592,7 @@ class ObservationBuilder:
         rows = [b + q for q, b in enumerate(firsts)]  # type: ignore[operator]
         rows += [0] * (acts.num_jobs - len(rows))
         valid = acts.mask[:-1].reshape(-1, acts.max_candidates)
-        return valid * np.array(rows, dtype=np.intp).reshape(-1, 1)
+        return np.multiply(valid, np.array(rows, dtype=np.intp).reshape(-1, 1), dtype=np.intp)
 
     def _new_job(self, cls: int, job: Job) -> int:
         """Store the job rows of job class ``cls`` (one per view slot); return the first."""
@@ -796,6 +796,9 @@ class ObservationBuilder:
     def _queue_features(self, view: Sequence[Job]) -> None:
         """Fill :attr:`queue_buffer` (call after :meth:`_candidate_features`: it uses the best
         η of each slot)."""
+        if not view:
+            self._queue.fill(0.0)
+            return
         acts = self.actions
         C = acts.max_candidates
         heads = self._queue_heads
