@@ -15,7 +15,9 @@ privileged ``gain`` key, which is in ``[-1, 1]``. docs/ENVS.md explains each col
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -23,7 +25,6 @@ from gymnasium import spaces
 from numpy.typing import NDArray
 
 from crop_gym._numeric import np_sum_sparse
-from crop_gym.candidates import CandidateSet
 from crop_gym.devices import Health
 from crop_gym.envs.actions import CandidateActions
 from crop_gym.jobs import Job
@@ -102,10 +103,6 @@ SUMMARY_FEATURES: tuple[str, ...] = (
 
 _GRAD_LOG_LO, _GRAD_LOG_SPAN = 6.0, 4.0
 _COMPUTE_SCALE = 0.25
-#: Candidate columns that depend on the job alone: grad_size, compute_time, weight.
-_JOB_CAND_COLS = [2, 3, 16]
-#: Columns (M, t_c, T*) of :meth:`ObservationBuilder.job_facts` that the η estimate needs.
-_FACT_COLS = [1, 2, 4]
 
 
 def _clip01(x: float) -> float:
@@ -121,6 +118,12 @@ def _grad_feature(grad_bytes: Any) -> Any:
 
 def _compute_feature(t: Any) -> Any:
     return t / (t + _COMPUTE_SCALE)
+
+
+def _common(values: list[float]) -> tuple[float, set[int]]:
+    """The most common of ``values`` and the indices of the others."""
+    common = Counter(values).most_common(1)[0][0]
+    return common, {i for i, v in enumerate(values) if v != common}
 
 
 class ObservationBuilder:
@@ -171,9 +174,9 @@ class ObservationBuilder:
         G, Q, C = topology.num_gpus, actions.num_jobs, actions.max_candidates
         M = Q * C
         self._gpu = np.zeros((G, len(self.gpu_features)), dtype=np.float32)
-        self._cand = np.zeros((M, len(CANDIDATE_FEATURES)), dtype=np.float32)
+        self._cand = np.zeros((M, len(CANDIDATE_FEATURES)), dtype=np.float32)  # (zeros)
         self._queue = np.zeros((Q, len(JOB_FEATURES)), dtype=np.float32)
-        self._summary = np.zeros(len(SUMMARY_FEATURES), dtype=np.float32)
+        self._summary = np.zeros(len(SUMMARY_FEATURES), dtype=np.float32)  # (shape only)
         self._gain = np.zeros(M, dtype=np.float32)
         self._best_eta = np.zeros(Q, dtype=np.float64)
         self._tstar: dict[tuple[str, int, float], float] = {}
@@ -190,7 +193,6 @@ class ObservationBuilder:
         self._speed_norm = topology.gpu_speed / float(topology.gpu_speed.max())
         intra = topology.link_bw[topology.gpu_node]
         self._bw_ref = float(intra.max())
-        self._row_q = np.repeat(np.arange(Q), C)
         self._queue_pos = (np.arange(Q, dtype=np.float64) / max(Q - 1, 1)).astype(np.float32)
         # Plain-Python copies of the topology for the per-candidate stats.
         self._t_links: list[tuple[int, ...]] = [tuple(r) for r in topology.gpu_links.tolist()]
@@ -200,23 +202,61 @@ class ObservationBuilder:
         self._t_srv_parent: list[int] = self._srv_parent.tolist()
         self._t_srv_hi: list[int] = topology.server_gpu_hi.tolist()
         self._t_lat: list[float] = topology.link_lat.tolist()
-        # Per candidate (GPU set) seen under the current health, a row of ``_mat``: its
-        # job-independent feature columns (CANDIDATE_FEATURES), then the terms of the time model
-        # (_H_RING or _H_HIER), then zeros where the job's (M, t_c, T*) go (see
-        # _candidate_features). Multi-server candidates also keep what their load-dependent values
-        # need (spanned inter-server links, b_intra).
+        self._lat_common = _common(topology.link_lat[topology.gpu_node].tolist())
+        # Per candidate (GPU set) seen under the current health, a row of ``_feat``: its
+        # job-independent feature columns (CANDIDATE_FEATURES, as float32, ready to be gathered
+        # into the table), and a column of ``_num`` (column-major, so that each quantity of the
+        # gathered table is contiguous): valid, survival and the terms of the time model (see
+        # _new_row). Multi-server candidates also keep what their load-dependent values need
+        # (see _multi). Candidate 0 is the padding that empty table rows gather.
         self._ring = perf.allreduce == "ring"
-        n_h = 4 if self._ring else 7
         self._h0 = len(CANDIDATE_FEATURES)
-        self._v0 = self._h0 + n_h
-        self._mat = np.zeros((256, self._v0 + 3))
-        self._rows: dict[tuple[int, ...], int] = {}
-        self._multi: dict[int, tuple[list[int], float]] = {}
-        self._layouts: dict[Any, tuple[NDArray[np.intp], ...]] = {}
-        # Per job class (CandidateActions.view_classes): a _mat-wide row holding the job's
-        # candidate columns and its (M, t_c, T*).
-        self._jmat = np.zeros((64, self._v0 + 3))
-        self._jmat_done: set[int] = set()
+        self._feat = np.zeros((256, self._h0), dtype=np.float32)
+        self._num = np.zeros((2 + (4 if self._ring else 7), 256))
+        # Padding: valid = 0 and survival = 0 (so η and η·s are 0), and time-model terms that
+        # give a finite positive iteration time for any job (communication time 1, slowdown 1).
+        pad_h = (0.0, 1.0, 1.0, 1.0) if self._ring else (0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)
+        self._num[2:, 0] = pad_h
+        self._rows: dict[bytes, int] = {}
+        # Per multi-server row: its spanned inter-server links, b_intra, and the link loads (as
+        # ClusterState.link_load bytes) its load-dependent columns were last set for.
+        self._multi: dict[int, tuple[list[int], float, bytes]] = {}
+        # Topology facts of multi-server candidates (see _span), kept across health changes.
+        self._spans: dict[tuple[int, ...], Any] = {}
+        self._depth = topology.gpu_links.shape[1] - 1
+        # The constant columns of single-GPU candidates (size, servers, spread, switches,
+        # bandwidth) and their time-model terms but the slowdown (see _new_row).
+        self._single_cols = (
+            _clip01(1 / self.max_job_gpus),
+            _clip01(1.0 / 32.0),
+            _clip01(0.0 / 1.0),
+            _clip01(1.0 / 8.0),
+            _clip01(min(np.inf, self._bw_ref) / self._bw_ref),
+        )
+        self._single_h = (
+            (0.0 / 1, np.inf, 0.0 * 0.0)
+            if self._ring
+            else (0.0 / 1.0, 0.0 / 1.0, np.inf, np.inf, 0.0 * 0.0, 0.0 * 0.0)
+        )
+        # Per job class, the first of its Q job rows (one per view slot): a row of ``_jfeat``
+        # (the job's columns of the candidate table: grad_size, compute_time, queue_pos,
+        # weight; the others zero) and a column of ``_jval`` (its M, t_c, T*). Row 0 (zeros)
+        # stands for no job.
+        self._jbase: dict[int, int] = {}
+        self._jfeat = np.zeros((1 + 4 * Q, self._h0), dtype=np.float32)
+        self._jval = np.zeros((3, 1 + 4 * Q))
+        # The first candidate-table row of each view slot.
+        self._slot_starts = np.arange(0, M, C)
+        # Per-GPU table parts (see _gpu_features): the health/load columns, the per-slot rows, and
+        # what they were last computed from.
+        self._gpu_base = np.zeros((G, len(GPU_FEATURES)), dtype=np.float32)
+        self._load_key = b""
+        self._slot_tab = np.zeros((0, len(GPU_FEATURES)), dtype=np.float32)
+        self._usable_ref: NDArray[np.bool_] | None = None
+        self._unusable: NDArray[np.int32] | None = None
+        # Per job class: its queue-table columns (present, size, gradient size, compute time,
+        # weight).
+        self._queue_heads: dict[int, tuple[float, ...]] = {}
         self.set_health(Health.healthy(topology))
         self.table_layout = bool(table_layout)
 
@@ -285,13 +325,20 @@ class ObservationBuilder:
         }
         self._h_slow_set = {g for g, v in enumerate(self._h_slow) if v}
         self._h_failprone_set = {g for g, v in enumerate(self._h_failprone) if v}
+        # Per GPU column that _new_row reduces over a candidate's GPUs (σ/speed, ρ·B and
+        # latency of the GPU link): its most common value and the GPUs that differ from it. A
+        # candidate without such a GPU reduces to the common value.
+        self._h_common = [_common(c) for c in (self._h_slowdown, self._h_bw_gpu_link)]
+        self._h_common.append(self._lat_common)
         self._rows = {}
         self._multi = {}
-        self._n_rows = 0
+        self._n_rows = 1  # row 0 is the padding row
         self._failed = health.gpu_failed.astype(np.float32)
         self._failed_frac = float(self._failed.mean())
         self._abnormal_frac = float(health.is_abnormal_gpu.mean())
-        g = self._gpu
+        # The health columns of the per-GPU rows (see _gpu_features); the others are zero but
+        # the uplink load.
+        g = self._gpu_base
         g[:, 2] = self._failed
         g[:, 3] = 1.0 - 1.0 / health.gpu_slowdown
         g[:, 4] = np.clip(health.gpu_fail_prob, 0.0, 1.0)
@@ -338,111 +385,165 @@ class ObservationBuilder:
             self._tstar[key] = v
         return v
 
-    def _new_row(self, key: tuple[int, ...], exp_rows: list[int], exp_logs: list[float]) -> int:
-        """Add the job-independent values of one candidate (its sorted GPUs ``key``) to ``_mat``.
+    def _new_row(self, key: list[int], new: tuple[list[float], list[float], list[float]]) -> int:
+        """Compute the job-independent values of one candidate (its sorted GPUs ``key``).
 
-        Returns the row. Its survival columns are left for the caller, which exponentiates the
-        log-survivals of all new rows (``exp_rows``, ``exp_logs``) in one numpy call. Single-server
-        candidates need only per-GPU values; multi-server ones also walk their inter-server links,
-        and their load-dependent columns are set per step. Every value is computed with the same
-        floating-point operations as the vectorised formulas (sums in numpy's pairwise order).
+        Returns its row index and appends to the lists ``new`` its feature columns, its ``_num``
+        values (valid, survival, then the time-model terms; both with survival left 0) and its
+        log-survival: the caller stores the new rows, which are consecutive, with their
+        survivals (``exp`` of all new log-survivals in one numpy call). The time-model terms are
+        ``(A, B, C, slowdown)`` with ring all-reduce (communication time ``A·(M/B) + C``) and
+        ``(A_intra, A_inter, B_intra, B_inter, C_intra, C_inter, slowdown)`` with hierarchical
+        all-reduce (``(A_intra·(M/B_intra) + C_intra) + (A_inter·(M/B_inter) + C_inter)``), the
+        terms of :func:`~crop_gym.perf.comm_time`.
+
+        Single-server candidates need only per-GPU values; multi-server ones also walk their
+        inter-server links, and their load-dependent values are set per step (see
+        :meth:`_load_columns`). Every value is computed with the same floating-point operations
+        as the vectorised formulas (sums in numpy's pairwise order).
         """
         k = len(key)
-        slow, fp, sdl = self._h_slow, self._h_failprone, self._h_slowdown
+        i = self._n_rows
+        self._n_rows = i + 1
+        bw_ref = self._bw_ref
+        new_feat, new_num, new_logs = new
         if k == 1:
             g0 = key[0]
-            s_, g_, sw = 1.0, 1.0, 1.0
-            slow_f, fp_f, sd = slow[g0] / 1, fp[g0] / 1, sdl[g0]
-            b_intra, a_intra, a_inter = np.inf, 0.0, 0.0
-            logs = self._h_log_gpu[g0]
-            multi = False
+            sd = self._h_slowdown[g0]
+            new_logs.append(self._h_log_gpu[g0])
+            # s = g = switches = 1, b_intra = inf, a_intra = a_inter = 0: the constant columns
+            # (_single_cols, _single_h) follow from them.
+            c1, c4, c5, c6, c14 = self._single_cols
+            new_num += (1.0, 0.0, *self._single_h, sd)
+            new_feat += (
+                1.0,
+                c1,
+                0.0,
+                0.0,
+                c4,
+                c5,
+                c6,
+                _clip01(self._h_slow[g0] / 1),
+                _clip01(self._h_failprone[g0] / 1),
+                _clip01(1.0 - 1.0 / sd),
+                0.0,  # survival, in [0, 1]: set by the caller
+                0.0,
+                0.0,
+                0.0,  # contention (single server: no inter-server link)
+                c14,
+                0.0,
+                0.0,
+            )
+            return i
+        (sd0, sd_odd), (bw0, bw_odd), (lat0, lat_odd) = self._h_common
+        sd = sd0 if sd_odd.isdisjoint(key) else max(itemgetter(*key)(self._h_slowdown))
+        b_intra = bw0 if bw_odd.isdisjoint(key) else min(itemgetter(*key)(self._h_bw_gpu_link))
+        a_intra = lat0 if lat_odd.isdisjoint(key) else max(itemgetter(*key)(self._h_lat_gpu_link))
+        # The flags are 0/1, so their sums are the counts.
+        slow, fp = self._h_slow_set, self._h_failprone_set
+        slow_f = 0.0 if slow.isdisjoint(key) else float(len(slow.intersection(key))) / k
+        fp_f = 0.0 if fp.isdisjoint(key) else float(len(fp.intersection(key))) / k
+        # log-survival of the GPUs and their links, summed GPU by GPU (g, its link) as numpy
+        # sums the (k, 2) block; almost all terms are zero.
+        nz = self._h_log_nz
+        items: list[tuple[int, float]] = []
+        if not nz.isdisjoint(key):
+            for j in [j for j, g in enumerate(key) if g in nz]:
+                g = key[j]
+                a, b = self._h_log_gpu[g], self._h_log_gpu_link[g]
+                if a:
+                    items.append((2 * j, a))
+                if b:
+                    items.append((2 * j + 1, b))
+        logs = np_sum_sparse(2 * k, items)
+        srv = self._t_server
+        if srv[key[0]] == srv[key[-1]]:
+            # One server: s = switches = 1, g = k, a_inter = 0.
+            s_, g_, a_inter = 1.0, float(k), 0.0
+            _, c4, c5, c6, _ = self._single_cols
         else:
-            s_, g_, sw = 1.0, float(k), 1.0
-            # The flags are 0/1, so their sums are the counts.
-            slow_f = float(len(self._h_slow_set.intersection(key))) / k
-            fp_f = float(len(self._h_failprone_set.intersection(key))) / k
-            sd = max(map(sdl.__getitem__, key))
-            b_intra = min(map(self._h_bw_gpu_link.__getitem__, key))
-            a_intra = max(map(self._h_lat_gpu_link.__getitem__, key))
-            a_inter = 0.0
-            # log-survival of the GPUs and their links, summed GPU by GPU (g, its link) as numpy
-            # sums the (k, 2) block; almost all terms are zero.
-            nz = self._h_log_nz
-            items: list[tuple[int, float]] = []
-            if not nz.isdisjoint(key):
-                for j in [j for j, g in enumerate(key) if g in nz]:
-                    g = key[j]
-                    a, b = self._h_log_gpu[g], self._h_log_gpu_link[g]
-                    if a:
-                        items.append((2 * j, a))
-                    if b:
-                        items.append((2 * j + 1, b))
-            logs = np_sum_sparse(2 * k, items)
-            srv = self._t_server
-            multi = srv[key[0]] != srv[key[-1]]
-        i = self._n_rows
-        if i == len(self._mat):
-            self._mat = np.concatenate([self._mat, np.zeros_like(self._mat)])
-        self._n_rows = i + 1
-        if multi:
-            s_, g_, sw, a_inter, spanned, inter_logs = self._inter(key)
-            logs += inter_logs
-            self._multi[i] = (spanned, b_intra)
+            # Multi-server: find where each server's GPUs start; the topology facts follow.
+            srv_hi = self._t_srv_hi
+            runs: list[int] = []
+            j = 0
+            while j < k:
+                sv = srv[key[j]]
+                runs += (sv, j)
+                j = bisect_left(key, srv_hi[sv], j + 1)
+            runs.append(k)
+            skey = tuple(runs)
+            span = self._spans.get(skey)
+            if span is None:
+                span = self._span(key)
+                if len(self._spans) >= 65536:
+                    self._spans.clear()
+                self._spans[skey] = span
+            s_, g_, a_inter, c4, c5, c6, spanned, firsts = span
+            # Inter-server log-survival: only the first GPU of each server meets the links above
+            # its server for the first time; the others add zeros to the (k, depth) block that
+            # numpy sums.
+            logok = self._h_link_logok
+            inter = [(pos, logok[a]) for pos, a in firsts if logok[a]]
+            logs += np_sum_sparse(k * self._depth, inter)
+            self._multi[i] = (spanned, b_intra, b"")
+        new_logs.append(logs)
         if self._ring:
             steps = 2.0 * (k - 1.0)
             h: tuple[float, ...] = (steps / k, b_intra, steps * max(a_intra, a_inter), sd)
         else:
             h = (
                 2.0 * (g_ - 1.0) / g_,
-                b_intra,
-                2.0 * (g_ - 1.0) * a_intra,
                 2.0 * (s_ - 1.0) / s_,
+                b_intra,
                 np.inf,
+                2.0 * (g_ - 1.0) * a_intra,
                 2.0 * (s_ - 1.0) * a_inter,
                 sd,
             )
-        bw_ref = self._bw_ref
-        # Feature columns are clipped to [0, 1] here, once (as np.clip would clip the table).
-        self._mat[i] = (
+        # Feature columns are in [0, 1] (as np.clip would clip the table): fractions of GPUs and
+        # the bandwidth ratio min(b, ref) / ref (b > 0) are in range already; the others are
+        # clipped here, once.
+        new_num.append(1.0)
+        new_num.append(0.0)
+        new_num += h
+        new_feat += (
             1.0,
             _clip01(k / self.max_job_gpus),
             0.0,
             0.0,
-            _clip01(s_ / 32.0),
-            _clip01((s_ - 1.0) / max(k - 1.0, 1.0)),
-            _clip01(sw / 8.0),
-            _clip01(slow_f),
-            _clip01(fp_f),
+            c4,
+            c5,
+            c6,
+            slow_f,
+            fp_f,
             _clip01(1.0 - 1.0 / sd),
-            0.0,  # survival, in [0, 1]
+            0.0,  # survival, in [0, 1]: set by the caller
             0.0,
             0.0,
-            0.0,  # contention (single server: no inter-server link)
-            _clip01(min(b_intra, bw_ref) / bw_ref),
-            0.0,
-            0.0,
-            *h,
-            0.0,
+            0.0,  # contention: set per step (see _load_columns)
+            min(b_intra, bw_ref) / bw_ref,
             0.0,
             0.0,
         )
-        exp_rows.append(i)
-        exp_logs.append(logs)
         return i
 
-    def _inter(self, key: tuple[int, ...]) -> tuple[float, float, float, float, list[int], float]:
-        """Servers, most GPUs on one server, switches, a_inter, spanned inter-server links and
-        inter-server log-survival of a multi-server candidate."""
+    def _span(
+        self, key: list[int]
+    ) -> tuple[float, float, float, float, float, float, list[int], tuple[tuple[int, int], ...]]:
+        """Topology facts of a multi-server candidate: servers ``s``, most GPUs on one server
+        ``g``, a_inter, the (clipped) servers, spread and switches columns, the spanned
+        inter-server links, and the ``(position, link)`` pairs where the ``(k, depth)`` block of
+        links above the GPUs meets a spanned link for the first time.
+
+        They depend only on the servers spanned and where each server's GPUs start in ``key``,
+        which is how :meth:`_new_row` caches them.
+        """
         links, lo, hi = self._t_links, self._t_lo, self._t_hi
-        logok = self._h_link_logok
         srv, par, srv_hi = self._t_server, self._t_srv_parent, self._t_srv_hi
         p0, p_last = key[0], key[-1]
         k = len(key)
-        depth = len(links[p0]) - 1
-        # Walk the placement server by server: only the first GPU of each server meets the links
-        # above its server for the first time; the others add zeros to the (k, depth) block that
-        # numpy sums.
-        items: list[tuple[int, float]] = []
+        depth = self._depth
+        firsts: list[tuple[int, int]] = []
         spanned: dict[int, None] = {}
         s_count, g_max, switches = 0, 0, 1
         prev_s, prev_g, j = -1, -1, 0
@@ -458,147 +559,184 @@ class ObservationBuilder:
             for a in links[g][1:]:
                 if a > 0 and (lo[a] > p0 or hi[a] <= p_last):
                     spanned[a] = None
-                    v = logok[a]
-                    if v and prev_g < lo[a]:
-                        items.append((pos, v))
+                    if prev_g < lo[a]:
+                        firsts.append((pos, a))
                 pos += 1
             prev_s, prev_g, j = sv, key[end - 1], end
         lat = self._t_lat
-        a_inter = max([lat[a] for a in spanned], default=0.0)
+        s_ = float(s_count)
         return (
-            float(s_count),
+            s_,
             float(g_max),
-            float(switches),
-            a_inter,
+            max([lat[a] for a in spanned], default=0.0),
+            _clip01(s_ / 32.0),
+            _clip01((s_ - 1.0) / max(k - 1.0, 1.0)),
+            _clip01(float(switches) / 8.0),
             list(spanned),
-            np_sum_sparse(k * depth, items),
+            tuple(firsts),
         )
 
-    def _job_rows(self, view: Sequence[Job]) -> NDArray[np.float64]:
-        """Per view job, its columns of the candidate table (grad_size, compute_time, weight, the
-        rest zero) followed by its (M, t_c, T*), as ``_mat``-wide rows (cached per job class)."""
-        classes = self.actions.view_classes
-        done = self._jmat_done
-        for c, job in zip(classes, view, strict=True):
-            if c in done:
-                continue
-            if c >= len(self._jmat):
-                grow = np.zeros((max(c + 1, 2 * len(self._jmat)), self._jmat.shape[1]))
-                grow[: len(self._jmat)] = self._jmat
-                self._jmat = grow
-            _, gf, cf, wf = self._class_columns(c, job)
-            _, grad, tc, _, tstar = self.job_facts(job)
-            row = self._jmat[c]
-            row[2], row[3], row[16] = _clip01(gf), _clip01(cf), _clip01(wf)
-            row[self._v0 :] = grad, tc, tstar
-            done.add(c)
-        return self._jmat[list(classes)]
-
-    def _candidate_features(self, state: ClusterState, view: Sequence[Job]) -> None:
+    def _job_rows(self, view: Sequence[Job]) -> NDArray[np.intp]:
+        """Each candidate-table row's job row: its slot's job on the valid rows (the valid
+        actions), 0 elsewhere."""
         acts = self.actions
-        self._cand.fill(0.0)
-        self._best_eta.fill(0.0)
-        n_view = len(view)
-        if n_view == 0:
+        base = self._jbase
+        classes = acts.view_classes
+        firsts = list(map(base.get, classes))
+        if None in firsts:
+            for q, (c, job) in enumerate(zip(classes, view, strict=True)):
+                if firsts[q] is None:
+                    # (A class may hold several slots when identical jobs are not grouped.)
+                    b = base.get(c)
+                    firsts[q] = b if b is not None else self._new_job(c, job)
+        rows = [b + q for q, b in enumerate(firsts)]  # type: ignore[operator]
+        rows += [0] * (acts.num_jobs - len(rows))
+        valid = acts.mask[:-1].reshape(-1, acts.max_candidates)
+        return np.multiply(valid, np.array(rows, dtype=np.intp).reshape(-1, 1), dtype=np.intp)
+
+    def _new_job(self, cls: int, job: Job) -> int:
+        """Store the job rows of job class ``cls`` (one per view slot); return the first."""
+        Q = self.actions.num_jobs
+        i = 1 + Q * len(self._jbase)
+        if i + Q > len(self._jfeat):
+            n = 2 * len(self._jfeat)
+            feat = np.zeros((n, self._h0), dtype=np.float32)
+            feat[:i] = self._jfeat[:i]
+            val = np.zeros((3, n))
+            val[:, :i] = self._jval[:, :i]
+            self._jfeat, self._jval = feat, val
+        _, gf, cf, wf = self._class_columns(cls, job)
+        _, grad, tc, _, tstar = self.job_facts(job)
+        # Written as float32, as the float64 table would be cast.
+        rows = self._jfeat[i : i + Q]
+        rows[:, 2], rows[:, 3], rows[:, 16] = _clip01(gf), _clip01(cf), _clip01(wf)
+        rows[:, 15] = self._queue_pos
+        self._jval[:, i : i + Q] = np.array([[grad], [tc], [tstar]])
+        self._jbase[cls] = i
+        return i
+
+    def _candidate_features(
+        self, state: ClusterState, view: Sequence[Job]
+    ) -> NDArray[np.float32] | None:
+        """The candidate table ``(Q, C, 17)`` (a fresh array), or ``None`` with an empty view.
+
+        Also sets :attr:`_best_eta` (and the gains when privileged).
+
+        Every row of the table is computed, empty ones too: each gathers its candidate's values
+        (the padding candidate, row 0, for an empty row) and its job's values (job row 0, zeros,
+        for an empty row), and the per-row values (η, η·survival) are computed on whole
+        ``(Q, C)`` arrays. The padding makes every column 0 on empty rows, so no scatter into a
+        zeroed table is needed; real rows see exactly the operations of the per-row formulas.
+        """
+        acts = self.actions
+        if not acts.view:
+            self._best_eta.fill(0.0)
             if self.privileged:
                 self._gain.fill(0.0)
-            return
-        groups = acts.groups
+            return None
+        C = acts.max_candidates
         cache = self._rows
-        exp_rows: list[int] = []
-        exp_logs: list[float] = []
-        eidx: list[int] = []
-        for cs in groups:
-            for key in cs.row_keys():
-                i = cache.get(key)
-                if i is None:
-                    i = cache[key] = self._new_row(key, exp_rows, exp_logs)
-                eidx.append(i)
-        h0, v0 = self._h0, self._v0
-        if exp_rows:
-            self._mat[exp_rows, 10] = np.exp(exp_logs)
-        M = self._mat[eidx]
-        # Multi-server candidates: contention and bandwidth share under the current link loads.
         multi = self._multi
+        n0 = self._n_rows
+        new: tuple[list[float], list[float], list[float]] = ([], [], [])
+        # Per candidate set (group), its rows padded with row 0 to C; then an all-padding group,
+        # which the empty slots (slot_group -1) pick.
+        gids: list[int] = []
+        for cs in acts.groups:
+            # A candidate's key: its sorted GPUs as int32 bytes (cheaper to make than a tuple).
+            P = cs.gpus if cs.gpus.dtype == np.int32 else cs.gpus.astype(np.int32)
+            raw, w = P.tobytes(), 4 * P.shape[1]
+            keys = [raw[j : j + w] for j in range(0, len(raw), w)]
+            ids: list[int | None] = list(map(cache.get, keys))
+            if None in ids:
+                for j, key in enumerate(keys):
+                    if ids[j] is None:
+                        ids[j] = cache[key] = self._new_row(P[j].tolist(), new)
+            gids += ids  # type: ignore[arg-type]  # (no None left)
+            gids += [0] * (C - len(ids))
+        gids += [0] * C
+        if new[2]:
+            self._store_rows(n0, *new)
         if multi:
-            load = state.link_load
-            eff, bw_ref = self._h_eff_bw, self._bw_ref
-            ch = h0 + (1 if self._ring else 4)
-            rs: list[int] = []
-            cs_: list[int] = []
-            vals: list[float] = []
-            for r, i in enumerate(eidx):
-                hit = multi.get(i)
-                if hit is None:
-                    continue
-                spanned, b_intra = hit
-                lds = [int(load[a]) for a in spanned]
-                ml = max(lds)
-                b_inter = min([eff[a] / (ld + 1.0) for a, ld in zip(spanned, lds, strict=True)])
-                rs += (r, r, r)
-                cs_ += (13, 14, ch)
-                vals += (
-                    _clip01(ml / (ml + 1.0)),
-                    _clip01(min(min(b_intra, b_inter), bw_ref) / bw_ref),
-                    min(b_intra, b_inter) if self._ring else b_inter,
-                )
-            if rs:
-                M[rs, cs_] = vals
-        gidx, qidx, row, starts = self._layout(groups, n_view)
-        J = self._job_rows(view)
-        J[:, 15] = self._queue_pos[:n_view]
-        X = M[gidx]
-        X += J[qidx]
-        grad, tc, tstar = X[:, v0], X[:, v0 + 1], X[:, v0 + 2]
+            # (Row 0, padding, is never multi-server.)
+            used_multi = multi.keys() & gids
+            if used_multi:
+                self._load_columns(state, used_multi)
+        idx = np.array(gids, dtype=np.intp).reshape(-1, C)[acts.slot_group]
+        jrows = self._job_rows(view)
+        # Column by column, each (Q, C) and contiguous.
+        N = self._num.take(idx, axis=1)
+        grad, tc, tstar = self._jval.take(jrows, axis=1)
+        # The time model, term by term as comm_time and iteration_time compute it.
         if self._ring:
-            comm = X[:, h0] * (grad / X[:, h0 + 1]) + X[:, h0 + 2]
+            comm = N[2] * (grad / N[3]) + N[4]
+            sd = N[5]
         else:
-            comm = (X[:, h0] * (grad / X[:, h0 + 1]) + X[:, h0 + 2]) + (
-                X[:, h0 + 3] * (grad / X[:, h0 + 4]) + X[:, h0 + 5]
-            )
-        T = iteration_time(tc * X[:, v0 - 1], comm, self.perf.overlap)
-        # Every other column is in [0, 1] already; so are η (a positive ratio capped at 1) and
-        # η·survival, so the table needs no final clip.
-        eta = np.minimum(1.0, tstar / T)
-        X[:, 11] = eta
-        X[:, 12] = eta * X[:, 10]
-        self._cand[row] = X[:, :h0]
-        self._best_eta[:n_view] = np.maximum.reduceat(eta, starts)
+            # Both levels at once: (2(g-1)/g, 2(s-1)/s)·(M/(b_intra, b_inter))
+            # + (2(g-1)·a_intra, 2(s-1)·a_inter), then their sum.
+            r = grad / N[4:6]
+            r *= N[2:4]
+            r += N[6:8]
+            comm = r[0] + r[1]
+            sd = N[8]
+        T = iteration_time(tc * sd, comm, self.perf.overlap)
+        # η = min(1, T*/T) on real rows (valid = 1) and min(0, T*/T) = 0 on empty ones (T*/T >= 0
+        # there). η and η·survival are in [0, 1] (as is every other column), so no final clip.
+        eta = np.minimum(N[0], np.divide(tstar, T, out=T), out=T)
+        # Empty rows have η = 0 <= every real η.
+        np.maximum.reduceat(eta.reshape(-1), self._slot_starts, out=self._best_eta)
+        # The job columns are zero in the candidate rows and the others zero in the job rows:
+        # the (float32) sum only places them.
+        F = self._feat.take(idx, axis=0)
+        F += self._jfeat.take(jrows, axis=0)
+        F[:, :, 11] = eta
+        np.multiply(eta, N[1], out=F[:, :, 12])
         if self.privileged:
             self._gains(state, view)
+        return F
 
-    def _layout(self, groups: list[CandidateSet], n_view: int) -> tuple[NDArray[np.intp], ...]:
-        """Index arrays of the table rows: per row its candidate (in the concatenated groups), its
-        view slot and its action row; and each slot's first row. Cached per table layout."""
-        sizes = tuple([len(cs) for cs in groups])
-        sg = self.actions.slot_groups
-        key = (sizes, sg)
-        hit = self._layouts.get(key)
-        if hit is not None:
-            return hit
-        C = self.actions.max_candidates
-        goff = [0] * len(sizes)
-        acc = 0
-        for i, c in enumerate(sizes):
-            goff[i] = acc
-            acc += c
-        gidx: list[int] = []
-        qidx: list[int] = []
-        row: list[int] = []
-        starts: list[int] = []
-        n = 0
-        for q, gi in enumerate(sg):
-            c, o = sizes[gi], goff[gi]
-            starts.append(n)
-            gidx.extend(range(o, o + c))
-            qidx.extend([q] * c)
-            row.extend(range(q * C, q * C + c))
-            n += c
-        if len(self._layouts) >= 4096:
-            self._layouts.clear()
-        out = tuple(np.array(a, dtype=np.intp) for a in (gidx, qidx, row, starts))
-        self._layouts[key] = out
-        return out
+    def _store_rows(self, n0: int, feat: list[float], num: list[float], logs: list[float]) -> None:
+        """Store the new rows ``n0, n0 + 1, ...`` of ``_feat`` and ``_num`` (flat values), with
+        their survival ``exp(logs)``."""
+        n1 = n0 + len(logs)
+        if n1 > len(self._feat):
+            n = max(n1, 2 * len(self._feat))
+            grow_f = np.zeros((n, self._h0), dtype=np.float32)
+            grow_f[:n0] = self._feat[:n0]
+            grow_n = np.zeros((len(self._num), n))
+            grow_n[:, :n0] = self._num[:, :n0]
+            self._feat, self._num = grow_f, grow_n
+        # The survivals go into the flat values before the (one) conversion of each table.
+        wf, wn = self._h0, len(self._num)
+        for j, v in enumerate(np.exp(logs).tolist()):
+            feat[j * wf + 10] = v
+            num[j * wn + 1] = v
+        self._feat[n0:n1].reshape(-1)[:] = feat
+        self._num[:, n0:n1] = np.array(num).reshape(n1 - n0, wn).T
+
+    def _load_columns(self, state: ClusterState, rows: Iterable[int]) -> None:
+        """Set the load-dependent values (contention, bandwidth share, and the bottleneck the time
+        model uses) of the multi-server ``rows`` under the current link loads, where the loads
+        changed since they were last set."""
+        loads = state.link_load
+        key = loads.tobytes()
+        load = loads.item
+        eff, bw_ref = self._h_eff_bw, self._bw_ref
+        ring = self._ring
+        num, feat, multi = self._num, self._feat, self._multi
+        ch = 3 if ring else 5
+        for i in rows:
+            spanned, b_intra, last = multi[i]
+            if last == key:
+                continue
+            multi[i] = (spanned, b_intra, key)
+            lds = list(map(load, spanned))
+            ml = max(lds)
+            b_inter = min([eff[a] / (ld + 1.0) for a, ld in zip(spanned, lds, strict=True)])
+            f = feat[i]
+            f[13] = _clip01(ml / (ml + 1.0))
+            f[14] = _clip01(min(min(b_intra, b_inter), bw_ref) / bw_ref)
+            num[ch, i] = min(b_intra, b_inter) if ring else b_inter
 
     def _gains(self, state: ClusterState, view: Sequence[Job]) -> None:
         """Exact ΔF of every row (privileged feature)."""
@@ -620,67 +758,92 @@ class ObservationBuilder:
         np.clip(gain / self.max_job_gpus, -1.0, 1.0, out=gain)
 
     def _gpu_features(self, state: ClusterState) -> None:
-        g = self._gpu
+        """Fill the per-GPU columns of :attr:`gpu_buffer` (the ``gpu_extra`` columns are kept).
+
+        Each GPU's row is its health/load row (``_gpu_base``: slow, fail_prob, ... and the uplink
+        load) plus the row of what holds it (``_slot_tab``: a placed job's busy flag, η and size
+        feature; or the free or the failed row). The two have disjoint non-zero columns, so the
+        float32 sum only places them.
+        """
+        # The uplink-load column changes only when the link loads do.
+        load_key = state.link_load.tobytes()
+        if load_key != self._load_key:
+            n = state.link_load[self._server_uplink]
+            self._gpu_base[:, 6] = n / (n + 1.0)
+            self._load_key = load_key
+        eta = state._eta
+        S = len(eta)
+        tab = self._slot_tab
+        if len(tab) != S + 2:
+            # Rows: one per job slot (busy = 1), then the failed row (zeros; index -2) and the
+            # free row (free = 1; index -1, the owner of a free GPU).
+            tab = self._slot_tab = np.zeros((S + 2, 10), dtype=np.float32)
+            tab[:S, 1] = 1.0
+            tab[S + 1, 0] = 1.0
+        tab[:S, 8] = eta
+        np.minimum(state._k / self.max_job_gpus, 1.0, out=tab[:S, 9])
+        # Unplaced GPUs have owner -1: usable ones pick the free row, failed ones the row before
+        # (a placed job never holds a failed GPU: ClusterState rejects it).
+        usable = state._usable
+        if usable is not self._usable_ref:
+            self._usable_ref = usable
+            self._unusable = None if usable.all() else (~usable).astype(np.int32)
         owner = state.gpu_owner
-        busy = owner >= 0
-        g[:, 0] = state._free()
-        g[:, 1] = busy
-        n = state.link_load[self._server_uplink]
-        g[:, 6] = n / (n + 1.0)
-        # Per slot (η, size feature), plus a zero row that free GPUs (owner -1) pick.
-        eta, k = state._eta, state._k
-        per_slot = np.zeros((len(eta) + 1, 2))
-        per_slot[:-1, 0] = eta
-        per_slot[:-1, 1] = np.minimum(k / self.max_job_gpus, 1.0)
-        g[:, 8:10] = per_slot[owner]
+        if self._unusable is not None:
+            owner = owner - self._unusable
+        np.add(tab.take(owner, axis=0), self._gpu_base, out=self._gpu[:, :10])
 
     def _queue_features(self, view: Sequence[Job]) -> None:
-        qb = self._queue
-        qb.fill(0.0)
-        n = len(view)
-        if n == 0:
+        """Fill :attr:`queue_buffer` (call after :meth:`_candidate_features`: it uses the best
+        η of each slot)."""
+        if not view:
+            self._queue.fill(0.0)
             return
         acts = self.actions
         C = acts.max_candidates
-        sets = acts.sets
-        best = self._best_eta[:n].tolist()
-        copies = acts.copies[:n].tolist()
-        classes = acts.view_classes
-        rows = []
-        for q, job in enumerate(view):
-            kf, gf, cf, wf = self._class_columns(classes[q], job)
-            cs = sets[q]
-            b = best[q]
-            rows.append(
-                (
-                    1.0,
-                    kf,
-                    gf,
-                    cf,
-                    wf,
-                    (0 if cs is None else len(cs)) / C,
-                    0.0 if b < 0.0 else 1.0 if b > 1.0 else b,
-                    min(copies[q] / 16.0, 1.0),
-                )
+        heads = self._queue_heads
+        # Per slot: its job class's columns, its candidates (those of its group) / C, best η
+        # (clipped), copies / 16 (written from one flat list: one conversion); then zero rows.
+        lens = [len(cs) / C for cs in acts.groups]
+        flat: list[float] = []
+        # (zip stops at the view's end: the arrays cover every slot.)
+        for q, (c, g, b, cp) in enumerate(
+            zip(
+                acts.view_classes,
+                acts.slot_groups,
+                self._best_eta.tolist(),
+                acts.copies.tolist(),
             )
-        qb[:n] = rows
+        ):
+            head = heads.get(c)
+            if head is None:
+                head = heads[c] = (1.0, *self._class_columns(c, view[q]))
+            flat += head
+            flat += (lens[g], 0.0 if b < 0.0 else 1.0 if b > 1.0 else b, min(cp / 16.0, 1.0))
+        qb = self._queue.reshape(-1)
+        qb[: len(flat)] = flat
+        qb[len(flat) :] = 0.0
 
     def _summary_features(
         self, state: ClusterState, pending: Sequence[Job], step: int, max_steps: int
-    ) -> None:
+    ) -> NDArray[np.float32]:
+        """The summary vector (a fresh array); also sets :attr:`last_metrics`."""
         G = self.topology.num_gpus
         m = self.last_metrics = state.metrics()
-        self._summary[:] = (
-            min(len(pending) / self.queue_size, 1.0),
-            min(max(len(pending) - self.actions.in_view, 0) / self.queue_size, 1.0),
-            min(self.actions.pending_gpus / G, 1.0),
-            state.num_free / G,
-            min(max(m.F / G, 0.0), 1.0),
-            m.utilization,
-            min(max(m.comm_overhead, 0.0), 1.0),
-            self._failed_frac,
-            self._abnormal_frac,
-            min(step / max(max_steps, 1), 1.0),
+        return np.array(
+            (
+                min(len(pending) / self.queue_size, 1.0),
+                min(max(len(pending) - self.actions.in_view, 0) / self.queue_size, 1.0),
+                min(self.actions.pending_gpus / G, 1.0),
+                state.num_free / G,
+                min(max(m.F / G, 0.0), 1.0),
+                m.utilization,
+                min(max(m.comm_overhead, 0.0), 1.0),
+                self._failed_frac,
+                self._abnormal_frac,
+                min(step / max(max_steps, 1), 1.0),
+            ),
+            dtype=np.float32,
         )
 
     def build(
@@ -704,21 +867,25 @@ class ObservationBuilder:
         """
         view = self.actions.view
         self._gpu_features(state)
+        cand = None
         if self.with_candidates:
-            self._candidate_features(state, view)
+            cand = self._candidate_features(state, view)
         else:
             self._best_eta.fill(0.0)
         self._queue_features(view)
-        self._summary_features(state, pending, step, max_steps)
+        summary = self._summary_features(state, pending, step, max_steps)
         out = self._out
         obs = {"gpus": out(self._gpu)}
         if self.with_candidates:
-            obs["candidates"] = out(self._cand)
+            if cand is None:
+                obs["candidates"] = out(self._cand)  # zeros
+            else:
+                obs["candidates"] = cand.reshape(self._cand.shape if self.table_layout else -1)
         obs["queue"] = out(self._queue)
-        obs["summary"] = self._summary.copy()
+        obs["summary"] = summary
         if self.privileged and self.with_candidates:
             obs["gain"] = self._gain.copy()
         return obs
 
     def _out(self, buf: NDArray[np.float32]) -> NDArray[np.float32]:
-        return buf.copy() if self.table_layout else buf.ravel().copy()
+        return buf.copy() if self.table_layout else buf.flatten()
