@@ -134,6 +134,13 @@ class CandidateSet:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def row(self, c: int) -> NDArray[np.int32]:
+        """``int32[k]`` sorted GPU indices of candidate ``c`` (without building :attr:`gpus`)."""
+        a = self._arrays[0]
+        if a is not None:
+            return a[c]
+        return np.array(self.keys[c], dtype=np.int32)
+
     def row_keys(self) -> tuple[tuple[int, ...], ...]:
         """Each candidate's GPU indices as a tuple."""
         return self.keys

@@ -188,11 +188,16 @@ def test_candidate_set_is_a_frozen_value_with_lazy_arrays() -> None:
 
     st = next(_states("leafspine-64", "severe", 9, 1))
     cs = cand.candidate_placements(st, 4)
+    # A single row, before and after the arrays are built, is the matching row of gpus.
+    rows_before = [cs.row(c) for c in range(len(cs))]
     eager = cand.CandidateSet(cs.gpus.copy(), cs.num_servers, cs.subtree, cs.quality)
     assert len(eager) == len(cs) and eager.row_keys() == cs.row_keys()
     assert cs.gpus.dtype == np.int32 and cs.gpus.shape == (len(cs), 4)
     assert cs.num_servers.dtype == np.int32 and cs.subtree.dtype == np.int32
     assert cs.quality.dtype == np.float64
+    for c, r in enumerate(rows_before):
+        assert r.dtype == np.int32 and np.array_equal(r, cs.gpus[c])
+        assert np.array_equal(cs.row(c), cs.gpus[c])
     for other in (pickle.loads(pickle.dumps(cs)), copy.copy(cs), copy.deepcopy(cs)):
         assert other.row_keys() == cs.row_keys()
         for f in ("gpus", "num_servers", "subtree", "quality"):

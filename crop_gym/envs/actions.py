@@ -393,7 +393,7 @@ class CandidateActions:
         """GPU indices of candidate ``c`` of view slot ``q``."""
         cs = self.sets[q]
         assert cs is not None
-        return cs.gpus[c]
+        return cs.row(c)
 
     def index_of(
         self, job_id: str, gpus: NDArray[np.integer[Any]], job: Job | None = None

@@ -217,7 +217,7 @@ class ObservationBuilder:
         # give a finite positive iteration time for any job (communication time 1, slowdown 1).
         pad_h = (0.0, 1.0, 1.0, 1.0) if self._ring else (0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)
         self._num[2:, 0] = pad_h
-        self._rows: dict[bytes, int] = {}
+        self._rows: dict[tuple[int, ...], int] = {}
         # Per multi-server row: its spanned inter-server links, b_intra, and the link loads (as
         # ClusterState.link_load bytes) its load-dependent columns were last set for.
         self._multi: dict[int, tuple[list[int], float, bytes]] = {}
@@ -385,7 +385,9 @@ class ObservationBuilder:
             self._tstar[key] = v
         return v
 
-    def _new_row(self, key: list[int], new: tuple[list[float], list[float], list[float]]) -> int:
+    def _new_row(
+        self, key: Sequence[int], new: tuple[list[float], list[float], list[float]]
+    ) -> int:
         """Compute the job-independent values of one candidate (its sorted GPUs ``key``).
 
         Returns its row index and appends to the lists ``new`` its feature columns, its ``_num``
@@ -528,7 +530,7 @@ class ObservationBuilder:
         return i
 
     def _span(
-        self, key: list[int]
+        self, key: Sequence[int]
     ) -> tuple[float, float, float, float, float, float, list[int], tuple[tuple[int, int], ...]]:
         """Topology facts of a multi-server candidate: servers ``s``, most GPUs on one server
         ``g``, a_inter, the (clipped) servers, spread and switches columns, the spanned
@@ -643,15 +645,14 @@ class ObservationBuilder:
         # which the empty slots (slot_group -1) pick.
         gids: list[int] = []
         for cs in acts.groups:
-            # A candidate's key: its sorted GPUs as int32 bytes (cheaper to make than a tuple).
-            P = cs.gpus if cs.gpus.dtype == np.int32 else cs.gpus.astype(np.int32)
-            raw, w = P.tobytes(), 4 * P.shape[1]
-            keys = [raw[j : j + w] for j in range(0, len(raw), w)]
+            # A candidate's key: its sorted GPUs as a tuple (the generator makes them anyway;
+            # its numpy arrays are built only when read).
+            keys = cs.row_keys()
             ids: list[int | None] = list(map(cache.get, keys))
             if None in ids:
                 for j, key in enumerate(keys):
                     if ids[j] is None:
-                        ids[j] = cache[key] = self._new_row(P[j].tolist(), new)
+                        ids[j] = cache[key] = self._new_row(key, new)
             gids += ids  # type: ignore[arg-type]  # (no None left)
             gids += [0] * (C - len(ids))
         gids += [0] * C
