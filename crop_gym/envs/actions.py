@@ -287,6 +287,18 @@ class CandidateActions:
         slot_group: list[int] = []
         pos: list[int] = []
         slot_classes: list[int] = []
+
+        def group(k: int) -> int:
+            """The index of size ``k`` in ``sizes`` (added at first use), -1 if it does not fit."""
+            gi = group_of_size.get(k)
+            if gi is None:
+                gi = -1
+                if has_candidates(k):
+                    gi = len(sizes)
+                    sizes.append(k)
+                group_of_size[k] = gi
+            return gi
+
         if self.group_identical:
             # A class gets a slot at its first job if the view has room and its size fits; the
             # slot stands for every pending job of the class.
@@ -295,14 +307,7 @@ class CandidateActions:
             for cls in dict.fromkeys(classes):
                 if len(slot_group) == Q:
                     break
-                k = cls_k[cls]
-                gi = group_of_size.get(k)
-                if gi is None:
-                    gi = -1
-                    if has_candidates(k):
-                        gi = len(sizes)
-                        sizes.append(k)
-                    group_of_size[k] = gi
+                gi = group(cls_k[cls])
                 if gi < 0:
                     continue
                 copies.append(counts[cls])
@@ -314,13 +319,7 @@ class CandidateActions:
         for i, (k, cls) in enumerate(zip(ks, classes, strict=True)):
             if n == Q:
                 break
-            gi = group_of_size.get(k)
-            if gi is None:
-                gi = -1
-                if has_candidates(k):
-                    gi = len(sizes)
-                    sizes.append(k)
-                group_of_size[k] = gi
+            gi = group(k)
             if gi < 0:
                 continue
             copies.append(1)
