@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import weakref
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import FrozenInstanceError
 from itertools import accumulate, chain, compress
 from operator import attrgetter, itemgetter
@@ -580,6 +581,30 @@ _nf_of = attrgetter("nf")
 _qmin_of = attrgetter("qmin")
 _key_of = attrgetter("key")
 _gpus_of = itemgetter(5)
+_badness_of = itemgetter(6)
+
+
+def _gpu_rank(
+    hd: _HealthData, free: NDArray[np.bool_], srv_free: NDArray[np.int64]
+) -> NDArray[np.int64]:
+    """Rank of every free GPU by (badness rounded, -free GPUs of its server, index); busy GPUs
+    rank after all free ones."""
+    td = hd.td
+    g_all = np.flatnonzero(free)
+    srv_of = td.topo.gpu_server[g_all]
+    g_all = g_all[np.lexsort((g_all, -srv_free[srv_of], hd.q_round[g_all]))]
+    rank = np.full(td.G, len(g_all), dtype=np.int64)
+    rank[g_all] = np.arange(len(g_all))
+    return rank
+
+
+def _best_by_rank(
+    rank: NDArray[np.int64], q: NDArray[np.float64], glo: int, ghi: int, k: int
+) -> tuple[list[int], float]:
+    """The ``k`` best-ranked GPUs of ``[glo, ghi)`` (unsorted) and their badness sum."""
+    r = rank[glo:ghi]
+    g = glo + (np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r)))
+    return g.tolist(), float(q[g].sum())
 
 
 class _Small:
@@ -662,16 +687,10 @@ class _Small:
         hd.last = (fx, srv, sws)
 
     def gpu_rank(self) -> NDArray[np.int64]:
-        """Rank of every free GPU by (badness rounded, -free GPUs of its server, index); busy last."""
+        """See :func:`_gpu_rank` (computed once per version)."""
         if self._rank is None:
-            td = self.td
             srv_free = np.array([e.nf for e in self.srv], dtype=np.int64)
-            g_all = np.flatnonzero(self.free)
-            srv_of = td.topo.gpu_server[g_all]
-            g_all = g_all[np.lexsort((g_all, -srv_free[srv_of], self.hd.q_round[g_all]))]
-            rank = np.full(td.G, len(g_all), dtype=np.int64)
-            rank[g_all] = np.arange(len(g_all))
-            self._rank = rank
+            self._rank = _gpu_rank(self.hd, self.free, srv_free)
         return self._rank
 
     def compute(self, k: int, cap: int) -> CandidateSet:
@@ -695,9 +714,6 @@ class _Small:
                     rows = self._extras(d, k, singles)
                 if rows:
                     extras += rows
-        if not extras:
-            top = singles[:cap]
-            return CandidateSet._from_rows(k, top) if top else _empty(k)
         return _assemble(k, cap, singles, extras)
 
     def _extras(self, d: _Switch, k: int, singles: list[_Row]) -> tuple[_Row, ...]:
@@ -738,31 +754,22 @@ class _Small:
         if not uniform:
             m = d.qmin
             bound = k * m + 1e-9
-            # The best badness of a single-server row inside; stop at one that proves the skip
-            # below (usually the best-ranked one).
-            best = np.inf
+            # The badness of the single-server rows inside (none if no server inside holds k).
+            bads: Iterable[float] = ()
             if d.every:
-                for row in singles:
-                    b = row[6]
-                    if b <= bound:
-                        break
-                    if b < best:
-                        best = b
-                else:
-                    b = best
+                bads = map(_badness_of, singles)
             elif k <= d.mx:
-                for e in d.srv:
-                    if e.nf >= k:
-                        b = (e.singles.get(k) or e.single(k))[6]
-                        if b <= bound:
-                            break
-                        if b < best:
-                            best = b
-                else:
-                    b = best
-            else:
-                b = best  # no server inside holds k
-            if b > bound:
+                bads = ((e.singles.get(k) or e.single(k))[6] for e in d.srv if e.nf >= k)
+            # Their best, unless one proves the skip below (usually the best-ranked one).
+            best = np.inf
+            proven = False
+            for b in bads:
+                if b <= bound:
+                    proven = True
+                    break
+                if b < best:
+                    best = b
+            if not proven:
                 inside = min(best, cq)
                 # Skip if a compact candidate inside is made of its healthiest GPUs.
                 if inside > bound:
@@ -777,12 +784,7 @@ class _Small:
                     else:
                         keep = False
                         _, _, _, glo, ghi = d.spec
-                        r = self.gpu_rank()[glo:ghi]
-                        g = glo + (
-                            np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r))
-                        )
-                        q = float(hd.q[g].sum())
-                        gl = g.tolist()
+                        gl, q = _best_by_rank(self.gpu_rank(), hd.q, glo, ghi, k)
                     if not q >= inside - 1e-9:  # else a compact candidate is as healthy
                         gl.sort()
                         n_srv = len(set(map(self.td.gpu_server.__getitem__, gl)))
@@ -990,16 +992,9 @@ class _Shared:
         return out
 
     def gpu_rank(self) -> NDArray[np.int64]:
-        """Rank of every free GPU by (badness rounded, -free GPUs of its server, index); busy last."""
+        """See :func:`_gpu_rank` (computed once per version)."""
         if self._rank is None:
-            td = self.td
-            q = self.hd.q
-            g_all = np.flatnonzero(self.free)
-            srv_of = td.topo.gpu_server[g_all]
-            g_all = g_all[np.lexsort((g_all, -self.srv_free[srv_of], np.round(q[g_all], 9)))]
-            rank = np.full(td.G, len(g_all), dtype=np.int64)
-            rank[g_all] = np.arange(len(g_all))
-            self._rank = rank
+            self._rank = _gpu_rank(self.hd, self.free, self.srv_free)
         return self._rank
 
     # ----------------------------------------------------------- candidates
@@ -1115,10 +1110,7 @@ class _Shared:
                 gl: list[int] = t1[:k]
                 q = np_sum([sw_qmin[i]] * k)
             else:
-                r = self.gpu_rank()[glo:ghi]
-                g = glo + (np.argpartition(r, k - 1)[:k] if k < len(r) else np.arange(len(r)))
-                q = float(self.hd.q[g].sum())
-                gl = g.tolist()
+                gl, q = _best_by_rank(self.gpu_rank(), self.hd.q, glo, ghi, k)
             if q >= inside - 1e-9:
                 continue  # a compact candidate is as healthy
             gl.sort()

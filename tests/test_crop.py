@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from baselines.compare import DEFAULT_POLICIES
 from baselines.crop import CropPolicy, crop_greedy
 from baselines.exact import branch_and_bound
 from baselines.instances import small_instance
@@ -182,16 +183,7 @@ def test_nonrobust_never_uses_failed_gpus() -> None:
 @pytest.mark.parametrize("scenario", ["default", "default-severe", "testbed-8"])
 def test_crop_beats_every_baseline_on_abnormal_scenarios(scenario: str) -> None:
     sampler = ScenarioSampler(scenario)
-    names = [
-        "crop",
-        "crop-nonrobust",
-        "random",
-        "first-fit",
-        "best-fit",
-        "spread",
-        "hived",
-        "comm-greedy",
-    ]
+    names = list(DEFAULT_POLICIES)
     F = {n: [] for n in names}
     for seed in range(6):
         inst = sampler.sample(np.random.default_rng(seed))

@@ -103,7 +103,6 @@ class CandidateActions:
         self._jobs: dict[int, Job] = {}
         self._cls_of: dict[int, int] = {}
         self._cls_k: dict[int, int] = {}
-        self._col = np.arange(self.max_candidates)
         self.pending_gpus = 0
         self._class_ids: dict[tuple[str, int, float, float], int] = {}
         self._built: tuple[Any, int] = (None, -1)

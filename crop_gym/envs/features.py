@@ -254,9 +254,6 @@ class ObservationBuilder:
         self._slot_tab = np.zeros((0, len(GPU_FEATURES)), dtype=np.float32)
         self._usable_ref: NDArray[np.bool_] | None = None
         self._unusable: NDArray[np.int32] | None = None
-        # Per job class: its queue-table columns (present, size, gradient size, compute time,
-        # weight).
-        self._queue_heads: dict[int, tuple[float, ...]] = {}
         self.set_health(Health.healthy(topology))
         self.table_layout = bool(table_layout)
 
@@ -802,8 +799,8 @@ class ObservationBuilder:
             return
         acts = self.actions
         C = acts.max_candidates
-        heads = self._queue_heads
-        # Per slot: its job class's columns, its candidates (those of its group) / C, best η
+        columns = self._class_columns
+        # Per slot: present, its job class's columns, its candidates (those of its group) / C, best η
         # (clipped), copies / 16 (written from one flat list: one conversion); then zero rows.
         lens = [len(cs) / C for cs in acts.groups]
         flat: list[float] = []
@@ -813,13 +810,11 @@ class ObservationBuilder:
                 acts.view_classes,
                 acts.slot_groups,
                 self._best_eta.tolist(),
-                acts.copies.tolist(),
+                acts.view_copies,
             )
         ):
-            head = heads.get(c)
-            if head is None:
-                head = heads[c] = (1.0, *self._class_columns(c, view[q]))
-            flat += head
+            flat.append(1.0)
+            flat += columns(c, view[q])
             flat += (lens[g], 0.0 if b < 0.0 else 1.0 if b > 1.0 else b, min(cp / 16.0, 1.0))
         qb = self._queue.reshape(-1)
         qb[: len(flat)] = flat
