@@ -14,9 +14,10 @@ privileged ``gain`` key, which is in ``[-1, 1]``. docs/ENVS.md explains each col
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -29,7 +30,7 @@ from crop_gym.devices import Health
 from crop_gym.envs.actions import CandidateActions
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState, ideal_time
-from crop_gym.perf import PerfConfig, iteration_time
+from crop_gym.perf import PerfConfig
 from crop_gym.topology import Topology
 
 __all__ = [
@@ -102,6 +103,17 @@ SUMMARY_FEATURES: tuple[str, ...] = (
 )
 
 _GRAD_LOG_LO, _GRAD_LOG_SPAN = 6.0, 4.0
+# float32 bytes of 2 and 7 values (numpy's native float32; the same float64 -> float32 cast).
+_PACK1 = struct.Struct("=f").pack
+_PACK2 = struct.Struct("=2f").pack
+_PACK6 = struct.Struct("=6f").pack
+_PACK_ROW = struct.Struct(f"={len(JOB_FEATURES)}f").pack
+# What _new_row computes for new candidate rows: columns (float32 bytes), time-model terms and
+# log-survivals.
+_NewRows = tuple[list[tuple[bytes, bytes, bytes]], list[tuple[float, ...]], list[float]]
+# Candidate rows kept per health before they are all forgotten (multi-server candidates get a new
+# row at every change of the link loads).
+_MAX_ROWS = 1 << 16
 _COMPUTE_SCALE = 0.25
 
 
@@ -178,12 +190,13 @@ class ObservationBuilder:
         self._queue = np.zeros((Q, len(JOB_FEATURES)), dtype=np.float32)
         self._summary = np.zeros(len(SUMMARY_FEATURES), dtype=np.float32)  # (shape only)
         self._gain = np.zeros(M, dtype=np.float32)
-        self._best_eta = np.zeros(Q, dtype=np.float64)
         self._tstar: dict[tuple[str, int, float], float] = {}
         self._facts: dict[int, tuple[Job, tuple[float, float, float, float, float]]] = {}
         # Per job class (CandidateActions.view_classes): its queue-table columns (size, gradient
         # size, compute time, weight).
         self._cls_cols: dict[int, tuple[float, float, float, float]] = {}
+        # Queue-table rows (float32 bytes, best η 0) by job class, candidates and copies.
+        self._queue_rows: dict[tuple[int, int, int], bytes] = {}
         self.last_metrics: Any = None
         # Static topology arrays used on the hot path.
         self._server_uplink = topology.server_node[
@@ -203,50 +216,40 @@ class ObservationBuilder:
         self._t_srv_hi: list[int] = topology.server_gpu_hi.tolist()
         self._t_lat: list[float] = topology.link_lat.tolist()
         self._lat_common = _common(topology.link_lat[topology.gpu_node].tolist())
-        # Per candidate (GPU set) seen under the current health, a row of ``_feat``: its
-        # job-independent feature columns (CANDIDATE_FEATURES, as float32, ready to be gathered
-        # into the table), and a column of ``_num`` (column-major, so that each quantity of the
-        # gathered table is contiguous): valid, survival and the terms of the time model (see
-        # _new_row). Multi-server candidates also keep what their load-dependent values need
-        # (see _multi). Candidate 0 is the padding that empty table rows gather.
+        # Per candidate (GPU set) seen under the current health (and, for multi-server ones, the
+        # current link loads), a row (see _store_rows): its feature columns as float32 bytes and
+        # its time-model terms; per job class, the finished table row of each (row, class) pair
+        # (see _pair_rows). A row's values never change: when the link loads change, the
+        # multi-server candidates get new rows (see _drop_multi), so no cached pair goes stale.
         self._ring = perf.allreduce == "ring"
         self._h0 = len(CANDIDATE_FEATURES)
-        self._feat = np.zeros((256, self._h0), dtype=np.float32)
-        self._num = np.zeros((2 + (4 if self._ring else 7), 256))
-        # Padding: valid = 0 and survival = 0 (so η and η·s are 0), and time-model terms that
-        # give a finite positive iteration time for any job (communication time 1, slowdown 1).
-        pad_h = (0.0, 1.0, 1.0, 1.0) if self._ring else (0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0)
-        self._num[2:, 0] = pad_h
-        self._rows: dict[tuple[int, ...], int] = {}
-        # Per multi-server row: its spanned inter-server links, b_intra, and the link loads (as
-        # ClusterState.link_load bytes) its load-dependent columns were last set for.
-        self._multi: dict[int, tuple[list[int], float, bytes]] = {}
+        # The load-dependent time-model term (b_intra/b_inter bottleneck with ring all-reduce,
+        # b_inter with hierarchical): its index in a row's terms.
+        self._h_load = 1 if self._ring else 3
         # Topology facts of multi-server candidates (see _span), kept across health changes.
         self._spans: dict[tuple[int, ...], Any] = {}
         self._depth = topology.gpu_links.shape[1] - 1
-        # The constant columns of single-GPU candidates (size, servers, spread, switches,
-        # bandwidth) and their time-model terms but the slowdown (see _new_row).
+        # The constant columns of single-GPU candidates (valid and size as float32 bytes;
+        # servers, spread, switches; contention and bandwidth as float32 bytes) and their
+        # time-model terms but the slowdown (see _new_row).
         self._single_cols = (
-            _clip01(1 / self.max_job_gpus),
+            _PACK2(1.0, _clip01(1 / self.max_job_gpus)),
             _clip01(1.0 / 32.0),
             _clip01(0.0 / 1.0),
             _clip01(1.0 / 8.0),
-            _clip01(min(np.inf, self._bw_ref) / self._bw_ref),
+            _PACK2(0.0, _clip01(min(np.inf, self._bw_ref) / self._bw_ref)),
         )
         self._single_h = (
             (0.0 / 1, np.inf, 0.0 * 0.0)
             if self._ring
             else (0.0 / 1.0, 0.0 / 1.0, np.inf, np.inf, 0.0 * 0.0, 0.0 * 0.0)
         )
-        # Per job class, the first of its Q job rows (one per view slot): a row of ``_jfeat``
-        # (the job's columns of the candidate table: grad_size, compute_time, queue_pos,
-        # weight; the others zero) and a column of ``_jval`` (its M, t_c, T*). Row 0 (zeros)
-        # stands for no job.
-        self._jbase: dict[int, int] = {}
-        self._jfeat = np.zeros((1 + 4 * Q, self._h0), dtype=np.float32)
-        self._jval = np.zeros((3, 1 + 4 * Q))
-        # The first candidate-table row of each view slot.
-        self._slot_starts = np.arange(0, M, C)
+        # Per job class: its grad_size and compute_time columns (float32 bytes), its queue_pos and
+        # weight columns per view slot (the last two columns of a table row; float32 bytes), and
+        # its M, t_c and T* (see _job_of).
+        self._jobs: dict[int, tuple[bytes, list[bytes], float, float, float]] = {}
+        # The zero bytes of 0..C padding rows.
+        self._pads = [bytes(4 * self._h0 * m) for m in range(C + 1)]
         # Per-GPU table parts (see _gpu_features): the health/load columns, the per-slot rows, and
         # what they were last computed from.
         self._gpu_base = np.zeros((G, len(GPU_FEATURES)), dtype=np.float32)
@@ -327,9 +330,7 @@ class ObservationBuilder:
         # candidate without such a GPU reduces to the common value.
         self._h_common = [_common(c) for c in (self._h_slowdown, self._h_bw_gpu_link)]
         self._h_common.append(self._lat_common)
-        self._rows = {}
-        self._multi = {}
-        self._n_rows = 1  # row 0 is the padding row
+        self._reset_rows()
         self._failed = health.gpu_failed.astype(np.float32)
         self._failed_frac = float(self._failed.mean())
         self._abnormal_frac = float(health.is_abnormal_gpu.mean())
@@ -341,6 +342,24 @@ class ObservationBuilder:
         g[:, 4] = np.clip(health.gpu_fail_prob, 0.0, 1.0)
         g[:, 5] = self._speed_norm
         g[:, 7] = 1.0 - health.link_degradation[self._server_uplink]
+
+    def _reset_rows(self) -> None:
+        """Forget every candidate row (see :meth:`_candidate_features`)."""
+        # Candidate key -> its row, under the current health and, for multi-server candidates,
+        # the link loads _rows_load.
+        self._rows: dict[tuple[int, ...], int] = {}
+        self._rows_load = b""
+        self._n_rows = 0
+        # Per row: its columns 0-1, 4-10 and 13-14 (float32 bytes), its time-model terms (see
+        # _new_row) and its survival.
+        self._rowdata: dict[int, tuple[bytes, bytes, bytes, tuple[float, ...], float]] = {}
+        # Per multi-server row: its spanned inter-server links and b_intra. The multi-server
+        # candidates of _rows (key -> row), and those whose rows are for other link loads.
+        self._multi: dict[int, tuple[list[int], float]] = {}
+        self._multi_keys: dict[tuple[int, ...], int] = {}
+        self._stale: dict[tuple[int, ...], int] = {}
+        # Per job class, per row: the row's columns 0-14 for that job (see _pair_rows).
+        self._pairs: dict[int, dict[int, bytes]] = {}
 
     # --------------------------------------------------------------- features
     def job_facts(self, job: Job) -> tuple[float, float, float, float, float]:
@@ -382,56 +401,49 @@ class ObservationBuilder:
             self._tstar[key] = v
         return v
 
-    def _new_row(
-        self, key: Sequence[int], new: tuple[list[float], list[float], list[float]]
-    ) -> int:
+    def _new_row(self, key: Sequence[int], new: _NewRows) -> int:
         """Compute the job-independent values of one candidate (its sorted GPUs ``key``).
 
-        Returns its row index and appends to the lists ``new`` its feature columns, its ``_num``
-        values (valid, survival, then the time-model terms; both with survival left 0) and its
-        log-survival: the caller stores the new rows, which are consecutive, with their
-        survivals (``exp`` of all new log-survivals in one numpy call). The time-model terms are
+        Returns its row index and appends to the lists ``new`` its feature columns as float32
+        bytes (columns 0-1, 4-9 and 13-14; empty for the load-dependent 13-14 of a multi-server
+        candidate), its time-model terms and its log-survival: the caller stores the new rows
+        with their survivals (``exp`` of all new log-survivals in one numpy call, see
+        :meth:`_store_rows`). The time-model terms are
         ``(A, B, C, slowdown)`` with ring all-reduce (communication time ``A·(M/B) + C``) and
         ``(A_intra, A_inter, B_intra, B_inter, C_intra, C_inter, slowdown)`` with hierarchical
         all-reduce (``(A_intra·(M/B_intra) + C_intra) + (A_inter·(M/B_inter) + C_inter)``), the
         terms of :func:`~crop_gym.perf.comm_time`.
 
         Single-server candidates need only per-GPU values; multi-server ones also walk their
-        inter-server links, and their load-dependent values are set per step (see
-        :meth:`_load_columns`). Every value is computed with the same floating-point operations
+        inter-server links, and their load-dependent values are set by :meth:`_load_terms`. Every value is computed with the same floating-point operations
         as the vectorised formulas (sums in numpy's pairwise order).
         """
         k = len(key)
         i = self._n_rows
         self._n_rows = i + 1
         bw_ref = self._bw_ref
-        new_feat, new_num, new_logs = new
+        new_cols, new_h, new_logs = new
         if k == 1:
             g0 = key[0]
             sd = self._h_slowdown[g0]
             new_logs.append(self._h_log_gpu[g0])
             # s = g = switches = 1, b_intra = inf, a_intra = a_inter = 0: the constant columns
-            # (_single_cols, _single_h) follow from them.
-            c1, c4, c5, c6, c14 = self._single_cols
-            new_num += (1.0, 0.0, *self._single_h, sd)
-            new_feat += (
-                1.0,
-                c1,
-                0.0,
-                0.0,
-                c4,
-                c5,
-                c6,
-                _clip01(self._h_slow[g0] / 1),
-                _clip01(self._h_failprone[g0] / 1),
-                _clip01(1.0 - 1.0 / sd),
-                0.0,  # survival, in [0, 1]: set by the caller
-                0.0,
-                0.0,
-                0.0,  # contention (single server: no inter-server link)
-                c14,
-                0.0,
-                0.0,
+            # (_single_cols, _single_h) follow from them; no contention (no inter-server link).
+            c0_1, c4, c5, c6, c13_14 = self._single_cols
+            new_h.append((*self._single_h, sd))
+            new_cols.append(
+                (
+                    c0_1,
+                    _PACK6(
+                        c4,
+                        c5,
+                        c6,
+                        _clip01(self._h_slow[g0] / 1),
+                        _clip01(self._h_failprone[g0] / 1),
+                        _clip01(1.0 - 1.0 / sd),
+                    ),
+                    c13_14,
+                )
             )
             return i
         (sd0, sd_odd), (bw0, bw_odd), (lat0, lat_odd) = self._h_common
@@ -459,7 +471,8 @@ class ObservationBuilder:
         if srv[key[0]] == srv[key[-1]]:
             # One server: s = switches = 1, g = k, a_inter = 0.
             s_, g_, a_inter = 1.0, float(k), 0.0
-            _, c4, c5, c6, _ = self._single_cols
+            c4, c5, c6 = self._single_cols[1:4]
+            c13_14 = _PACK2(0.0, min(b_intra, bw_ref) / bw_ref)
         else:
             # Multi-server: find where each server's GPUs start; the topology facts follow.
             srv_hi = self._t_srv_hi
@@ -484,7 +497,8 @@ class ObservationBuilder:
             logok = self._h_link_logok
             inter = [(pos, logok[a]) for pos, a in firsts if logok[a]]
             logs += np_sum_sparse(k * self._depth, inter)
-            self._multi[i] = (spanned, b_intra, b"")
+            self._multi[i] = (spanned, b_intra)
+            c13_14 = b""  # (load-dependent: see _load_terms)
         new_logs.append(logs)
         if self._ring:
             steps = 2.0 * (k - 1.0)
@@ -502,27 +516,13 @@ class ObservationBuilder:
         # Feature columns are in [0, 1] (as np.clip would clip the table): fractions of GPUs and
         # the bandwidth ratio min(b, ref) / ref (b > 0) are in range already; the others are
         # clipped here, once.
-        new_num.append(1.0)
-        new_num.append(0.0)
-        new_num += h
-        new_feat += (
-            1.0,
-            _clip01(k / self.max_job_gpus),
-            0.0,
-            0.0,
-            c4,
-            c5,
-            c6,
-            slow_f,
-            fp_f,
-            _clip01(1.0 - 1.0 / sd),
-            0.0,  # survival, in [0, 1]: set by the caller
-            0.0,
-            0.0,
-            0.0,  # contention: set per step (see _load_columns)
-            min(b_intra, bw_ref) / bw_ref,
-            0.0,
-            0.0,
+        new_h.append(h)
+        new_cols.append(
+            (
+                _PACK2(1.0, _clip01(k / self.max_job_gpus)),
+                _PACK6(c4, c5, c6, slow_f, fp_f, _clip01(1.0 - 1.0 / sd)),
+                c13_14,
+            )
         )
         return i
 
@@ -575,72 +575,48 @@ class ObservationBuilder:
             tuple(firsts),
         )
 
-    def _job_rows(self, view: Sequence[Job]) -> NDArray[np.intp]:
-        """Each candidate-table row's job row: its slot's job on the valid rows (the valid
-        actions), 0 elsewhere."""
-        acts = self.actions
-        base = self._jbase
-        classes = acts.view_classes
-        firsts = list(map(base.get, classes))
-        if None in firsts:
-            for q, (c, job) in enumerate(zip(classes, view, strict=True)):
-                if firsts[q] is None:
-                    # (A class may hold several slots when identical jobs are not grouped.)
-                    b = base.get(c)
-                    firsts[q] = b if b is not None else self._new_job(c, job)
-        rows = [b + q for q, b in enumerate(firsts)]  # type: ignore[operator]
-        rows += [0] * (acts.num_jobs - len(rows))
-        valid = acts.mask[:-1].reshape(-1, acts.max_candidates)
-        return np.multiply(valid, np.array(rows, dtype=np.intp).reshape(-1, 1), dtype=np.intp)
-
-    def _new_job(self, cls: int, job: Job) -> int:
-        """Store the job rows of job class ``cls`` (one per view slot); return the first."""
-        Q = self.actions.num_jobs
-        i = 1 + Q * len(self._jbase)
-        if i + Q > len(self._jfeat):
-            n = 2 * len(self._jfeat)
-            feat = np.zeros((n, self._h0), dtype=np.float32)
-            feat[:i] = self._jfeat[:i]
-            val = np.zeros((3, n))
-            val[:, :i] = self._jval[:, :i]
-            self._jfeat, self._jval = feat, val
+    def _job_of(self, cls: int, job: Job) -> tuple[bytes, list[bytes], float, float, float]:
+        """The candidate-table values of job class ``cls`` (see :attr:`_jobs`), cached."""
+        hit = self._jobs.get(cls)
+        if hit is not None:
+            return hit
         _, gf, cf, wf = self._class_columns(cls, job)
         _, grad, tc, _, tstar = self.job_facts(job)
-        # Written as float32, as the float64 table would be cast.
-        rows = self._jfeat[i : i + Q]
-        rows[:, 2], rows[:, 3], rows[:, 16] = _clip01(gf), _clip01(cf), _clip01(wf)
-        rows[:, 15] = self._queue_pos
-        self._jval[:, i : i + Q] = np.array([[grad], [tc], [tstar]])
-        self._jbase[cls] = i
-        return i
+        # (+ 0.0: the table is written as sums with zeros, which turn -0.0 into 0.0.)
+        w = _clip01(wf) + 0.0
+        tails = [_PACK2(qp + 0.0, w) for qp in self._queue_pos.tolist()]
+        hit = (_PACK2(_clip01(gf) + 0.0, _clip01(cf) + 0.0), tails, grad, tc, tstar)
+        self._jobs[cls] = hit
+        return hit
 
     def _candidate_features(
-        self, state: ClusterState, view: Sequence[Job]
+        self, state: ClusterState, view: Sequence[Job], load_key: bytes
     ) -> NDArray[np.float32] | None:
-        """The candidate table ``(Q, C, 17)`` (a fresh array), or ``None`` with an empty view.
+        """The candidate table, flat (a fresh array), or ``None`` with an empty view.
 
-        Also sets :attr:`_best_eta` (and the gains when privileged).
+        Also sets the gains when privileged.
 
-        Every row of the table is computed, empty ones too: each gathers its candidate's values
-        (the padding candidate, row 0, for an empty row) and its job's values (job row 0, zeros,
-        for an empty row), and the per-row values (η, η·survival) are computed on whole
-        ``(Q, C)`` arrays. The padding makes every column 0 on empty rows, so no scatter into a
-        zeroed table is needed; real rows see exactly the operations of the per-row formulas.
+        The table is the concatenation of the float32 bytes of its rows: per view slot, its
+        candidates' rows (each the cached row of its (candidate, job class) pair, see
+        :meth:`_pair_rows`, then the slot's queue_pos and weight columns) and zero padding rows.
+        Only the pairs not seen before (under the current health and link loads) are computed.
         """
         acts = self.actions
         if not acts.view:
-            self._best_eta.fill(0.0)
             if self.privileged:
                 self._gain.fill(0.0)
             return None
+        if load_key != self._rows_load:
+            self._drop_multi(load_key)
+        if self._n_rows > _MAX_ROWS:
+            self._reset_rows()
         C = acts.max_candidates
         cache = self._rows
-        multi = self._multi
-        n0 = self._n_rows
-        new: tuple[list[float], list[float], list[float]] = ([], [], [])
-        # Per candidate set (group), its rows padded with row 0 to C; then an all-padding group,
-        # which the empty slots (slot_group -1) pick.
-        gids: list[int] = []
+        new: _NewRows = ([], [], [])
+        fresh: list[int] = []  # the rows of ``new``
+        # Per candidate set (group), its candidates' rows.
+        load = state.link_load.item
+        group_rows: list[list[int]] = []
         for cs in acts.groups:
             # A candidate's key: its sorted GPUs as a tuple (the generator makes them anyway;
             # its numpy arrays are built only when read).
@@ -649,92 +625,138 @@ class ObservationBuilder:
             if None in ids:
                 for j, key in enumerate(keys):
                     if ids[j] is None:
-                        ids[j] = cache[key] = self._new_row(key, new)
-            gids += ids  # type: ignore[arg-type]  # (no None left)
-            gids += [0] * (C - len(ids))
-        gids += [0] * C
-        if new[2]:
-            self._store_rows(n0, *new)
-        if multi:
-            # (Row 0, padding, is never multi-server.)
-            used_multi = multi.keys() & gids
-            if used_multi:
-                self._load_columns(state, used_multi)
-        idx = np.array(gids, dtype=np.intp).reshape(-1, C)[acts.slot_group]
-        jrows = self._job_rows(view)
-        # Column by column, each (Q, C) and contiguous.
-        N = self._num.take(idx, axis=1)
-        grad, tc, tstar = self._jval.take(jrows, axis=1)
-        # The time model, term by term as comm_time and iteration_time compute it.
-        if self._ring:
-            comm = N[2] * (grad / N[3]) + N[4]
-            sd = N[5]
-        else:
-            # Both levels at once: (2(g-1)/g, 2(s-1)/s)·(M/(b_intra, b_inter))
-            # + (2(g-1)·a_intra, 2(s-1)·a_inter), then their sum.
-            r = grad / N[4:6]
-            r *= N[2:4]
-            r += N[6:8]
-            comm = r[0] + r[1]
-            sd = N[8]
-        T = iteration_time(tc * sd, comm, self.perf.overlap)
-        # η = min(1, T*/T) on real rows (valid = 1) and min(0, T*/T) = 0 on empty ones (T*/T >= 0
-        # there). η and η·survival are in [0, 1] (as is every other column), so no final clip.
-        eta = np.minimum(N[0], np.divide(tstar, T, out=T), out=T)
-        # Empty rows have η = 0 <= every real η.
-        np.maximum.reduceat(eta.reshape(-1), self._slot_starts, out=self._best_eta)
-        # The job columns are zero in the candidate rows and the others zero in the job rows:
-        # the (float32) sum only places them.
-        F = self._feat.take(idx, axis=0)
-        F += self._jfeat.take(jrows, axis=0)
-        F[:, :, 11] = eta
-        np.multiply(eta, N[1], out=F[:, :, 12])
+                        ids[j] = cache[key] = self._add_row(key, new, fresh, load)
+            group_rows.append(ids)  # type: ignore[arg-type]  # (no None left)
+        if fresh:
+            self._store_rows(fresh, *new, load)
+        pairs, jobs, pads = self._pairs, self._jobs, self._pads
+        pieces: list[bytes] = []
+        for q, (g, cls) in enumerate(zip(acts.slot_groups, acts.view_classes)):
+            rows = group_rows[g]
+            job = jobs.get(cls) or self._job_of(cls, view[q])
+            done = pairs.get(cls)
+            if done is None:
+                done = pairs[cls] = {}
+            heads = list(map(done.get, rows))
+            if None in heads:
+                self._pair_rows(rows, job, done, heads)
+            # Each row: its pair's columns 0-14, then the slot's columns 15-16.
+            tail = job[1][q]
+            pieces += (tail.join(heads), tail, pads[C - len(rows)])  # type: ignore[arg-type]
+        pieces.append(bytes(len(pads[1]) * C * (acts.num_jobs - len(acts.slot_groups))))
+        F = np.frombuffer(bytearray().join(pieces), dtype=np.float32)
         if self.privileged:
             self._gains(state, view)
         return F
 
-    def _store_rows(self, n0: int, feat: list[float], num: list[float], logs: list[float]) -> None:
-        """Store the new rows ``n0, n0 + 1, ...`` of ``_feat`` and ``_num`` (flat values), with
-        their survival ``exp(logs)``."""
-        n1 = n0 + len(logs)
-        if n1 > len(self._feat):
-            n = max(n1, 2 * len(self._feat))
-            grow_f = np.zeros((n, self._h0), dtype=np.float32)
-            grow_f[:n0] = self._feat[:n0]
-            grow_n = np.zeros((len(self._num), n))
-            grow_n[:, :n0] = self._num[:, :n0]
-            self._feat, self._num = grow_f, grow_n
-        # The survivals go into the flat values before the (one) conversion of each table.
-        wf, wn = self._h0, len(self._num)
-        for j, v in enumerate(np.exp(logs).tolist()):
-            feat[j * wf + 10] = v
-            num[j * wn + 1] = v
-        self._feat[n0:n1].reshape(-1)[:] = feat
-        self._num[:, n0:n1] = np.array(num).reshape(n1 - n0, wn).T
+    def _add_row(
+        self,
+        key: tuple[int, ...],
+        new: _NewRows,
+        fresh: list[int],
+        load: Any,
+    ) -> int:
+        """The row of a candidate missing from :attr:`_rows`: a copy of its row under other link
+        loads with the load-dependent values updated (see :meth:`_drop_multi`), or a new row
+        (see :meth:`_new_row`; added to ``fresh``, stored by :meth:`_store_rows`)."""
+        old = self._stale.pop(key, None)
+        if old is None:
+            i = self._new_row(key, new)
+            fresh.append(i)
+        else:
+            i = self._n_rows
+            self._n_rows = i + 1
+            self._multi[i] = self._multi[old]
+            c0_1, c4_10, _, h, s = self._rowdata[old]
+            self._rowdata[i] = (c0_1, c4_10, *self._load_terms(i, h, load), s)
+        if i in self._multi:
+            self._multi_keys[key] = i
+        return i
 
-    def _load_columns(self, state: ClusterState, rows: Iterable[int]) -> None:
-        """Set the load-dependent values (contention, bandwidth share, and the bottleneck the time
-        model uses) of the multi-server ``rows`` under the current link loads, where the loads
-        changed since they were last set."""
-        loads = state.link_load
-        key = loads.tobytes()
-        load = loads.item
+    def _store_rows(
+        self,
+        rows: list[int],
+        cols: list[tuple[bytes, bytes, bytes]],
+        hs: list[tuple[float, ...]],
+        logs: list[float],
+        load: Any,
+    ) -> None:
+        """Store the new ``rows`` from their values (see :meth:`_new_row`), with their survival
+        ``exp(logs)`` (numpy's, which Python's may differ from in the last bit) and, for
+        multi-server rows, their load-dependent values."""
+        surv = np.exp(logs).tolist() if any(logs) else [1.0] * len(logs)
+        rowdata, multi = self._rowdata, self._multi
+        for i, (c0_1, c4_9, c13_14), h, s in zip(rows, cols, hs, surv, strict=True):
+            c4_10 = c4_9 + _PACK1(s)
+            if i in multi:
+                rowdata[i] = (c0_1, c4_10, *self._load_terms(i, h, load), s)
+            else:
+                rowdata[i] = (c0_1, c4_10, c13_14, h, s)
+
+    def _load_terms(
+        self, i: int, h: tuple[float, ...], load: Any
+    ) -> tuple[bytes, tuple[float, ...]]:
+        """The load-dependent values of multi-server row ``i`` under the link loads ``load``
+        (``ClusterState.link_load.item``): its contention and bandwidth columns (float32 bytes),
+        and its time-model terms ``h`` with the bottleneck bandwidth set."""
+        spanned, b_intra = self._multi[i]
         eff, bw_ref = self._h_eff_bw, self._bw_ref
-        ring = self._ring
-        num, feat, multi = self._num, self._feat, self._multi
-        ch = 3 if ring else 5
-        for i in rows:
-            spanned, b_intra, last = multi[i]
-            if last == key:
+        lds = list(map(load, spanned))
+        ml = max(lds)
+        b_inter = min([eff[a] / (ld + 1.0) for a, ld in zip(spanned, lds, strict=True)])
+        cols = _PACK2(
+            _clip01(ml / (ml + 1.0)) + 0.0, _clip01(min(min(b_intra, b_inter), bw_ref) / bw_ref)
+        )
+        hl = list(h)
+        hl[self._h_load] = min(b_intra, b_inter) if self._ring else b_inter
+        return cols, tuple(hl)
+
+    def _drop_multi(self, load_key: bytes) -> None:
+        """Make the multi-server rows of :attr:`_rows` stale (the link loads, now ``load_key``,
+        changed): their candidates get new rows when next seen (see :meth:`_add_row`)."""
+        rows = self._rows
+        for key in self._multi_keys:
+            del rows[key]
+        self._stale.update(self._multi_keys)
+        self._multi_keys.clear()
+        self._rows_load = load_key
+
+    def _pair_rows(
+        self,
+        rows: list[int],
+        job: tuple[bytes, list[bytes], float, float, float],
+        done: dict[int, bytes],
+        heads: list[bytes | None],
+    ) -> None:
+        """Fill in ``heads``, the columns 0-14 (float32 bytes) of each of ``rows`` for the job
+        class ``job`` (see :meth:`_job_of`), where ``None``: the pairs missing from ``done`` (where
+        they are stored).
+
+        η is the time model term by term as comm_time and iteration_time compute it (the
+        operations of the vectorised formulas, on Python floats).
+        """
+        jcols, _, grad, tc, tstar = job
+        rowdata, ring, phi = self._rowdata, self._ring, self.perf.overlap
+        for j, r in enumerate(rows):
+            if heads[j] is not None:
                 continue
-            multi[i] = (spanned, b_intra, key)
-            lds = list(map(load, spanned))
-            ml = max(lds)
-            b_inter = min([eff[a] / (ld + 1.0) for a, ld in zip(spanned, lds, strict=True)])
-            f = feat[i]
-            f[13] = _clip01(ml / (ml + 1.0))
-            f[14] = _clip01(min(min(b_intra, b_inter), bw_ref) / bw_ref)
-            num[ch, i] = min(b_intra, b_inter) if ring else b_inter
+            c0_1, c4_10, c13_14, h, s = rowdata[r]
+            if ring:
+                a, b, c, sd = h
+                comm = a * (grad / b) + c
+            else:
+                a0, a1, b0, b1, c0, c1, sd = h
+                comm = ((grad / b0) * a0 + c0) + ((grad / b1) * a1 + c1)
+            ct = tc * sd
+            if phi == 0.0:
+                T = ct + comm
+            else:
+                T = (1.0 - phi) * (ct + comm) + phi * float(np.maximum(ct, comm))
+            # (numpy's division, where Python's would raise.)
+            x = tstar / T if T else float(np.divide(tstar, T))
+            # η = min(1, T*/T) (as np.minimum: NaN propagates); in [0, 1], so no clip.
+            eta = 1.0 if x >= 1.0 else x
+            done[r] = heads[j] = b"".join((c0_1, jcols, c4_10, _PACK2(eta, eta * s), c13_14))
 
     def _gains(self, state: ClusterState, view: Sequence[Job]) -> None:
         """Exact ΔF of every row (privileged feature)."""
@@ -755,7 +777,7 @@ class ObservationBuilder:
                 gain[q * C + c] = state.gain(job, stats=st)
         np.clip(gain / self.max_job_gpus, -1.0, 1.0, out=gain)
 
-    def _gpu_features(self, state: ClusterState) -> None:
+    def _gpu_features(self, state: ClusterState, load_key: bytes) -> None:
         """Fill the per-GPU columns of :attr:`gpu_buffer` (the ``gpu_extra`` columns are kept).
 
         Each GPU's row is its health/load row (``_gpu_base``: slow, fail_prob, ... and the uplink
@@ -763,8 +785,7 @@ class ObservationBuilder:
         feature; or the free or the failed row). The two have disjoint non-zero columns, so the
         float32 sum only places them.
         """
-        # The uplink-load column changes only when the link loads do.
-        load_key = state.link_load.tobytes()
+        # The uplink-load column changes only when the link loads (``load_key``) do.
         if load_key != self._load_key:
             n = state.link_load[self._server_uplink]
             self._gpu_base[:, 6] = n / (n + 1.0)
@@ -791,34 +812,51 @@ class ObservationBuilder:
             owner = owner - self._unusable
         np.add(tab.take(owner, axis=0), self._gpu_base, out=self._gpu[:, :10])
 
-    def _queue_features(self, view: Sequence[Job]) -> None:
-        """Fill :attr:`queue_buffer` (call after :meth:`_candidate_features`: it uses the best
-        η of each slot)."""
-        if not view:
-            self._queue.fill(0.0)
-            return
+    def _queue_features(
+        self, view: Sequence[Job], cand: NDArray[np.float32] | None
+    ) -> NDArray[np.float32]:
+        """The queue table (a fresh array, also :attr:`queue_buffer`), given the candidate
+        table ``cand`` (flat; ``None`` when there is none, then the best η are 0)."""
         acts = self.actions
-        C = acts.max_candidates
-        columns = self._class_columns
-        # Per slot: present, its job class's columns, its candidates (those of its group) / C, best η
-        # (clipped), copies / 16 (written from one flat list: one conversion); then zero rows.
-        lens = [len(cs) / C for cs in acts.groups]
-        flat: list[float] = []
+        Q = acts.num_jobs
+        rows = self._queue_rows
+        # Per slot: its row but the best η (cached by job class, candidates and copies), then
+        # zero rows.
+        lens = [len(cs) for cs in acts.groups]
+        pieces: list[bytes] = []
         # (zip stops at the view's end: the arrays cover every slot.)
-        for q, (c, g, b, cp) in enumerate(
-            zip(
-                acts.view_classes,
-                acts.slot_groups,
-                self._best_eta.tolist(),
-                acts.view_copies,
-            )
-        ):
-            flat.append(1.0)
-            flat += columns(c, view[q])
-            flat += (lens[g], 0.0 if b < 0.0 else 1.0 if b > 1.0 else b, min(cp / 16.0, 1.0))
-        qb = self._queue.reshape(-1)
-        qb[: len(flat)] = flat
-        qb[len(flat) :] = 0.0
+        for q, (c, g, cp) in enumerate(zip(acts.view_classes, acts.slot_groups, acts.view_copies)):
+            key = (c, lens[g], cp)
+            row = rows.get(key)
+            if row is None:
+                row = self._queue_row(key, view[q])
+            pieces.append(row)
+        width = 4 * len(JOB_FEATURES)
+        pieces.append(bytes(width * (Q - len(pieces))))
+        table = np.frombuffer(bytearray().join(pieces), dtype=np.float32).reshape(Q, -1)
+        if cand is not None and view:
+            # The best η of each slot (empty rows have η = 0 <= every real η; no clip: η is in
+            # [0, 1]), from the float32 η column of the candidate table: the float32 cast is
+            # monotonic, so its max is the cast of the float64 max.
+            np.maximum.reduce(cand.reshape(Q, -1)[:, 11 :: self._h0], axis=1, out=table[:, 6])
+        self._queue = table
+        return table
+
+    def _queue_row(self, key: tuple[int, int, int], job: Job) -> bytes:
+        """The queue-table row (float32 bytes, best η 0) of a slot of job ``job``, job class,
+        candidates and copies ``key``."""
+        cls, n, cp = key
+        row = _PACK_ROW(
+            1.0,
+            *self._class_columns(cls, job),
+            n / self.actions.max_candidates,
+            0.0,
+            min(cp / 16.0, 1.0),
+        )
+        if len(self._queue_rows) >= 4096:
+            self._queue_rows.clear()
+        self._queue_rows[key] = row
+        return row
 
     def _summary_features(
         self, state: ClusterState, pending: Sequence[Job], step: int, max_steps: int
@@ -862,13 +900,12 @@ class ObservationBuilder:
             A fresh dict of fresh arrays (safe to keep).
         """
         view = self.actions.view
-        self._gpu_features(state)
+        load_key = state.link_load.tobytes()
+        self._gpu_features(state, load_key)
         cand = None
         if self.with_candidates:
-            cand = self._candidate_features(state, view)
-        else:
-            self._best_eta.fill(0.0)
-        self._queue_features(view)
+            cand = self._candidate_features(state, view, load_key)
+        queue = self._queue_features(view, cand)
         summary = self._summary_features(state, pending, step, max_steps)
         out = self._out
         obs = {"gpus": out(self._gpu)}
@@ -876,8 +913,8 @@ class ObservationBuilder:
             if cand is None:
                 obs["candidates"] = out(self._cand)  # zeros
             else:
-                obs["candidates"] = cand.reshape(self._cand.shape if self.table_layout else -1)
-        obs["queue"] = out(self._queue)
+                obs["candidates"] = cand.reshape(self._cand.shape) if self.table_layout else cand
+        obs["queue"] = queue if self.table_layout else queue.reshape(-1)
         obs["summary"] = summary
         if self.privileged and self.with_candidates:
             obs["gain"] = self._gain.copy()
