@@ -302,6 +302,8 @@ class _HealthData:
 
     __slots__ = (
         "_key2",
+        "_q_l",
+        "_q_rank",
         "_q_round",
         "_servers",
         "base_order",
@@ -324,6 +326,8 @@ class _HealthData:
         else:
             self.base_order = np.lexsort((np.arange(td.G), q, topo.gpu_server))
         self._q_round: NDArray[np.float64] | None = None
+        self._q_l: list[float] | None = None
+        self._q_rank: list[int] | None = None
         self._key2: NDArray[np.int64] | None = None
         self._servers: list[_ServerSpec] | None = None
         # np_sum([x] * k) by (x, k): the badness of k GPUs of equal badness x.
@@ -338,6 +342,22 @@ class _HealthData:
         if self._q_round is None:
             self._q_round = np.round(self.q, 9)
         return self._q_round
+
+    @property
+    def q_l(self) -> list[float]:
+        """:attr:`q` as a list."""
+        if self._q_l is None:
+            self._q_l = self.q.tolist()
+        return self._q_l
+
+    @property
+    def q_rank(self) -> list[int]:
+        """Per GPU, the rank of its rounded badness (:attr:`q_round`) among the distinct ones."""
+        if self._q_rank is None:
+            q_round = self.q_round.tolist()
+            rank = {v: i for i, v in enumerate(sorted(set(q_round)))}
+            self._q_rank = [rank[v] for v in q_round]
+        return self._q_rank
 
     @property
     def key2(self) -> NDArray[np.int64]:
@@ -614,14 +634,13 @@ class _Small:
     :class:`_Shared`, bit for bit (``tests/test_fastpaths.py`` checks it along random
     placements, removals and health changes)."""
 
-    __slots__ = ("_rank", "free", "hd", "max_free", "n_free", "srv", "sws", "td")
+    __slots__ = ("free", "hd", "max_free", "n_free", "srv", "sws", "td")
 
     def __init__(self, state: ClusterState, hd: _HealthData) -> None:
         td = self.td = hd.td
         self.hd = hd
         free = state._free()
         self.free = free
-        self._rank: NDArray[np.int64] | None = None
         uniform = hd.uniform
         # The free flags in health order: each server's slice is its memo key and its GPUs'
         # flags.
@@ -686,12 +705,33 @@ class _Small:
         self.sws = sws
         hd.last = (fx, srv, sws)
 
-    def gpu_rank(self) -> NDArray[np.int64]:
-        """See :func:`_gpu_rank` (computed once per version)."""
-        if self._rank is None:
-            srv_free = np.array([e.nf for e in self.srv], dtype=np.int64)
-            self._rank = _gpu_rank(self.hd, self.free, srv_free)
-        return self._rank
+    def _best_by_rank(self, d: _Switch, k: int) -> tuple[list[int], float]:
+        """:func:`_best_by_rank` of switch subtree ``d`` (``k <= d.nf``), with the ranks of
+        :func:`_gpu_rank` replaced by keys in the same order, computed for its GPUs only.
+
+        ``np.argpartition`` only compares the ranks, so keys that compare alike (busy GPUs all
+        equal and after the free ones) give the same GPUs in the same order, and so the same
+        (order-dependent) badness sum."""
+        hd = self.hd
+        _, _, _, glo, ghi = d.spec
+        q_rank = hd.q_rank
+        # Key of a free GPU g on a server with nf free GPUs: (q_rank[g], -nf, g) as one int.
+        n = ghi - glo
+        step = (n + 1) * n
+        busy = len(q_rank) * step
+        keys = [busy] * n
+        for e in d.srv:
+            off = (n - e.nf) * n - glo
+            for g in e.free:
+                keys[g - glo] = q_rank[g] * step + off + g
+        if k < n:
+            gl = np.argpartition(np.array(keys), k - 1)[:k]
+            gl += glo
+            out = gl.tolist()
+        else:
+            out = list(range(glo, ghi))
+        q_l = hd.q_l
+        return out, np_sum([q_l[g] for g in out])
 
     def compute(self, k: int, cap: int) -> CandidateSet:
         """The candidate set of size ``k``, at most ``cap`` rows (see :meth:`_Shared.compute`)."""
@@ -707,10 +747,26 @@ class _Small:
             if d.nf >= k:
                 rows = d.extras.get(k)
                 if rows is None:
-                    if d.every and k <= d.mx and (uniform or singles[0][6] <= k * d.qmin + 1e-9):
-                        # Shortcut of _extras: a server holds k (no multi-server row) and the
-                        # best single-server row proves the health-first row's skip.
-                        continue
+                    if k <= d.mx:
+                        # Shortcut of _extras: a server inside holds k (no multi-server row),
+                        # and a single-server row inside proves the health-first row's skip.
+                        if uniform:
+                            continue
+                        bound = k * d.qmin + 1e-9
+                        if d.every:
+                            # (the best-ranked row usually has the least badness)
+                            if singles[0][6] <= bound:
+                                continue
+                        else:
+                            for e in d.srv:
+                                # (compute made the single-server rows of every server above)
+                                if e.nf >= k and e.singles[k][6] <= bound:
+                                    break
+                            else:
+                                e = None
+                            if e is not None:
+                                d.extras[k] = ()
+                                continue
                     rows = self._extras(d, k, singles)
                 if rows:
                     extras += rows
@@ -720,8 +776,7 @@ class _Small:
         """Switch subtree ``d``'s multi-server row (if no server inside holds ``k``) and
         health-first row (if healthier than every compact row inside) for ``k <= d.nf``.
 
-        Stored in ``d.extras`` unless the health-first row needed :meth:`gpu_rank` (which
-        depends on the whole version). ``singles``: all single-server rows, in rank order."""
+        Stored in ``d.extras``. ``singles``: all single-server rows, in rank order."""
         hd = self.hd
         uniform = hd.uniform
         node, nf = d.spec[0], d.nf
@@ -750,7 +805,6 @@ class _Small:
             gpus.sort()
             # cq is finite, so np_round9(cq) is round(cq * 1e9) / 1e9.
             rows.append((n_srv, round(cq * 1e9) / 1e9, nf - k, node, 1, tuple(gpus), cq))
-        keep = True
         if not uniform:
             m = d.qmin
             bound = k * m + 1e-9
@@ -782,16 +836,12 @@ class _Small:
                         if q is None:
                             q = sums[(m, k)] = np_sum([m] * k)
                     else:
-                        keep = False
-                        _, _, _, glo, ghi = d.spec
-                        gl, q = _best_by_rank(self.gpu_rank(), hd.q, glo, ghi, k)
+                        gl, q = self._best_by_rank(d, k)
                     if not q >= inside - 1e-9:  # else a compact candidate is as healthy
                         gl.sort()
                         n_srv = len(set(map(self.td.gpu_server.__getitem__, gl)))
                         rows.append((n_srv, round(q * 1e9) / 1e9, nf - k, node, 2, tuple(gl), q))
-        out = tuple(rows)
-        if keep:
-            d.extras[k] = out
+        out = d.extras[k] = tuple(rows)
         return out
 
 
