@@ -30,7 +30,7 @@ server or two); larger ones use vectorised numpy. Both give the same candidates,
 from __future__ import annotations
 
 import weakref
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import FrozenInstanceError
 from itertools import accumulate, chain, compress
@@ -45,7 +45,7 @@ from crop_gym.errors import check_range
 from crop_gym.objective import ClusterState
 from crop_gym.topology import SWITCH, Topology
 
-__all__ = ["CandidateSet", "candidate_placements", "gpu_quality"]
+__all__ = ["CandidateSet", "candidate_placements", "candidate_sets", "gpu_quality"]
 
 
 class CandidateSet:
@@ -207,21 +207,62 @@ def candidate_placements(
     key = (k, robust, max_candidates)
     hit = cache.sets.get(key)
     if hit is None:  # (a cached key was checked when computed)
-        shared = cache.shared.get(robust)
-        if shared is None:
-            health = state.health
-            entry = cache.health.get(robust)
-            if entry is None or entry[0] is not health:
-                hd = _HealthData(state, robust, _topo_data(state.topology))
-                entry = cache.health[robust] = (health, hd)
-            hd = entry[1]
-            shared = cache.shared[robust] = (_Small if hd.td.small else _Shared)(state, hd)
+        shared = cache.shared.get(robust) or _shared(state, robust)
         if not 1 <= k <= shared.td.G:
             check_range("k", k, 1, shared.td.G)
         if max_candidates < 1:
             check_range("max_candidates", max_candidates, 1)
         hit = cache.sets[key] = shared.compute(int(k), int(max_candidates))
     return hit
+
+
+def candidate_sets(
+    state: ClusterState, sizes: Iterable[int], *, robust: bool = True, max_candidates: int = 8
+) -> list[CandidateSet]:
+    """:func:`candidate_placements` of each size in ``sizes``, in one call (which saves the
+    per-call lookups when a caller needs several sizes of one state version).
+
+    Args:
+        state: The cluster state (free GPUs and health).
+        sizes: GPUs of the jobs (each >= 1).
+        robust: Whether device health steers the choice.
+        max_candidates: Cap on the number of candidates returned per size (>= 1).
+
+    Returns:
+        The candidate set of each size, in the order of ``sizes``.
+    """
+    cache = state._candidate_cache
+    if cache.version != state.version:
+        cache.reset(state.version)
+    sets = cache.sets
+    shared: _Small | _Shared | None = None
+    out: list[CandidateSet] = []
+    for k in sizes:
+        key = (k, robust, max_candidates)
+        hit = sets.get(key)
+        if hit is None:  # (a cached key was checked when computed)
+            if shared is None:
+                shared = cache.shared.get(robust) or _shared(state, robust)
+                if max_candidates < 1:
+                    check_range("max_candidates", max_candidates, 1)
+            if not 1 <= k <= shared.td.G:
+                check_range("k", k, 1, shared.td.G)
+            hit = sets[key] = shared.compute(int(k), int(max_candidates))
+        out.append(hit)
+    return out
+
+
+def _shared(state: ClusterState, robust: bool) -> _Small | _Shared:
+    """The per-version data of ``state`` (made and cached; its version's cache is current)."""
+    cache = state._candidate_cache
+    health = state.health
+    entry = cache.health.get(robust)
+    if entry is None or entry[0] is not health:
+        hd = _HealthData(state, robust, _topo_data(state.topology))
+        entry = cache.health[robust] = (health, hd)
+    hd = entry[1]
+    shared = cache.shared[robust] = (_Small if hd.td.small else _Shared)(state, hd)
+    return shared
 
 
 #: Clusters with at most this many servers (and switch subtrees with at most this many) run the
@@ -243,6 +284,7 @@ class _TopoData:
         "srv_lo_arr",
         "srv_node",
         "srv_node_arr",
+        "sw_ranges",
         "switches",
         "topo",
     )
@@ -271,6 +313,8 @@ class _TopoData:
             )
             for n in np.flatnonzero(topo.kind == SWITCH)
         ]
+        # (index, entry, first server, end server) of each switch subtree.
+        self.sw_ranges = [(i, sw, sw[1], sw[2]) for i, sw in enumerate(self.switches)]
 
 
 _TOPO_DATA: weakref.WeakKeyDictionary[Topology, _TopoData] = weakref.WeakKeyDictionary()
@@ -333,8 +377,9 @@ class _HealthData:
         # np_sum([x] * k) by (x, k): the badness of k GPUs of equal badness x.
         self.rep_sums: dict[tuple[float, int], float] = {}
         # The last _Small built on this health (small clusters): its free flags in health order
-        # as an int (byte p for position p), its servers and its switches.
-        self.last: tuple[int, list[_Server], list[_Switch]] | None = None
+        # as an int (byte p for position p), its servers, their free GPUs and least badness
+        # (``_Server.nf``, ``_Server.qmin``) and its switches.
+        self.last: tuple[int, list[_Server], list[int], list[float], list[_Switch]] | None = None
 
     @property
     def q_round(self) -> NDArray[np.float64]:
@@ -538,7 +583,7 @@ class _Switch:
         srv: Its servers.
         every: Whether it holds every server (the root).
         nf, mx, qmin: Its free GPUs, the most free GPUs of a server inside, and the smallest
-            badness of a free GPU inside (inf if none; only set when scores vary).
+            badness of a free GPU inside (inf if none; 1 if scores are uniform).
         extras: Per job size ``k <= nf``: its multi-server and health-first rows.
     """
 
@@ -560,7 +605,7 @@ class _Switch:
         self.mx = mx
         self.qmin = qmin
         self._compact: list[_Server] | None = None
-        self._tier1: list[int] | bool | None = False  # False: not computed yet
+        self._tier1: tuple[list[int], list[int]] | bool | None = False  # False: not computed yet
         self.extras: dict[int, tuple[_Row, ...]] = {}
 
     def compact(self) -> list[_Server]:
@@ -570,19 +615,21 @@ class _Switch:
             out = self._compact = sorted(filter(_nf_of, self.srv), key=_key_of)
         return out
 
-    def tier1(self) -> list[int] | None:
+    def tier1(self) -> tuple[list[int], list[int]] | None:
         """The free GPUs inside of the smallest badness ``qmin``, in health-first rank order
-        (most free GPUs on their server first, then index); ``None`` if some other free GPU's
-        badness rounds like ``qmin`` (then the rank order is left to numpy)."""
+        (most free GPUs on their server first, then index), and where each server's run of them
+        ends in that list; ``None`` if some other free GPU's badness rounds like ``qmin`` (then
+        the rank order is left to :meth:`_Small._best_by_rank`)."""
         out = self._tier1
         if out is False:
             out = self._tier1 = self._tier1_of()
         return out  # type: ignore[return-value]
 
-    def _tier1_of(self) -> list[int] | None:
+    def _tier1_of(self) -> tuple[list[int], list[int]] | None:
         qmin = self.qmin
         r0 = np_round9(qmin)
         out: list[int] = []
+        ends: list[int] = []
         # Most free GPUs first, then by index (sorting is stable, also in reverse).
         for e in sorted(filter(_nf_of, self.srv), key=_nf_of, reverse=True):
             # Free GPUs come least bad first, equally bad ones by index: those of badness
@@ -592,14 +639,15 @@ class _Switch:
                 if tie:
                     return None
                 out += best
+                ends.append(len(out))
             elif r == r0:
                 return None
-        return out
+        return out, ends
 
 
 _nf_of = attrgetter("nf")
-_qmin_of = attrgetter("qmin")
 _key_of = attrgetter("key")
+_n_srv_of = itemgetter(0)
 _gpus_of = itemgetter(5)
 _badness_of = itemgetter(6)
 
@@ -651,18 +699,22 @@ class _Small:
         last = hd.last
         if last is None:
             srv: list[_Server] = [None] * n_srv  # type: ignore[list-item]
+            nfs = [0] * n_srv
+            qmins = [0.0] * n_srv
             first, end = 0, n_srv
         else:
             # Only the servers from the first to the last GPU whose flag changed since the last
             # version can have changed (and the ones after them if their base did).
-            last_fx, last_srv, last_sws = last
+            last_fx, srv, nfs, qmins, last_sws = last
             x = fx ^ last_fx  # byte p of x: whether the flag at position p changed
             if not x:
                 first = end = n_srv
             else:
                 first = td.gpu_server[((x & -x).bit_length() - 1) // 8]
                 end = td.gpu_server[(x.bit_length() - 1) // 8] + 1
-            srv = last_srv.copy()
+                srv = srv.copy()
+                nfs = nfs.copy()
+                qmins = qmins.copy()
         base = srv[first - 1].end if first else 0.0  # the prefix sum at a server's first GPU
         s = first
         while s < n_srv:
@@ -676,6 +728,8 @@ class _Small:
                     e = memo[key] = _Server(s, node, blk, qblk, key, base)
                 elif e.base != base and not uniform:
                     e = memo[key] = e.rebased(base)
+                nfs[s] = e.nf
+                qmins[s] = e.qmin
             else:
                 e = srv[s]
                 if uniform or e.base == base:
@@ -686,24 +740,24 @@ class _Small:
             s += 1
         end = s  # the servers [first, end) may differ from the last version's
         self.srv = srv
-        nfs = list(map(_nf_of, srv))
-        qmins = None if uniform else list(map(_qmin_of, srv))
         n_free = self.n_free = sum(nfs)
         max_free = self.max_free = max(nfs)
-        sws: list[_Switch] = []
-        for i, spec in enumerate(td.switches):
-            _, lo, hi, _, _ = spec
+        if last is None:
+            sws: list[_Switch] = [None] * len(td.switches)  # type: ignore[list-item]
+        elif first < end:
+            sws = last_sws.copy()
+        else:
+            sws = last_sws
+        for i, spec, lo, hi in td.sw_ranges:
             if last is not None and (hi <= first or lo >= end):
-                sws.append(last_sws[i])  # same servers
-            elif hi - lo == n_srv:
-                qmin = np.inf if qmins is None else min(qmins)
-                sws.append(_Switch(spec, srv, True, n_free, max_free, qmin))
+                continue  # same servers
+            if hi - lo == n_srv:
+                sws[i] = _Switch(spec, srv, True, n_free, max_free, min(qmins))
             else:
                 f = nfs[lo:hi]
-                qmin = np.inf if qmins is None else min(qmins[lo:hi])
-                sws.append(_Switch(spec, srv[lo:hi], False, sum(f), max(f), qmin))
+                sws[i] = _Switch(spec, srv[lo:hi], False, sum(f), max(f), min(qmins[lo:hi]))
         self.sws = sws
-        hd.last = (fx, srv, sws)
+        hd.last = (fx, srv, nfs, qmins, sws)
 
     def _best_by_rank(self, d: _Switch, k: int) -> tuple[list[int], float]:
         """:func:`_best_by_rank` of switch subtree ``d`` (``k <= d.nf``), with the ranks of
@@ -748,25 +802,23 @@ class _Small:
                 rows = d.extras.get(k)
                 if rows is None:
                     if k <= d.mx:
-                        # Shortcut of _extras: a server inside holds k (no multi-server row),
-                        # and a single-server row inside proves the health-first row's skip.
-                        if uniform:
-                            continue
-                        bound = k * d.qmin + 1e-9
-                        if d.every:
-                            # (the best-ranked row usually has the least badness)
-                            if singles[0][6] <= bound:
-                                continue
-                        else:
-                            for e in d.srv:
-                                # (compute made the single-server rows of every server above)
-                                if e.nf >= k and e.singles[k][6] <= bound:
-                                    break
+                        # Shortcut of _extras, which gives no rows here: a server inside holds k
+                        # (no multi-server row), and the scores are uniform or a single-server
+                        # row inside proves the health-first row's skip (compute made the rows
+                        # of every server inside above).
+                        proven = uniform
+                        if not proven:
+                            bound = k * d.qmin + 1e-9
+                            if d.every:  # (the best-ranked row usually has the least badness)
+                                proven = singles[0][6] <= bound
                             else:
-                                e = None
-                            if e is not None:
-                                d.extras[k] = ()
-                                continue
+                                for e in d.srv:
+                                    if e.nf >= k and e.singles[k][6] <= bound:
+                                        proven = True
+                                        break
+                        if proven:
+                            d.extras[k] = ()
+                            continue
                     rows = self._extras(d, k, singles)
                 if rows:
                     extras += rows
@@ -828,18 +880,19 @@ class _Small:
                 # Skip if a compact candidate inside is made of its healthiest GPUs.
                 if inside > bound:
                     t1 = d.tier1()
-                    if t1 is not None and len(t1) >= k:
+                    if t1 is not None and len(t1[0]) >= k:
                         # The k best are k GPUs of equal badness m: any k of them sum alike.
-                        gl: list[int] = t1[:k]
+                        gl: list[int] = t1[0][:k]
                         sums = hd.rep_sums
                         q = sums.get((m, k))
                         if q is None:
                             q = sums[(m, k)] = np_sum([m] * k)
+                        n_srv = bisect_left(t1[1], k) + 1  # the servers whose run starts < k
                     else:
                         gl, q = self._best_by_rank(d, k)
+                        n_srv = len(set(map(self.td.gpu_server.__getitem__, gl)))
                     if not q >= inside - 1e-9:  # else a compact candidate is as healthy
                         gl.sort()
-                        n_srv = len(set(map(self.td.gpu_server.__getitem__, gl)))
                         rows.append((n_srv, round(q * 1e9) / 1e9, nf - k, node, 2, tuple(gl), q))
         out = d.extras[k] = tuple(rows)
         return out
@@ -1182,6 +1235,10 @@ def _assemble(k: int, cap: int, singles: list[_Row], extras: list[_Row]) -> Cand
     pool = singles[: cap + len(extras)]
     pool += extras
     pool.sort()  # never compares past the kind
+    if min(map(_n_srv_of, extras)) > 1 and len(set(map(_gpus_of, extras))) == len(extras):
+        # No repeat: the extra rows differ from each other and span more servers than a
+        # single-server row.
+        return CandidateSet._from_rows(k, pool[:cap])
     seen: set[tuple[int, ...]] = set()
     kept: list[_Row] = []
     for p in pool:
