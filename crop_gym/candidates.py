@@ -627,7 +627,7 @@ class _Switch:
 
     def _tier1_of(self) -> tuple[list[int], list[int]] | None:
         qmin = self.qmin
-        r0 = np_round9(qmin)
+        r0: float | None = None  # np_round9(qmin), when needed
         out: list[int] = []
         ends: list[int] = []
         # Most free GPUs first, then by index (sorting is stable, also in reverse).
@@ -640,8 +640,11 @@ class _Switch:
                     return None
                 out += best
                 ends.append(len(out))
-            elif r == r0:
-                return None
+            else:
+                if r0 is None:
+                    r0 = np_round9(qmin)
+                if r == r0:
+                    return None
         return out, ends
 
 
