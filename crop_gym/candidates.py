@@ -363,12 +363,13 @@ class _HealthData:
         topo = state.topology
         q = gpu_quality(state, robust)
         self.q = q
-        self.uniform = not robust or bool(np.all(q == 1.0))
+        self.uniform = not robust or bool((q == 1.0).all())
         if self.uniform:
             # GPUs are numbered server by server, so (server, index) order is the identity.
             self.base_order = np.arange(td.G)
         else:
-            self.base_order = np.lexsort((np.arange(td.G), q, topo.gpu_server))
+            # By server, then badness, then index (lexsort is stable).
+            self.base_order = np.lexsort((q, topo.gpu_server))
         self._q_round: NDArray[np.float64] | None = None
         self._q_l: list[float] | None = None
         self._q_rank: list[int] | None = None
