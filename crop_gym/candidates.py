@@ -30,7 +30,7 @@ server or two); larger ones use vectorised numpy. Both give the same candidates,
 from __future__ import annotations
 
 import weakref
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import FrozenInstanceError
 from itertools import accumulate, chain, compress
@@ -45,7 +45,7 @@ from crop_gym.errors import check_range
 from crop_gym.objective import ClusterState
 from crop_gym.topology import SWITCH, Topology
 
-__all__ = ["CandidateSet", "candidate_placements", "gpu_quality"]
+__all__ = ["CandidateSet", "candidate_placements", "candidate_sets", "gpu_quality"]
 
 
 class CandidateSet:
@@ -207,21 +207,62 @@ def candidate_placements(
     key = (k, robust, max_candidates)
     hit = cache.sets.get(key)
     if hit is None:  # (a cached key was checked when computed)
-        shared = cache.shared.get(robust)
-        if shared is None:
-            health = state.health
-            entry = cache.health.get(robust)
-            if entry is None or entry[0] is not health:
-                hd = _HealthData(state, robust, _topo_data(state.topology))
-                entry = cache.health[robust] = (health, hd)
-            hd = entry[1]
-            shared = cache.shared[robust] = (_Small if hd.td.small else _Shared)(state, hd)
+        shared = cache.shared.get(robust) or _shared(state, robust)
         if not 1 <= k <= shared.td.G:
             check_range("k", k, 1, shared.td.G)
         if max_candidates < 1:
             check_range("max_candidates", max_candidates, 1)
         hit = cache.sets[key] = shared.compute(int(k), int(max_candidates))
     return hit
+
+
+def candidate_sets(
+    state: ClusterState, sizes: Iterable[int], *, robust: bool = True, max_candidates: int = 8
+) -> list[CandidateSet]:
+    """:func:`candidate_placements` of each size in ``sizes``, in one call (which saves the
+    per-call lookups when a caller needs several sizes of one state version).
+
+    Args:
+        state: The cluster state (free GPUs and health).
+        sizes: GPUs of the jobs (each >= 1).
+        robust: Whether device health steers the choice.
+        max_candidates: Cap on the number of candidates returned per size (>= 1).
+
+    Returns:
+        The candidate set of each size, in the order of ``sizes``.
+    """
+    cache = state._candidate_cache
+    if cache.version != state.version:
+        cache.reset(state.version)
+    sets = cache.sets
+    shared: _Small | _Shared | None = None
+    out: list[CandidateSet] = []
+    for k in sizes:
+        key = (k, robust, max_candidates)
+        hit = sets.get(key)
+        if hit is None:  # (a cached key was checked when computed)
+            if shared is None:
+                shared = cache.shared.get(robust) or _shared(state, robust)
+                if max_candidates < 1:
+                    check_range("max_candidates", max_candidates, 1)
+            if not 1 <= k <= shared.td.G:
+                check_range("k", k, 1, shared.td.G)
+            hit = sets[key] = shared.compute(int(k), int(max_candidates))
+        out.append(hit)
+    return out
+
+
+def _shared(state: ClusterState, robust: bool) -> _Small | _Shared:
+    """The per-version data of ``state`` (made and cached; its version's cache is current)."""
+    cache = state._candidate_cache
+    health = state.health
+    entry = cache.health.get(robust)
+    if entry is None or entry[0] is not health:
+        hd = _HealthData(state, robust, _topo_data(state.topology))
+        entry = cache.health[robust] = (health, hd)
+    hd = entry[1]
+    shared = cache.shared[robust] = (_Small if hd.td.small else _Shared)(state, hd)
+    return shared
 
 
 #: Clusters with at most this many servers (and switch subtrees with at most this many) run the
@@ -243,6 +284,7 @@ class _TopoData:
         "srv_lo_arr",
         "srv_node",
         "srv_node_arr",
+        "sw_ranges",
         "switches",
         "topo",
     )
@@ -271,6 +313,8 @@ class _TopoData:
             )
             for n in np.flatnonzero(topo.kind == SWITCH)
         ]
+        # (index, entry, first server, end server) of each switch subtree.
+        self.sw_ranges = [(i, sw, sw[1], sw[2]) for i, sw in enumerate(self.switches)]
 
 
 _TOPO_DATA: weakref.WeakKeyDictionary[Topology, _TopoData] = weakref.WeakKeyDictionary()
@@ -302,6 +346,8 @@ class _HealthData:
 
     __slots__ = (
         "_key2",
+        "_q_l",
+        "_q_rank",
         "_q_round",
         "_servers",
         "base_order",
@@ -317,20 +363,24 @@ class _HealthData:
         topo = state.topology
         q = gpu_quality(state, robust)
         self.q = q
-        self.uniform = not robust or bool(np.all(q == 1.0))
+        self.uniform = not robust or bool((q == 1.0).all())
         if self.uniform:
             # GPUs are numbered server by server, so (server, index) order is the identity.
             self.base_order = np.arange(td.G)
         else:
-            self.base_order = np.lexsort((np.arange(td.G), q, topo.gpu_server))
+            # By server, then badness, then index (lexsort is stable).
+            self.base_order = np.lexsort((q, topo.gpu_server))
         self._q_round: NDArray[np.float64] | None = None
+        self._q_l: list[float] | None = None
+        self._q_rank: list[int] | None = None
         self._key2: NDArray[np.int64] | None = None
         self._servers: list[_ServerSpec] | None = None
         # np_sum([x] * k) by (x, k): the badness of k GPUs of equal badness x.
         self.rep_sums: dict[tuple[float, int], float] = {}
         # The last _Small built on this health (small clusters): its free flags in health order
-        # as an int (byte p for position p), its servers and its switches.
-        self.last: tuple[int, list[_Server], list[_Switch]] | None = None
+        # as an int (byte p for position p), its servers, their free GPUs and least badness
+        # (``_Server.nf``, ``_Server.qmin``) and its switches.
+        self.last: tuple[int, list[_Server], list[int], list[float], list[_Switch]] | None = None
 
     @property
     def q_round(self) -> NDArray[np.float64]:
@@ -338,6 +388,22 @@ class _HealthData:
         if self._q_round is None:
             self._q_round = np.round(self.q, 9)
         return self._q_round
+
+    @property
+    def q_l(self) -> list[float]:
+        """:attr:`q` as a list."""
+        if self._q_l is None:
+            self._q_l = self.q.tolist()
+        return self._q_l
+
+    @property
+    def q_rank(self) -> list[int]:
+        """Per GPU, the rank of its rounded badness (:attr:`q_round`) among the distinct ones."""
+        if self._q_rank is None:
+            q_round = self.q_round.tolist()
+            rank = {v: i for i, v in enumerate(sorted(set(q_round)))}
+            self._q_rank = [rank[v] for v in q_round]
+        return self._q_rank
 
     @property
     def key2(self) -> NDArray[np.int64]:
@@ -518,7 +584,7 @@ class _Switch:
         srv: Its servers.
         every: Whether it holds every server (the root).
         nf, mx, qmin: Its free GPUs, the most free GPUs of a server inside, and the smallest
-            badness of a free GPU inside (inf if none; only set when scores vary).
+            badness of a free GPU inside (inf if none; 1 if scores are uniform).
         extras: Per job size ``k <= nf``: its multi-server and health-first rows.
     """
 
@@ -540,7 +606,7 @@ class _Switch:
         self.mx = mx
         self.qmin = qmin
         self._compact: list[_Server] | None = None
-        self._tier1: list[int] | bool | None = False  # False: not computed yet
+        self._tier1: tuple[list[int], list[int]] | bool | None = False  # False: not computed yet
         self.extras: dict[int, tuple[_Row, ...]] = {}
 
     def compact(self) -> list[_Server]:
@@ -550,19 +616,21 @@ class _Switch:
             out = self._compact = sorted(filter(_nf_of, self.srv), key=_key_of)
         return out
 
-    def tier1(self) -> list[int] | None:
+    def tier1(self) -> tuple[list[int], list[int]] | None:
         """The free GPUs inside of the smallest badness ``qmin``, in health-first rank order
-        (most free GPUs on their server first, then index); ``None`` if some other free GPU's
-        badness rounds like ``qmin`` (then the rank order is left to numpy)."""
+        (most free GPUs on their server first, then index), and where each server's run of them
+        ends in that list; ``None`` if some other free GPU's badness rounds like ``qmin`` (then
+        the rank order is left to :meth:`_Small._best_by_rank`)."""
         out = self._tier1
         if out is False:
             out = self._tier1 = self._tier1_of()
         return out  # type: ignore[return-value]
 
-    def _tier1_of(self) -> list[int] | None:
+    def _tier1_of(self) -> tuple[list[int], list[int]] | None:
         qmin = self.qmin
-        r0 = np_round9(qmin)
+        r0: float | None = None  # np_round9(qmin), when needed
         out: list[int] = []
+        ends: list[int] = []
         # Most free GPUs first, then by index (sorting is stable, also in reverse).
         for e in sorted(filter(_nf_of, self.srv), key=_nf_of, reverse=True):
             # Free GPUs come least bad first, equally bad ones by index: those of badness
@@ -572,14 +640,18 @@ class _Switch:
                 if tie:
                     return None
                 out += best
-            elif r == r0:
-                return None
-        return out
+                ends.append(len(out))
+            else:
+                if r0 is None:
+                    r0 = np_round9(qmin)
+                if r == r0:
+                    return None
+        return out, ends
 
 
 _nf_of = attrgetter("nf")
-_qmin_of = attrgetter("qmin")
 _key_of = attrgetter("key")
+_n_srv_of = itemgetter(0)
 _gpus_of = itemgetter(5)
 _badness_of = itemgetter(6)
 
@@ -614,14 +686,13 @@ class _Small:
     :class:`_Shared`, bit for bit (``tests/test_fastpaths.py`` checks it along random
     placements, removals and health changes)."""
 
-    __slots__ = ("_rank", "free", "hd", "max_free", "n_free", "srv", "sws", "td")
+    __slots__ = ("free", "hd", "max_free", "n_free", "srv", "sws", "td")
 
     def __init__(self, state: ClusterState, hd: _HealthData) -> None:
         td = self.td = hd.td
         self.hd = hd
         free = state._free()
         self.free = free
-        self._rank: NDArray[np.int64] | None = None
         uniform = hd.uniform
         # The free flags in health order: each server's slice is its memo key and its GPUs'
         # flags.
@@ -632,18 +703,22 @@ class _Small:
         last = hd.last
         if last is None:
             srv: list[_Server] = [None] * n_srv  # type: ignore[list-item]
+            nfs = [0] * n_srv
+            qmins = [0.0] * n_srv
             first, end = 0, n_srv
         else:
             # Only the servers from the first to the last GPU whose flag changed since the last
             # version can have changed (and the ones after them if their base did).
-            last_fx, last_srv, last_sws = last
+            last_fx, srv, nfs, qmins, last_sws = last
             x = fx ^ last_fx  # byte p of x: whether the flag at position p changed
             if not x:
                 first = end = n_srv
             else:
                 first = td.gpu_server[((x & -x).bit_length() - 1) // 8]
                 end = td.gpu_server[(x.bit_length() - 1) // 8] + 1
-            srv = last_srv.copy()
+                srv = srv.copy()
+                nfs = nfs.copy()
+                qmins = qmins.copy()
         base = srv[first - 1].end if first else 0.0  # the prefix sum at a server's first GPU
         s = first
         while s < n_srv:
@@ -657,6 +732,8 @@ class _Small:
                     e = memo[key] = _Server(s, node, blk, qblk, key, base)
                 elif e.base != base and not uniform:
                     e = memo[key] = e.rebased(base)
+                nfs[s] = e.nf
+                qmins[s] = e.qmin
             else:
                 e = srv[s]
                 if uniform or e.base == base:
@@ -667,31 +744,52 @@ class _Small:
             s += 1
         end = s  # the servers [first, end) may differ from the last version's
         self.srv = srv
-        nfs = list(map(_nf_of, srv))
-        qmins = None if uniform else list(map(_qmin_of, srv))
         n_free = self.n_free = sum(nfs)
         max_free = self.max_free = max(nfs)
-        sws: list[_Switch] = []
-        for i, spec in enumerate(td.switches):
-            _, lo, hi, _, _ = spec
+        if last is None:
+            sws: list[_Switch] = [None] * len(td.switches)  # type: ignore[list-item]
+        elif first < end:
+            sws = last_sws.copy()
+        else:
+            sws = last_sws
+        for i, spec, lo, hi in td.sw_ranges:
             if last is not None and (hi <= first or lo >= end):
-                sws.append(last_sws[i])  # same servers
-            elif hi - lo == n_srv:
-                qmin = np.inf if qmins is None else min(qmins)
-                sws.append(_Switch(spec, srv, True, n_free, max_free, qmin))
+                continue  # same servers
+            if hi - lo == n_srv:
+                sws[i] = _Switch(spec, srv, True, n_free, max_free, min(qmins))
             else:
                 f = nfs[lo:hi]
-                qmin = np.inf if qmins is None else min(qmins[lo:hi])
-                sws.append(_Switch(spec, srv[lo:hi], False, sum(f), max(f), qmin))
+                sws[i] = _Switch(spec, srv[lo:hi], False, sum(f), max(f), min(qmins[lo:hi]))
         self.sws = sws
-        hd.last = (fx, srv, sws)
+        hd.last = (fx, srv, nfs, qmins, sws)
 
-    def gpu_rank(self) -> NDArray[np.int64]:
-        """See :func:`_gpu_rank` (computed once per version)."""
-        if self._rank is None:
-            srv_free = np.array([e.nf for e in self.srv], dtype=np.int64)
-            self._rank = _gpu_rank(self.hd, self.free, srv_free)
-        return self._rank
+    def _best_by_rank(self, d: _Switch, k: int) -> tuple[list[int], float]:
+        """:func:`_best_by_rank` of switch subtree ``d`` (``k <= d.nf``), with the ranks of
+        :func:`_gpu_rank` replaced by keys in the same order, computed for its GPUs only.
+
+        ``np.argpartition`` only compares the ranks, so keys that compare alike (busy GPUs all
+        equal and after the free ones) give the same GPUs in the same order, and so the same
+        (order-dependent) badness sum."""
+        hd = self.hd
+        _, _, _, glo, ghi = d.spec
+        q_rank = hd.q_rank
+        # Key of a free GPU g on a server with nf free GPUs: (q_rank[g], -nf, g) as one int.
+        n = ghi - glo
+        step = (n + 1) * n
+        busy = len(q_rank) * step
+        keys = [busy] * n
+        for e in d.srv:
+            off = (n - e.nf) * n - glo
+            for g in e.free:
+                keys[g - glo] = q_rank[g] * step + off + g
+        if k < n:
+            gl = np.argpartition(np.array(keys), k - 1)[:k]
+            gl += glo
+            out = gl.tolist()
+        else:
+            out = list(range(glo, ghi))
+        q_l = hd.q_l
+        return out, np_sum([q_l[g] for g in out])
 
     def compute(self, k: int, cap: int) -> CandidateSet:
         """The candidate set of size ``k``, at most ``cap`` rows (see :meth:`_Shared.compute`)."""
@@ -707,10 +805,24 @@ class _Small:
             if d.nf >= k:
                 rows = d.extras.get(k)
                 if rows is None:
-                    if d.every and k <= d.mx and (uniform or singles[0][6] <= k * d.qmin + 1e-9):
-                        # Shortcut of _extras: a server holds k (no multi-server row) and the
-                        # best single-server row proves the health-first row's skip.
-                        continue
+                    if k <= d.mx:
+                        # Shortcut of _extras, which gives no rows here: a server inside holds k
+                        # (no multi-server row), and the scores are uniform or a single-server
+                        # row inside proves the health-first row's skip (compute made the rows
+                        # of every server inside above).
+                        proven = uniform
+                        if not proven:
+                            bound = k * d.qmin + 1e-9
+                            if d.every:  # (the best-ranked row usually has the least badness)
+                                proven = singles[0][6] <= bound
+                            else:
+                                for e in d.srv:
+                                    if e.nf >= k and e.singles[k][6] <= bound:
+                                        proven = True
+                                        break
+                        if proven:
+                            d.extras[k] = ()
+                            continue
                     rows = self._extras(d, k, singles)
                 if rows:
                     extras += rows
@@ -720,8 +832,7 @@ class _Small:
         """Switch subtree ``d``'s multi-server row (if no server inside holds ``k``) and
         health-first row (if healthier than every compact row inside) for ``k <= d.nf``.
 
-        Stored in ``d.extras`` unless the health-first row needed :meth:`gpu_rank` (which
-        depends on the whole version). ``singles``: all single-server rows, in rank order."""
+        Stored in ``d.extras``. ``singles``: all single-server rows, in rank order."""
         hd = self.hd
         uniform = hd.uniform
         node, nf = d.spec[0], d.nf
@@ -750,7 +861,6 @@ class _Small:
             gpus.sort()
             # cq is finite, so np_round9(cq) is round(cq * 1e9) / 1e9.
             rows.append((n_srv, round(cq * 1e9) / 1e9, nf - k, node, 1, tuple(gpus), cq))
-        keep = True
         if not uniform:
             m = d.qmin
             bound = k * m + 1e-9
@@ -774,24 +884,21 @@ class _Small:
                 # Skip if a compact candidate inside is made of its healthiest GPUs.
                 if inside > bound:
                     t1 = d.tier1()
-                    if t1 is not None and len(t1) >= k:
+                    if t1 is not None and len(t1[0]) >= k:
                         # The k best are k GPUs of equal badness m: any k of them sum alike.
-                        gl: list[int] = t1[:k]
+                        gl: list[int] = t1[0][:k]
                         sums = hd.rep_sums
                         q = sums.get((m, k))
                         if q is None:
                             q = sums[(m, k)] = np_sum([m] * k)
+                        n_srv = bisect_left(t1[1], k) + 1  # the servers whose run starts < k
                     else:
-                        keep = False
-                        _, _, _, glo, ghi = d.spec
-                        gl, q = _best_by_rank(self.gpu_rank(), hd.q, glo, ghi, k)
+                        gl, q = self._best_by_rank(d, k)
+                        n_srv = len(set(map(self.td.gpu_server.__getitem__, gl)))
                     if not q >= inside - 1e-9:  # else a compact candidate is as healthy
                         gl.sort()
-                        n_srv = len(set(map(self.td.gpu_server.__getitem__, gl)))
                         rows.append((n_srv, round(q * 1e9) / 1e9, nf - k, node, 2, tuple(gl), q))
-        out = tuple(rows)
-        if keep:
-            d.extras[k] = out
+        out = d.extras[k] = tuple(rows)
         return out
 
 
@@ -1132,6 +1239,10 @@ def _assemble(k: int, cap: int, singles: list[_Row], extras: list[_Row]) -> Cand
     pool = singles[: cap + len(extras)]
     pool += extras
     pool.sort()  # never compares past the kind
+    if min(map(_n_srv_of, extras)) > 1 and len(set(map(_gpus_of, extras))) == len(extras):
+        # No repeat: the extra rows differ from each other and span more servers than a
+        # single-server row.
+        return CandidateSet._from_rows(k, pool[:cap])
     seen: set[tuple[int, ...]] = set()
     kept: list[_Row] = []
     for p in pool:

@@ -1,0 +1,151 @@
+"""The candidate generator's fast paths give exactly what their reference twins give.
+
+See ``tests/test_fastpaths.py`` for the plain-Python and numpy generators compared as a whole; these
+tests pin the pieces: the health-first ranking of a switch subtree in plain Python, the assembly of
+the rows, and the batch entry point :func:`~crop_gym.candidates.candidate_sets`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import crop_gym.candidates as cand
+from crop_gym.devices import PROFILES, Health
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState
+from crop_gym.topology import Topology, make_topology
+
+
+def _health(profile: str, topo: Topology, rng: np.random.Generator) -> Health:
+    if profile != "ties":
+        return PROFILES[profile].sample(topo, rng)
+    # Badness scores that round alike (to 1e-9) without being equal, and exact duplicates.
+    levels = np.array([1.0, 1.0 + 3e-10, 1.0 + 4e-10, 1.25, 1.25 + 1e-10, 1.5])
+    slow = levels[rng.integers(len(levels), size=topo.num_gpus)]
+    slow[rng.random(topo.num_gpus) < 0.6] = 1.0
+    return Health.healthy(topo).replace(gpu_slowdown=slow)
+
+
+def _states(preset: str, profile: str, seed: int, n: int) -> Iterator[ClusterState]:
+    """Random states of one cluster: random placements, some removed again."""
+    topo = make_topology(preset)
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        st = ClusterState(topo, _health(profile, topo, rng))
+        target = rng.uniform(0.0, 0.95) * topo.num_gpus
+        t = 0
+        while topo.num_gpus - st.num_free < target:
+            free = np.flatnonzero(st.free_mask)
+            k = int(min(len(free), rng.choice([1, 2, 3, 4, 8])))
+            st.add(Job(f"j{t}", "resnet50", k, 64 * k), rng.choice(free, size=k, replace=False))
+            t += 1
+            if rng.random() < 0.2:
+                st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
+        yield st
+
+
+@pytest.mark.parametrize(
+    ("preset", "profile"),
+    [("leafspine-64", "severe"), ("leafspine-64", "ties"), ("pollux-16x4", "ties")],
+)
+def test_switch_ranking_in_python_matches_the_global_numpy_rank(preset: str, profile: str) -> None:
+    """``_Small._best_by_rank`` (keys for one subtree) picks the GPUs ``_best_by_rank`` picks
+    with the global ranks of ``_gpu_rank``, in the same order, with the same badness sum."""
+    checked = 0
+    for st in _states(preset, profile, 3, 12):
+        hd = cand._HealthData(st, True, cand._TopoData(st.topology))
+        small = cand._Small(st, hd)
+        free = st.free_mask
+        srv_free = np.array([e.nf for e in small.srv], dtype=np.int64)
+        rank = cand._gpu_rank(hd, free, srv_free)
+        for d in small.sws:
+            _, _, _, glo, ghi = d.spec
+            for k in range(1, d.nf + 1):
+                got = small._best_by_rank(d, k)
+                want = cand._best_by_rank(rank, hd.q, glo, ghi, k)
+                assert got[0] == want[0]
+                assert got[1] == want[1]
+                checked += 1
+    assert checked > 100
+
+
+def _assemble_reference(
+    k: int, cap: int, singles: list[cand._Row], extras: list[cand._Row]
+) -> list[cand._Row]:
+    """All rows in rank order, each GPU set kept once (its best row), capped."""
+    kept: list[cand._Row] = []
+    for row in sorted(singles + extras):
+        if all(row[5] != r[5] for r in kept):
+            kept.append(row)
+    return kept[:cap]
+
+
+def test_assemble_matches_the_plain_rule() -> None:
+    """Rows of random shapes, extra rows that repeat a single-server row or each other or not."""
+    rng = np.random.default_rng(5)
+    for _ in range(400):
+        k = int(rng.integers(1, 5))
+        singles: list[cand._Row] = []
+        for s in rng.permutation(8)[: int(rng.integers(0, 8))].tolist():
+            q = float(rng.choice([1.0, 1.5, 2.0])) * k
+            gpus = tuple(range(8 * s, 8 * s + k))
+            singles.append((1, q, int(rng.integers(0, 8 - k + 1)), 10 + s, 0, gpus, q))
+        singles.sort()
+        extras: list[cand._Row] = []
+        for node in rng.permutation(3)[: int(rng.integers(0, 4))].tolist():
+            for kind in (1, 2):
+                if rng.random() < 0.5:
+                    continue
+                if singles and rng.random() < 0.3:
+                    gpus = singles[int(rng.integers(len(singles)))][5]  # a repeat
+                    n_srv = 1
+                elif extras and rng.random() < 0.3:
+                    gpus, n_srv = extras[-1][5], extras[-1][0]  # a repeat of an extra row
+                else:
+                    gpus = tuple(sorted(rng.choice(64, size=k, replace=False).tolist()))
+                    n_srv = len({g // 8 for g in gpus})
+                q = float(rng.choice([1.0, 1.5, 2.0])) * k
+                extras.append((n_srv, q, int(rng.integers(0, 9)), node, kind, gpus, q))
+        cap = int(rng.choice([1, 3, 8, 40]))
+        want = _assemble_reference(k, cap, singles, extras)
+        got = cand._assemble(k, cap, list(singles), list(extras))
+        assert got.row_keys() == tuple(r[5] for r in want)
+        assert got.quality.tolist() == [r[6] for r in want]
+        assert got.num_servers.tolist() == [r[0] for r in want]
+        assert got.subtree.tolist() == [r[3] for r in want]
+
+
+@pytest.mark.parametrize("preset", ["leafspine-64", "n128g8"])
+def test_candidate_sets_match_candidate_placements(preset: str) -> None:
+    """The batch entry point gives, size by size, the sets of single calls (also across the
+    plain-Python and numpy generators, with sizes repeated and sizes already cached)."""
+    for st in _states(preset, "mild", 7, 4):
+        sizes = [8, 1, 3, 8, 16, 2, 33]
+        for robust in (True, False):
+            for cap in (1, 8):
+                a = st.copy()
+                cand.candidate_placements(a, 3, robust=robust, max_candidates=cap)  # cached
+                got = cand.candidate_sets(a, sizes, robust=robust, max_candidates=cap)
+                b = st.copy()
+                want = [
+                    cand.candidate_placements(b, k, robust=robust, max_candidates=cap)
+                    for k in sizes
+                ]
+                assert len(got) == len(want)
+                for x, y in zip(got, want, strict=True):
+                    assert x.row_keys() == y.row_keys()
+                    for f in ("gpus", "num_servers", "subtree", "quality"):
+                        u, v = getattr(x, f), getattr(y, f)
+                        assert u.dtype == v.dtype and np.array_equal(u, v), f
+
+
+def test_candidate_sets_check_their_arguments() -> None:
+    st = ClusterState(make_topology("leafspine-64"))
+    with pytest.raises(ValueError):
+        cand.candidate_sets(st, [1, 65])
+    with pytest.raises(ValueError):
+        cand.candidate_sets(st, [1], max_candidates=0)
+    assert cand.candidate_sets(st, []) == []
