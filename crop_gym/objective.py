@@ -180,6 +180,7 @@ class ClusterState:
     _C: NDArray[np.float64]  # communication time
     _eta: NDArray[np.float64]  # normalised throughput
     _value: NDArray[np.float64]  # v_j
+    _kct: NDArray[np.float64]  # k * C / T (the job's GPU-weighted communication share)
 
     def __init__(
         self, topology: Topology, health: Health | None = None, perf: PerfConfig | None = None
@@ -224,6 +225,7 @@ class ClusterState:
         "C",
         "eta",
         "value",
+        "kct",
     )
 
     def _alloc(self, slots: int, width: int) -> None:
@@ -331,12 +333,9 @@ class ClusterState:
         busy = self._n_busy
         # Σ k over the placed jobs is the number of busy GPUs (an exact integer sum).
         ksum = float(busy)
-        if ksum > 0:
-            rows = self._active
-            k = self._k[rows]
-            comm = float((k * self._C[rows] / self._T[rows]).sum() / ksum)
-        else:
-            comm = 0.0
+        # Σ k·C/T over the placed jobs in slot order (numpy's sum of k[rows] * C[rows] / T[rows]:
+        # the per-slot ratios are kept up to date with T and C).
+        comm = float(np.add.reduce(self._kct[self._active]) / ksum) if ksum > 0 else 0.0
         return ClusterMetrics(
             F=self._F,
             jobs_placed=len(self.jobs),
@@ -431,6 +430,7 @@ class ClusterState:
         T, C, value = self._rows_values(rows, load)
         self._T[rows] = T
         self._C[rows] = C
+        self._kct[rows] = self._k[rows] * C / T
         self._eta[rows] = np.minimum(1.0, self._tstar[rows] / T)
         self._value[rows] = value
 
@@ -631,6 +631,7 @@ class ClusterState:
             ((T, C, eta, v),) = self._py_values([s], None)
             self._T[s] = T
             self._C[s] = C
+            self._kct[s] = py[1] * C / T
             self._eta[s] = eta
             self._value[s] = v
             delta = (0.0 + v) - 0.0
@@ -704,15 +705,18 @@ class ClusterState:
             ((T, C, eta, v),) = self._py_values(rows, None)
             self._T[r] = T
             self._C[r] = C
+            self._kct[r] = self._slot_py[r][1] * C / T  # type: ignore[index]
             self._eta[r] = eta
             vals[r] = v
             return (0.0 + v) - before
         before = np_sum([float(vals[r]) for r in rows])
         new = self._py_values(rows, None)
-        T_, C_, eta_ = self._T, self._C, self._eta
+        T_, C_, eta_, kct = self._T, self._C, self._eta, self._kct
+        slot_py = self._slot_py
         for r, (T, C, eta, v) in zip(rows, new, strict=True):
             T_[r] = T
             C_[r] = C
+            kct[r] = slot_py[r][1] * C / T  # type: ignore[index]
             eta_[r] = eta
             vals[r] = v
         return np_sum([x[3] for x in new]) - before

@@ -54,7 +54,7 @@ class CandidateActions:
         view: The pending job of each view slot.
         positions: Index in ``pending`` of each view job.
         copies: ``int[Q]`` pending jobs each slot stands for (1 without grouping; 0 if empty;
-            read-only, updated in place by each build).
+            read-only).
         view_copies: The same for the filled slots only, as a tuple.
         in_view: Pending jobs the view stands for (the sum of :attr:`copies`).
         groups: The distinct candidate sets of the view (one per job size).
@@ -89,9 +89,8 @@ class CandidateActions:
         self.view: tuple[Job, ...] = ()
         self.positions: tuple[int, ...] = ()
         self.view_copies: tuple[int, ...] = ()
-        # copies is a read-only view of this buffer, which only _store writes (when it changes).
-        self._copies_buf = np.zeros(self.num_jobs, dtype=np.int64)
-        self._copies_view()
+        # The copies array, made when first read after it changes.
+        self._copies_arr: NDArray[np.int64] | None = None
         self.groups: list[CandidateSet] = []
         self.slot_groups: tuple[int, ...] = ()
         # The slot_group array, made when first read after it changes.
@@ -113,19 +112,26 @@ class CandidateActions:
         # The pending queue of the last build, indexed (see _QueueIndex).
         self._index: _QueueIndex | None = None
 
-    def _copies_view(self) -> None:
-        self.copies = self._copies_buf.view()
-        self.copies.setflags(write=False)
+    @property
+    def copies(self) -> NDArray[np.int64]:
+        """``int[Q]`` pending jobs each slot stands for, 0 if empty (read-only)."""
+        arr = self._copies_arr
+        if arr is None:
+            arr = self._copies_arr = self._padded(self.view_copies, 0)
+        return arr
 
     @property
     def slot_group(self) -> NDArray[np.int64]:
         """``int[Q]`` index into :attr:`groups` of each slot, -1 if empty (read-only)."""
         arr = self._slot_group_arr
         if arr is None:
-            sg = self.slot_groups
-            arr = np.array(sg + (-1,) * (self.num_jobs - len(sg)), dtype=np.int64)
-            arr.setflags(write=False)
-            self._slot_group_arr = arr
+            arr = self._slot_group_arr = self._padded(self.slot_groups, -1)
+        return arr
+
+    def _padded(self, values: tuple[int, ...], pad: int) -> NDArray[np.int64]:
+        """``values`` padded with ``pad`` to one per slot, as a read-only array."""
+        arr = np.array(values + (pad,) * (self.num_jobs - len(values)), dtype=np.int64)
+        arr.setflags(write=False)
         return arr
 
     def __getstate__(self) -> dict[str, Any]:
@@ -133,12 +139,9 @@ class CandidateActions:
         # (or for the copied jobs of a deep copy): drop them; the next build relearns the jobs.
         st = self.__dict__.copy()
         st["_jobs"], st["_cls_of"], st["_index"] = {}, {}, None
-        del st["copies"]  # a view of _copies_buf: made again by __setstate__
+        # The read-only arrays are made again when read (unpickled arrays would be writable).
+        st["_copies_arr"] = st["_slot_group_arr"] = None
         return st
-
-    def __setstate__(self, st: dict[str, Any]) -> None:
-        self.__dict__.update(st)
-        self._copies_view()
 
     @property
     def space(self) -> spaces.Discrete:
@@ -346,7 +349,7 @@ class CandidateActions:
         vc = tuple(copies)
         if vc != self.view_copies:
             self.view_copies = vc
-            self._copies_buf[:] = vc + (0,) * (Q - n)
+            self._copies_arr = None
         self.in_view = sum(copies)
         sg = tuple(slot_group)
         if sg != self.slot_groups:

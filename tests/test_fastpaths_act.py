@@ -1,0 +1,52 @@
+"""The state's incrementally kept quantities against their from-scratch formulas."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import crop_gym.perf as perf
+from crop_gym.devices import PROFILES
+from crop_gym.jobs import Job
+from crop_gym.objective import ClusterState
+from crop_gym.topology import make_topology
+
+
+def _comm_overhead(st: ClusterState) -> float:
+    """``Σ k·C/T / Σ k`` over the placed jobs in slot order, numpy-summed (DESIGN §2.5)."""
+    if not st.jobs:
+        return 0.0
+    slots = sorted(st.jobs.values())
+    jobs = {s: jid for jid, s in st.jobs.items()}
+    k = np.array([len(st.placement(jobs[s])) for s in slots], dtype=np.float64)
+    C = np.array([st.job_record(jobs[s])["C"] for s in slots])
+    T = np.array([st.job_record(jobs[s])["T"] for s in slots])
+    return float((k * C / T).sum() / k.sum())
+
+
+@pytest.mark.parametrize("py_rows", [16, -1])
+@pytest.mark.parametrize("allreduce", ["ring", "hierarchical"])
+def test_comm_overhead_is_kept_exactly(allreduce: str, py_rows: int) -> None:
+    """``metrics().comm_overhead`` (kept per slot as T and C change) equals the formula over the
+    current times, through adds, removals, health changes, re-evaluation and copies, on both the
+    plain-Python and the vectorised row updates."""
+    perf_cfg = perf.PerfConfig(allreduce, 0.3 if allreduce == "ring" else 0.0)
+    topo = make_topology("leafspine-64")
+    rng = np.random.default_rng(11)
+    st = ClusterState(topo, PROFILES["mild"].sample(topo, rng), perf_cfg)
+    st._PY_ROWS = py_rows  # type: ignore[misc]
+    for t in range(80):
+        if st.jobs and rng.random() < 0.3:
+            st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
+        else:
+            free = np.flatnonzero(st.free_mask)
+            if len(free) == 0:
+                continue
+            k = int(min(len(free), rng.choice([1, 2, 4, 8, 16])))
+            gpus = rng.choice(free, size=k, replace=False)
+            st.add(Job(f"j{t}", str(rng.choice(["resnet50", "vgg16", "bert"])), k, 32 * k), gpus)
+        if t % 20 == 19:
+            st = st.copy()
+            st.evaluate()
+        assert st.metrics().comm_overhead == _comm_overhead(st)
+    assert len(st.jobs) > 3
