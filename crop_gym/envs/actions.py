@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.candidates import CandidateSet, candidate_placements
+from crop_gym.candidates import CandidateSet, candidate_placements, candidate_sets
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
 
@@ -188,7 +188,7 @@ class CandidateActions:
         view = self._select_fitting(index, state.num_free)
         sizes = view[0]
         robust, cap = self.robust, self.max_candidates
-        groups = [candidate_placements(state, k, robust=robust, max_candidates=cap) for k in sizes]
+        groups = candidate_sets(state, sizes, robust=robust, max_candidates=cap)
         counts = list(map(len, groups))
         if 0 in counts:  # never happens; kept for safety
             found: dict[int, CandidateSet] = {}
