@@ -377,8 +377,8 @@ class _HealthData:
         self._servers: list[_ServerSpec] | None = None
         # np_sum([x] * k) by (x, k): the badness of k GPUs of equal badness x.
         self.rep_sums: dict[tuple[float, int], float] = {}
-        # The last _Small built on this health (small clusters): its free flags in health order
-        # as an int (byte p for position p), its servers, their free GPUs and least badness
+        # The last _Small built on this health (small clusters): its free GPUs (as
+        # ClusterState.free_bits), its servers, their free GPUs and least badness
         # (``_Server.nf``, ``_Server.qmin``) and its switches.
         self.last: tuple[int, list[_Server], list[int], list[float], list[_Switch]] | None = None
 
@@ -415,7 +415,8 @@ class _HealthData:
     @property
     def servers(self) -> list[_ServerSpec]:
         """Per server: (its first GPU, end GPU, node, its GPUs in health order, their badness
-        (``None`` when uniform), memo of :class:`_Server` by free-GPU pattern)."""
+        (``None`` when uniform), memo of :class:`_Server` by free-GPU pattern: the server's bits of
+        :attr:`ClusterState.free_bits`, shifted to bit 0)."""
         if self._servers is None:
             td = self.td
             order_l = self.base_order.tolist()
@@ -437,7 +438,7 @@ class _HealthData:
 
 #: (first GPU, end GPU, node, GPUs in health order, their badness, memo) of a server; see
 #: :meth:`_HealthData.servers`.
-_ServerSpec = tuple[int, int, int, list[int], list[float] | None, dict[bytes, "_Server"]]
+_ServerSpec = tuple[int, int, int, list[int], list[float] | None, dict[int, "_Server"]]
 #: A candidate row: (servers spanned, badness rounded to 1e-9, free GPUs left in its subtree,
 #: subtree node, kind, GPUs, badness); kind is 0 for a single-server row, 1 for a multi-server
 #: compact row, 2 for a health-first row. Rows rank by their first five items, which tell any
@@ -686,18 +687,14 @@ class _Small:
     :class:`_Shared`, bit for bit (``tests/test_fastpaths.py`` checks it along random
     placements, removals and health changes)."""
 
-    __slots__ = ("free", "hd", "max_free", "n_free", "srv", "sws", "td")
+    __slots__ = ("hd", "max_free", "n_free", "srv", "sws", "td")
 
     def __init__(self, state: ClusterState, hd: _HealthData) -> None:
         td = self.td = hd.td
         self.hd = hd
-        free = state._free()
-        self.free = free
         uniform = hd.uniform
-        # The free flags in health order: each server's slice is its memo key and its GPUs'
-        # flags.
-        fb = free.tobytes() if uniform else free[hd.base_order].tobytes()
-        fx = int.from_bytes(fb, "little")
+        # The free GPUs as an int (bit g: GPU g); a server's bits are its memo key.
+        fx = state.free_bits
         specs = hd.servers
         n_srv = len(specs)
         last = hd.last
@@ -710,12 +707,12 @@ class _Small:
             # Only the servers from the first to the last GPU whose flag changed since the last
             # version can have changed (and the ones after them if their base did).
             last_fx, srv, nfs, qmins, last_sws = last
-            x = fx ^ last_fx  # byte p of x: whether the flag at position p changed
+            x = fx ^ last_fx  # bit g of x: whether GPU g changed
             if not x:
                 first = end = n_srv
             else:
-                first = td.gpu_server[((x & -x).bit_length() - 1) // 8]
-                end = td.gpu_server[(x.bit_length() - 1) // 8] + 1
+                first = td.gpu_server[(x & -x).bit_length() - 1]
+                end = td.gpu_server[x.bit_length() - 1] + 1
                 srv = srv.copy()
                 nfs = nfs.copy()
                 qmins = qmins.copy()
@@ -724,12 +721,14 @@ class _Small:
         while s < n_srv:
             if s < end:
                 lo, hi, node, blk, qblk, memo = specs[s]
-                key = fb[lo:hi]
+                key = (fx >> lo) & ((1 << (hi - lo)) - 1)
                 e = memo.get(key)
                 if e is None:
                     if len(memo) >= _MEMO_CAP:
                         memo.clear()
-                    e = memo[key] = _Server(s, node, blk, qblk, key, base)
+                    # Its GPUs' free flags in health order.
+                    flags = bytes([(key >> (g - lo)) & 1 for g in blk])
+                    e = memo[key] = _Server(s, node, blk, qblk, flags, base)
                 elif e.base != base and not uniform:
                     e = memo[key] = e.rebased(base)
                 nfs[s] = e.nf
@@ -738,7 +737,8 @@ class _Small:
                 e = srv[s]
                 if uniform or e.base == base:
                     break  # this server and the ones after it are as in the last version
-                e = specs[s][5][fb[specs[s][0] : specs[s][1]]] = e.rebased(base)
+                lo, hi, _, _, _, memo = specs[s]
+                e = memo[(fx >> lo) & ((1 << (hi - lo)) - 1)] = e.rebased(base)
             srv[s] = e
             base = e.end
             s += 1

@@ -269,6 +269,12 @@ class ClusterState:
         """Free usable GPUs."""
         return self._n_usable - self._n_busy
 
+    @property
+    def free_bits(self) -> int:
+        """:attr:`free_mask` as an int: bit ``g`` is set when GPU ``g`` is free and usable (kept
+        up to date by every change; read-only)."""
+        return self._free_bits
+
     def _free(self) -> NDArray[np.bool_]:
         """:attr:`free_mask`, computed once per version (read-only; internal use)."""
         ver, free = self._free_cache
@@ -395,6 +401,7 @@ class ClusterState:
         self._health = health
         self._usable = usable
         self._n_usable = int(usable.sum())
+        self._free_bits = _as_bits(self.free_mask)
         self._eff_bw = self.topology.link_bw * health.link_degradation
         self._eff_bw.setflags(write=False)
         self._eff_bw_l: list[float] = self._eff_bw.tolist()
@@ -604,12 +611,14 @@ class ClusterState:
         self.jobs[job.job_id] = s
         n = len(p)
         owner = self.gpu_owner
+        gl: list[int] = p.tolist()
         if n <= 8:  # a few scalar writes beat one fancy-indexed write
-            for g in p.tolist():
+            for g in gl:
                 owner[g] = s
         else:
             owner[p] = s
         self._n_busy += n
+        self._free_bits ^= _bits_of(gl)  # (they were free)
         py = self._slot_py[s]
         assert py is not None
         inter_l: list[int] = py[10]
@@ -656,6 +665,7 @@ class ClusterState:
         self._value[s] = 0.0
         self.gpu_owner[st.gpus] = -1
         self._n_busy -= len(st.gpus)
+        self._free_bits |= _bits_of(st.gpus.tolist())  # (a placed job's GPUs are usable)
         if inter_l:
             self.link_load[inter] -= 1
             ls = self._link_slots
@@ -842,3 +852,16 @@ class ClusterState:
             f"ClusterState(topology={self.topology.name!r}, jobs={len(self.jobs)}, "
             f"free={self.num_free}/{self.topology.num_gpus}, F={self._F:.4f})"
         )
+
+
+def _bits_of(gpus: list[int]) -> int:
+    """The int with bit ``g`` set for each of ``gpus``."""
+    bits = 0
+    for g in gpus:
+        bits |= 1 << g
+    return bits
+
+
+def _as_bits(mask: NDArray[np.bool_]) -> int:
+    """The int with bit ``g`` set where ``mask[g]``."""
+    return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -50,3 +52,35 @@ def test_comm_overhead_is_kept_exactly(allreduce: str, py_rows: int) -> None:
             st.evaluate()
         assert st.metrics().comm_overhead == _comm_overhead(st)
     assert len(st.jobs) > 3
+
+
+def test_free_bits_track_the_free_mask() -> None:
+    """``free_bits`` (kept by every change) has exactly the bits of ``free_mask``, through
+    adds, removals, health changes that fail GPUs, and copies."""
+    topo = make_topology("leafspine-64")
+    rng = np.random.default_rng(12)
+    st = ClusterState(topo, PROFILES["severe"].sample(topo, rng))
+
+    def bits(mask: np.ndarray) -> int:
+        return sum(1 << int(g) for g in np.flatnonzero(mask))
+
+    for t in range(120):
+        r = rng.random()
+        if st.jobs and r < 0.3:
+            st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
+        elif r < 0.35:
+            # Fail some free GPUs (a placed job never holds a failed GPU).
+            health = PROFILES["severe"].sample(topo, rng)
+            failed = health.gpu_failed & (st.gpu_owner < 0)
+            st.set_health(dataclasses.replace(health, gpu_failed=failed))
+        else:
+            free = np.flatnonzero(st.free_mask)
+            if len(free) == 0:
+                continue
+            k = int(min(len(free), rng.choice([1, 2, 4, 8, 16])))
+            gpus = np.sort(rng.choice(free, size=k, replace=False))  # (trusted adds want sorted)
+            st.add(Job(f"j{t}", "resnet50", k, 32 * k), gpus, validate=bool(t % 2))
+        if t % 30 == 29:
+            st = st.copy()
+        assert st.free_bits == bits(st.free_mask)
+        assert st.free_bits.bit_count() == st.num_free
