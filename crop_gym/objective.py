@@ -309,7 +309,7 @@ class ClusterState:
         return [self._slot_job[s] for s in sorted(self.jobs.values())]  # type: ignore[misc]
 
     def placement(self, job_id: str) -> NDArray[np.int32]:
-        """Sorted GPU indices of a placed job."""
+        """Sorted GPU indices of a placed job (read-only)."""
         st = self._slot_stats[self.jobs[job_id]]
         assert st is not None
         return st.gpus
@@ -598,6 +598,7 @@ class ClusterState:
         """
         # A copy: the stats keep the placement (a caller's array may change later).
         p = self.check_placement(job, gpus) if validate else np.array(gpus, dtype=np.int32)
+        p.setflags(write=False)  # (handed out by placement())
         if stats is not None:
             st = stats
         else:

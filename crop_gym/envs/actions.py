@@ -49,7 +49,7 @@ class CandidateActions:
     Attributes:
         num_actions: ``Q * C + 1``.
         stop_action: ``Q * C``.
-        mask: ``bool[Q * C + 1]`` valid actions (owned by this object; copy before keeping it).
+        mask: ``bool[Q * C + 1]`` valid actions (read-only; each build replaces it).
         sets: Per view slot, its :class:`CandidateSet` (``None`` for an empty slot).
         view: The pending job of each view slot.
         positions: Index in ``pending`` of each view job.
@@ -83,8 +83,8 @@ class CandidateActions:
         self.group_identical = bool(group_identical)
         self.num_actions = self.num_jobs * self.max_candidates + 1
         self.stop_action = self.num_actions - 1
-        self.mask = np.zeros(self.num_actions, dtype=bool)
-        self.mask[self.stop_action] = True
+        # Only stop is valid until the first build.
+        self.mask = np.frombuffer(bytes(self.stop_action) + b"\x01", dtype=np.bool_)
         self.sets: list[CandidateSet | None] = [None] * self.num_jobs
         self.view: tuple[Job, ...] = ()
         self.positions: tuple[int, ...] = ()
@@ -367,7 +367,7 @@ class CandidateActions:
             if len(self._masks) >= 4096:
                 self._masks.clear()
             self._masks[key] = pattern
-        self.mask[:] = pattern
+        self.mask = pattern  # (read-only: frombuffer of bytes; shared with the cache)
         self.sets[:] = list(map(groups.__getitem__, slot_group)) + [None] * (Q - n)
         self.groups = groups
         self.positions = tuple(pos)
@@ -395,6 +395,12 @@ class CandidateActions:
         cs = self.sets[q]
         assert cs is not None
         return cs.row(c)
+
+    def gpu_key(self, q: int, c: int) -> tuple[int, ...]:
+        """GPU indices of candidate ``c`` of view slot ``q`` as a sorted tuple."""
+        cs = self.sets[q]
+        assert cs is not None
+        return cs.keys[c]
 
     def index_of(
         self, job_id: str, gpus: NDArray[np.integer[Any]], job: Job | None = None

@@ -169,12 +169,13 @@ class PlacementEnv(StaticPlacementBase):
         if decoded is not None:
             q, c = decoded
             job = acts.view[q]
-            gpus = acts.gpus(q, c)
             # A row of a table built for this very state is a valid placement: skip the checks.
-            reward = self.state.add(job, gpus, validate=not acts.is_current(self.state))
+            reward = self.state.add(
+                job, acts.gpu_key(q, c), validate=not acts.is_current(self.state)
+            )
             own = self.state.job_value(job.job_id)
             del self.pending[acts.positions[q]]
-            self.placed.append((job.job_id, gpus))
+            self.placed.append((job.job_id, self.state.placement(job.job_id)))
             placed = job.job_id
             acts.build(self.state, self.pending)
             terminated = not acts.has_placement
