@@ -21,6 +21,7 @@ numpy's per-call overhead would otherwise dominate.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -548,7 +549,9 @@ class ClusterState:
         return hit[1]
 
     # --------------------------------------------------------------- mutation
-    def check_placement(self, job: Job, gpus: NDArray[np.integer[Any]]) -> NDArray[np.int32]:
+    def check_placement(
+        self, job: Job, gpus: NDArray[np.integer[Any]] | Sequence[int]
+    ) -> NDArray[np.int32]:
         """Validate a placement and return it as sorted ``int32``.
 
         Raises:
@@ -578,7 +581,7 @@ class ClusterState:
     def add(
         self,
         job: Job,
-        gpus: NDArray[np.integer[Any]],
+        gpus: NDArray[np.integer[Any]] | Sequence[int],
         stats: PlacementStats | None = None,
         *,
         validate: bool = True,
