@@ -16,8 +16,12 @@ import numpy as np
 import pytest
 
 import crop_gym.candidates as cand
+import crop_gym.candidates.data as cand_data
+import crop_gym.candidates.generate as cand_generate
 import crop_gym.perf as perf
 from crop_gym._numeric import np_round9, np_sum, np_sum_sparse
+from crop_gym.candidates.small import _Small
+from crop_gym.candidates.vectorised import _Shared
 from crop_gym.devices import PROFILES, Health
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
@@ -105,8 +109,12 @@ def test_candidates_python_and_numpy_paths_agree(
     for st in _states(preset, profile, 7, 3):
         results = []
         for small in (10**6, 0):  # every server loop in Python, then every one in numpy
-            monkeypatch.setattr(cand, "SMALL_SERVERS", small)
-            monkeypatch.setattr(cand, "_TOPO_DATA", type(cand._TOPO_DATA)())
+            # The knob is read (by _TopoData and _Shared) from crop_gym.candidates.data.
+            monkeypatch.setattr(cand_data, "SMALL_SERVERS", small)
+            monkeypatch.setattr(cand_data, "_TOPO_DATA", type(cand_data._TOPO_DATA)())
+            # The knob reaches the dispatch (a knob patched where nothing reads it would not).
+            gen = cand_generate._shared(st.copy(), True)
+            assert type(gen) is (_Small if small else _Shared)
             results.append(_sets(st, [k for k in ks if k <= st.topology.num_gpus]))
         for a, b in zip(*results, strict=True):
             for x, y in zip(a, b, strict=True):
@@ -115,9 +123,9 @@ def test_candidates_python_and_numpy_paths_agree(
 
 def _numpy_reference(st: ClusterState, k: int, robust: bool, cap: int) -> cand.CandidateSet:
     """The candidate set from scratch on the vectorised path (no cache, no reuse)."""
-    td = cand._TopoData(st.topology)
+    td = cand_data._TopoData(st.topology)
     td.small = False
-    return cand._Shared(st, cand._HealthData(st, robust, td)).compute(k, cap)
+    return _Shared(st, cand_data._HealthData(st, robust, td)).compute(k, cap)
 
 
 def _health(profile: str, topo: Topology, rng: np.random.Generator) -> Health:

@@ -13,6 +13,10 @@ import numpy as np
 import pytest
 
 import crop_gym.candidates as cand
+from crop_gym.candidates.candidate_set import _assemble, _Row
+from crop_gym.candidates.data import _HealthData, _TopoData
+from crop_gym.candidates.small import _Small
+from crop_gym.candidates.vectorised import _best_by_rank, _gpu_rank
 from crop_gym.devices import PROFILES, Health
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
@@ -56,27 +60,25 @@ def test_switch_ranking_in_python_matches_the_global_numpy_rank(preset: str, pro
     with the global ranks of ``_gpu_rank``, in the same order, with the same badness sum."""
     checked = 0
     for st in _states(preset, profile, 3, 12):
-        hd = cand._HealthData(st, True, cand._TopoData(st.topology))
-        small = cand._Small(st, hd)
+        hd = _HealthData(st, True, _TopoData(st.topology))
+        small = _Small(st, hd)
         free = st.free_mask
         srv_free = np.array([e.nf for e in small.srv], dtype=np.int64)
-        rank = cand._gpu_rank(hd, free, srv_free)
+        rank = _gpu_rank(hd, free, srv_free)
         for d in small.sws:
             _, _, _, glo, ghi = d.spec
             for k in range(1, d.nf + 1):
                 got = small._best_by_rank(d, k)
-                want = cand._best_by_rank(rank, hd.q, glo, ghi, k)
+                want = _best_by_rank(rank, hd.q, glo, ghi, k)
                 assert got[0] == want[0]
                 assert got[1] == want[1]
                 checked += 1
     assert checked > 100
 
 
-def _assemble_reference(
-    k: int, cap: int, singles: list[cand._Row], extras: list[cand._Row]
-) -> list[cand._Row]:
+def _assemble_reference(k: int, cap: int, singles: list[_Row], extras: list[_Row]) -> list[_Row]:
     """All rows in rank order, each GPU set kept once (its best row), capped."""
-    kept: list[cand._Row] = []
+    kept: list[_Row] = []
     for row in sorted(singles + extras):
         if all(row[5] != r[5] for r in kept):
             kept.append(row)
@@ -88,13 +90,13 @@ def test_assemble_matches_the_plain_rule() -> None:
     rng = np.random.default_rng(5)
     for _ in range(400):
         k = int(rng.integers(1, 5))
-        singles: list[cand._Row] = []
+        singles: list[_Row] = []
         for s in rng.permutation(8)[: int(rng.integers(0, 8))].tolist():
             q = float(rng.choice([1.0, 1.5, 2.0])) * k
             gpus = tuple(range(8 * s, 8 * s + k))
             singles.append((1, q, int(rng.integers(0, 8 - k + 1)), 10 + s, 0, gpus, q))
         singles.sort()
-        extras: list[cand._Row] = []
+        extras: list[_Row] = []
         for node in rng.permutation(3)[: int(rng.integers(0, 4))].tolist():
             for kind in (1, 2):
                 if rng.random() < 0.5:
@@ -111,7 +113,7 @@ def test_assemble_matches_the_plain_rule() -> None:
                 extras.append((n_srv, q, int(rng.integers(0, 9)), node, kind, gpus, q))
         cap = int(rng.choice([1, 3, 8, 40]))
         want = _assemble_reference(k, cap, singles, extras)
-        got = cand._assemble(k, cap, list(singles), list(extras))
+        got = _assemble(k, cap, list(singles), list(extras))
         assert got.row_keys() == tuple(r[5] for r in want)
         assert got.quality.tolist() == [r[6] for r in want]
         assert got.num_servers.tolist() == [r[0] for r in want]
