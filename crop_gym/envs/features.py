@@ -108,6 +108,7 @@ _PACK1 = struct.Struct("=f").pack
 _PACK2 = struct.Struct("=2f").pack
 _PACK6 = struct.Struct("=6f").pack
 _PACK_ROW = struct.Struct(f"={len(JOB_FEATURES)}f").pack
+_PACK_SUMMARY = struct.Struct(f"={len(SUMMARY_FEATURES)}f").pack
 # What _new_row computes for new candidate rows: columns (float32 bytes), time-model terms and
 # log-survivals.
 _NewRows = tuple[list[tuple[bytes, bytes, bytes]], list[tuple[float, ...]], list[float]]
@@ -255,6 +256,8 @@ class ObservationBuilder:
         self._gpu_base = np.zeros((G, len(GPU_FEATURES)), dtype=np.float32)
         self._load_key = b""
         self._slot_tab = np.zeros((0, len(GPU_FEATURES)), dtype=np.float32)
+        # Per job slot, the facts its size column was computed from (see _gpu_features).
+        self._slot_facts: list[tuple[Any, ...] | None] = []
         self._usable_ref: NDArray[np.bool_] | None = None
         self._unusable: NDArray[np.int32] | None = None
         self.set_health(Health.healthy(topology))
@@ -330,6 +333,13 @@ class ObservationBuilder:
         # candidate without such a GPU reduces to the common value.
         self._h_common = [_common(c) for c in (self._h_slowdown, self._h_bw_gpu_link)]
         self._h_common.append(self._lat_common)
+        # GPUs where some per-GPU value _new_row reads is not the common one (see _add_row).
+        self._h_odd = frozenset().union(
+            self._h_log_nz,
+            self._h_slow_set,
+            self._h_failprone_set,
+            *(odd for _, odd in self._h_common),
+        )
         self._reset_rows()
         self._failed = health.gpu_failed.astype(np.float32)
         self._failed_frac = float(self._failed.mean())
@@ -348,8 +358,12 @@ class ObservationBuilder:
         # Candidate key -> its row, under the current health and, for multi-server candidates,
         # the link loads _rows_load.
         self._rows: dict[tuple[int, ...], int] = {}
+        # Per size, the row shared by the "clean" single-server candidates (see _add_row).
+        self._clean: dict[int, int] = {}
         self._rows_load = b""
         self._n_rows = 0
+        # numpy's exp of the log-survivals seen (see _store_rows); at most one per row.
+        self._exp: dict[float, float] = {0.0: 1.0}
         # Per row: its columns 0-1, 4-10 and 13-14 (float32 bytes), its time-model terms (see
         # _new_row) and its survival.
         self._rowdata: dict[int, tuple[bytes, bytes, bytes, tuple[float, ...], float]] = {}
@@ -657,10 +671,26 @@ class ObservationBuilder:
         load: Any,
     ) -> int:
         """The row of a candidate missing from :attr:`_rows`: a copy of its row under other link
-        loads with the load-dependent values updated (see :meth:`_drop_multi`), or a new row
-        (see :meth:`_new_row`; added to ``fresh``, stored by :meth:`_store_rows`)."""
+        loads with the load-dependent values updated (see :meth:`_drop_multi`), the row shared
+        by the clean candidates of its size, or a new row (see :meth:`_new_row`; added to
+        ``fresh``, stored by :meth:`_store_rows`).
+
+        A single-server candidate without odd GPUs (:attr:`_h_odd`) is clean: every value
+        :meth:`_new_row` computes for it depends on its size only (its GPUs have the common
+        slowdown, GPU-link bandwidth and latency, no failure or slow flags and zero
+        log-survival terms; one server spans no inter-server link), so all clean candidates of
+        a size share one row, and its pairs (see :meth:`_pair_rows`).
+        """
         old = self._stale.pop(key, None)
         if old is None:
+            srv = self._t_server
+            if srv[key[0]] == srv[key[-1]] and self._h_odd.isdisjoint(key):
+                k = len(key)
+                i = self._clean.get(k, -1)
+                if i < 0:
+                    i = self._clean[k] = self._new_row(key, new)
+                    fresh.append(i)
+                return i
             i = self._new_row(key, new)
             fresh.append(i)
         else:
@@ -682,9 +712,14 @@ class ObservationBuilder:
         load: Any,
     ) -> None:
         """Store the new ``rows`` from their values (see :meth:`_new_row`), with their survival
-        ``exp(logs)`` (numpy's, which Python's may differ from in the last bit) and, for
-        multi-server rows, their load-dependent values."""
-        surv = np.exp(logs).tolist() if any(logs) else [1.0] * len(logs)
+        ``exp(logs)`` (numpy's, which Python's may differ from in the last bit; kept per value,
+        as few distinct ones recur) and, for multi-server rows, their load-dependent values."""
+        exp = self._exp
+        known = list(map(exp.get, logs))
+        if None in known:
+            missing = [x for x, v in zip(logs, known, strict=True) if v is None]
+            exp.update(zip(missing, np.exp(missing).tolist(), strict=True))
+        surv = list(map(exp.__getitem__, logs))
         rowdata, multi = self._rowdata, self._multi
         for i, (c0_1, c4_9, c13_14), h, s in zip(rows, cols, hs, surv, strict=True):
             c4_10 = c4_9 + _PACK1(s)
@@ -777,8 +812,11 @@ class ObservationBuilder:
                 gain[q * C + c] = state.gain(job, stats=st)
         np.clip(gain / self.max_job_gpus, -1.0, 1.0, out=gain)
 
-    def _gpu_features(self, state: ClusterState, load_key: bytes) -> None:
-        """Fill the per-GPU columns of :attr:`gpu_buffer` (the ``gpu_extra`` columns are kept).
+    def _gpu_features(self, state: ClusterState, load_key: bytes) -> NDArray[np.float32]:
+        """The per-GPU table ``(G, len(self.gpu_features))`` (a fresh array).
+
+        With ``gpu_extra`` columns it is a copy of :attr:`gpu_buffer`, whose first columns are
+        written here (the callers' extra columns are kept); without, the buffer is not used.
 
         Each GPU's row is its health/load row (``_gpu_base``: slow, fail_prob, ... and the uplink
         load) plus the row of what holds it (``_slot_tab``: a placed job's busy flag, η and size
@@ -799,8 +837,19 @@ class ObservationBuilder:
             tab = self._slot_tab = np.zeros((S + 2, 10), dtype=np.float32)
             tab[:S, 1] = 1.0
             tab[S + 1, 0] = 1.0
+            self._slot_facts = [None] * S
         tab[:S, 8] = eta
-        np.minimum(state._k / self.max_job_gpus, 1.0, out=tab[:S, 9])
+        # The size column min(k / max_job_gpus, 1) of a placed job's slot changes only when the
+        # slot gets a new job, that is new plain-Python facts (ClusterState._slot_py, whose k is
+        # _k; a tuple, never changed in place): refresh the slots whose facts are not the ones
+        # last seen (kept here, so alive). Unused slots keep stale rows, which no GPU points at.
+        facts, seen = state._slot_py, self._slot_facts
+        m = self.max_job_gpus
+        for s in state.jobs.values():
+            py = facts[s]
+            if py is not seen[s]:
+                seen[s] = py
+                tab[s, 9] = min(py[1] / m, 1.0)  # type: ignore[index]
         # Unplaced GPUs have owner -1: usable ones pick the free row, failed ones the row before
         # (a placed job never holds a failed GPU: ClusterState rejects it).
         usable = state._usable
@@ -810,7 +859,13 @@ class ObservationBuilder:
         owner = state.gpu_owner
         if self._unusable is not None:
             owner = owner - self._unusable
-        np.add(tab.take(owner, axis=0), self._gpu_base, out=self._gpu[:, :10])
+        table = tab.take(owner, axis=0)
+        table += self._gpu_base
+        if len(self.gpu_features) == len(GPU_FEATURES):
+            return table
+        gpu = self._gpu
+        gpu[:, : len(GPU_FEATURES)] = table
+        return gpu.copy()
 
     def _queue_features(
         self, view: Sequence[Job], cand: NDArray[np.float32] | None
@@ -864,21 +919,20 @@ class ObservationBuilder:
         """The summary vector (a fresh array); also sets :attr:`last_metrics`."""
         G = self.topology.num_gpus
         m = self.last_metrics = state.metrics()
-        return np.array(
-            (
-                min(len(pending) / self.queue_size, 1.0),
-                min(max(len(pending) - self.actions.in_view, 0) / self.queue_size, 1.0),
-                min(self.actions.pending_gpus / G, 1.0),
-                state.num_free / G,
-                min(max(m.F / G, 0.0), 1.0),
-                m.utilization,
-                min(max(m.comm_overhead, 0.0), 1.0),
-                self._failed_frac,
-                self._abnormal_frac,
-                min(step / max(max_steps, 1), 1.0),
-            ),
-            dtype=np.float32,
+        # (Packed as float32 bytes: numpy's cast, without converting the floats one by one.)
+        packed = _PACK_SUMMARY(
+            min(len(pending) / self.queue_size, 1.0),
+            min(max(len(pending) - self.actions.in_view, 0) / self.queue_size, 1.0),
+            min(self.actions.pending_gpus / G, 1.0),
+            state.num_free / G,
+            min(max(m.F / G, 0.0), 1.0),
+            m.utilization,
+            min(max(m.comm_overhead, 0.0), 1.0),
+            self._failed_frac,
+            self._abnormal_frac,
+            min(step / max(max_steps, 1), 1.0),
         )
+        return np.frombuffer(bytearray(packed), dtype=np.float32)
 
     def build(
         self,
@@ -901,17 +955,16 @@ class ObservationBuilder:
         """
         view = self.actions.view
         load_key = state.link_load.tobytes()
-        self._gpu_features(state, load_key)
+        gpus = self._gpu_features(state, load_key)
         cand = None
         if self.with_candidates:
             cand = self._candidate_features(state, view, load_key)
         queue = self._queue_features(view, cand)
         summary = self._summary_features(state, pending, step, max_steps)
-        out = self._out
-        obs = {"gpus": out(self._gpu)}
+        obs = {"gpus": gpus if self.table_layout else gpus.reshape(-1)}
         if self.with_candidates:
             if cand is None:
-                obs["candidates"] = out(self._cand)  # zeros
+                obs["candidates"] = self._cand.copy() if self.table_layout else self._cand.flatten()
             else:
                 obs["candidates"] = cand.reshape(self._cand.shape) if self.table_layout else cand
         obs["queue"] = queue if self.table_layout else queue.reshape(-1)
@@ -919,6 +972,3 @@ class ObservationBuilder:
         if self.privileged and self.with_candidates:
             obs["gain"] = self._gain.copy()
         return obs
-
-    def _out(self, buf: NDArray[np.float32]) -> NDArray[np.float32]:
-        return buf.copy() if self.table_layout else buf.flatten()
