@@ -18,10 +18,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
-from test_features_fastpath import _reference_candidates, _reference_queue
+from test_features_fastpath import _reference_candidates, _reference_gpus, _reference_queue
 
 import crop_gym  # noqa: F401  (registers the environments)
 import crop_gym.envs.features as features_mod
+from crop_gym.jobs import Job
 from crop_gym.perf import comm_time, iteration_time
 from crop_gym.scenario import Scenario
 
@@ -226,3 +227,69 @@ def test_multi_server_rows_follow_the_link_loads(allreduce: str) -> None:
         if term or trunc:
             _, info = env.reset()
     assert hits > 10
+
+
+@pytest.mark.parametrize("env_id", ["crop_gym/OnlinePlacement-v0", "crop_gym/PlacementGPU-v0"])
+def test_gpu_table_matches_the_reference(env_id: str) -> None:
+    """The per-GPU table equals the reference (removals, health changes and slot reuse in the
+    online environment), and the extra columns are the caller's."""
+    env = gym.make(env_id)
+    b = env.unwrapped.features
+    rng = np.random.default_rng(5)
+    obs, info = env.reset(seed=5)
+    for _ in range(150):
+        gpus = obs["gpus"].reshape(b.topology.num_gpus, -1)
+        assert np.array_equal(gpus[:, :10], _reference_gpus(b, _state(env)))
+        assert np.array_equal(gpus[:, 10:], b.gpu_buffer[:, 10:])
+        valid = np.flatnonzero(info["action_mask"])
+        obs, _, term, trunc, info = env.step(int(valid[rng.integers(len(valid))]))
+        if term or trunc:
+            obs, info = env.reset()
+
+
+def test_gpu_size_column_follows_a_reused_slot() -> None:
+    """A slot freed and taken by a job of another size gets that job's size column."""
+    env = gym.make("crop_gym/Placement-v0")
+    env.reset(seed=0)
+    u = env.unwrapped
+    state, b = u.state, u.features
+    b.build(state, u.pending)
+    slots = []
+    for k in (2, 5):
+        free = np.flatnonzero(state.free_mask)[:k]
+        state.add(Job(f"x{k}", "resnet50", k, 32 * k), free.tolist())
+        slots.append(state.jobs[f"x{k}"])
+        obs = b.build(state, u.pending)
+        gpus = obs["gpus"].reshape(b.topology.num_gpus, -1)
+        assert np.array_equal(gpus, _reference_gpus(b, state))
+        state.remove(f"x{k}")
+    assert slots[0] == slots[1]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "allreduce"),
+    [("crop_gym/Placement-v0", "ring"), ("crop_gym/Placement-Severe-v0", "hierarchical")],
+)
+def test_clean_candidates_share_the_row_they_would_get(env_id: str, allreduce: str) -> None:
+    """Every candidate mapped to a shared clean row gets from :meth:`_new_row` exactly the values
+    of that row's first candidate; the tables equal the reference."""
+    env = gym.make(env_id, scenario=Scenario(allreduce=allreduce))
+    out = _rollout(env, seed=6, steps=12, check=True)
+    assert out
+    b = env.unwrapped.features
+    firsts: dict[int, tuple[int, ...]] = {}
+    shared = 0
+    for key, i in b._rows.items():
+        if i not in b._clean.values():
+            continue
+        if i not in firsts:
+            firsts[i] = key
+            continue
+        shared += 1
+        scratch = copy.deepcopy(b)
+        one: Any = ([], [], [])
+        two: Any = ([], [], [])
+        scratch._new_row(firsts[i], one)
+        scratch._new_row(key, two)
+        assert one == two, (firsts[i], key)
+    assert shared > 0
