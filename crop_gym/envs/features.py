@@ -108,7 +108,6 @@ _PACK1 = struct.Struct("=f").pack
 _PACK2 = struct.Struct("=2f").pack
 _PACK6 = struct.Struct("=6f").pack
 _PACK_ROW = struct.Struct(f"={len(JOB_FEATURES)}f").pack
-_PACK_SUMMARY = struct.Struct(f"={len(SUMMARY_FEATURES)}f").pack
 # What _new_row computes for new candidate rows: columns (float32 bytes), time-model terms and
 # log-survivals.
 _NewRows = tuple[list[tuple[bytes, bytes, bytes]], list[tuple[float, ...]], list[float]]
@@ -362,8 +361,6 @@ class ObservationBuilder:
         self._clean: dict[int, int] = {}
         self._rows_load = b""
         self._n_rows = 0
-        # numpy's exp of the log-survivals seen (see _store_rows); at most one per row.
-        self._exp: dict[float, float] = {0.0: 1.0}
         # Per row: its columns 0-1, 4-10 and 13-14 (float32 bytes), its time-model terms (see
         # _new_row) and its survival.
         self._rowdata: dict[int, tuple[bytes, bytes, bytes, tuple[float, ...], float]] = {}
@@ -712,14 +709,9 @@ class ObservationBuilder:
         load: Any,
     ) -> None:
         """Store the new ``rows`` from their values (see :meth:`_new_row`), with their survival
-        ``exp(logs)`` (numpy's, which Python's may differ from in the last bit; kept per value,
-        as few distinct ones recur) and, for multi-server rows, their load-dependent values."""
-        exp = self._exp
-        known = list(map(exp.get, logs))
-        if None in known:
-            missing = [x for x, v in zip(logs, known, strict=True) if v is None]
-            exp.update(zip(missing, np.exp(missing).tolist(), strict=True))
-        surv = list(map(exp.__getitem__, logs))
+        ``exp(logs)`` (numpy's, which Python's may differ from in the last bit) and, for
+        multi-server rows, their load-dependent values."""
+        surv = np.exp(logs).tolist() if any(logs) else [1.0] * len(logs)
         rowdata, multi = self._rowdata, self._multi
         for i, (c0_1, c4_9, c13_14), h, s in zip(rows, cols, hs, surv, strict=True):
             c4_10 = c4_9 + _PACK1(s)
@@ -860,12 +852,11 @@ class ObservationBuilder:
         if self._unusable is not None:
             owner = owner - self._unusable
         table = tab.take(owner, axis=0)
-        table += self._gpu_base
         if len(self.gpu_features) == len(GPU_FEATURES):
+            table += self._gpu_base
             return table
-        gpu = self._gpu
-        gpu[:, : len(GPU_FEATURES)] = table
-        return gpu.copy()
+        np.add(table, self._gpu_base, out=self._gpu[:, : len(GPU_FEATURES)])
+        return self._gpu.copy()
 
     def _queue_features(
         self, view: Sequence[Job], cand: NDArray[np.float32] | None
@@ -919,20 +910,21 @@ class ObservationBuilder:
         """The summary vector (a fresh array); also sets :attr:`last_metrics`."""
         G = self.topology.num_gpus
         m = self.last_metrics = state.metrics()
-        # (Packed as float32 bytes: numpy's cast, without converting the floats one by one.)
-        packed = _PACK_SUMMARY(
-            min(len(pending) / self.queue_size, 1.0),
-            min(max(len(pending) - self.actions.in_view, 0) / self.queue_size, 1.0),
-            min(self.actions.pending_gpus / G, 1.0),
-            state.num_free / G,
-            min(max(m.F / G, 0.0), 1.0),
-            m.utilization,
-            min(max(m.comm_overhead, 0.0), 1.0),
-            self._failed_frac,
-            self._abnormal_frac,
-            min(step / max(max_steps, 1), 1.0),
+        return np.array(
+            (
+                min(len(pending) / self.queue_size, 1.0),
+                min(max(len(pending) - self.actions.in_view, 0) / self.queue_size, 1.0),
+                min(self.actions.pending_gpus / G, 1.0),
+                state.num_free / G,
+                min(max(m.F / G, 0.0), 1.0),
+                m.utilization,
+                min(max(m.comm_overhead, 0.0), 1.0),
+                self._failed_frac,
+                self._abnormal_frac,
+                min(step / max(max_steps, 1), 1.0),
+            ),
+            dtype=np.float32,
         )
-        return np.frombuffer(bytearray(packed), dtype=np.float32)
 
     def build(
         self,
