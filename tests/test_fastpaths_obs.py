@@ -12,6 +12,7 @@ and several environments in one process do not share caches.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 from typing import Any
 
@@ -177,10 +178,11 @@ def test_pair_eta_matches_the_vectorised_time_model(allreduce: str, overlap: flo
                 2.0 * (s[i] - 1.0) * a_inter[i],
                 sd[i],
             )
-        b._rowdata[-1] = (b"\0" * 8, b"\0" * 28, b"\0" * 8, tuple(map(float, h)), float(surv[i]))
+        row = 1 << 40  # (an id no real row takes)
+        b._rowdata[row] = (b"\0" * 8, b"\0" * 28, b"\0" * 8, tuple(map(float, h)), float(surv[i]))
         job = (b"\0" * 8, [], float(grad[i]), float(tc[i]), float(tstar[i]))
         heads: list[bytes | None] = [None]
-        b._pair_rows([-1], job, {}, heads)
+        b._pair_rows([row], job, {}, heads, -1)
         assert heads[0] is not None
         got[i] = np.frombuffer(heads[0], dtype=np.float32)[11:13]
     assert np.array_equal(got, want)
@@ -280,7 +282,7 @@ def test_clean_candidates_share_the_row_they_would_get(env_id: str, allreduce: s
     firsts: dict[int, tuple[int, ...]] = {}
     shared = 0
     for key, i in b._rows.items():
-        if i not in b._clean.values():
+        if i not in b._clean:
             continue
         if i not in firsts:
             firsts[i] = key
@@ -293,3 +295,30 @@ def test_clean_candidates_share_the_row_they_would_get(env_id: str, allreduce: s
         scratch._new_row(key, two)
         assert one == two, (firsts[i], key)
     assert shared > 0
+
+
+def test_clean_rows_follow_the_common_values_across_health_changes() -> None:
+    """The clean rows and their pairs are kept across health changes while the common per-GPU
+    values stay; when those change (every GPU link degraded; every GPU slower, which leaves no
+    clean GPU), the tables still equal the reference."""
+    env = gym.make("crop_gym/Placement-v0")
+    env.reset(seed=8)
+    u = env.unwrapped
+    b = u.features
+    base = u.state.health
+    healths = [
+        base,
+        dataclasses.replace(base, link_degradation=base.link_degradation * 0.5),
+        dataclasses.replace(base, gpu_slowdown=base.gpu_slowdown * 2.0),
+        base,
+    ]
+    commons = []
+    for h in healths:
+        u.state.set_health(h)
+        b.set_health(h)
+        u.actions.build(u.state, u.pending)
+        obs = b.build(u.state, u.pending)
+        _check_against_reference(env, obs)
+        commons.append(b._clean_common)
+        assert bool(b._clean) == (h is not healths[2])
+    assert len(set(commons)) == 3

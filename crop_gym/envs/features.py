@@ -258,6 +258,9 @@ class ObservationBuilder:
         # Per job slot, the facts its size column was computed from (see _gpu_features).
         self._slot_facts: list[tuple[Any, ...] | None] = []
         self._usable_ref: NDArray[np.bool_] | None = None
+        # (See _reset_rows.)
+        self._clean_common: tuple[float, ...] = ()
+        self._rowdata: dict[int, tuple[bytes, bytes, bytes, tuple[float, ...], float]] = {}
         self._unusable: NDArray[np.int32] | None = None
         self.set_health(Health.healthy(topology))
         self.table_layout = bool(table_layout)
@@ -353,23 +356,32 @@ class ObservationBuilder:
         g[:, 7] = 1.0 - health.link_degradation[self._server_uplink]
 
     def _reset_rows(self) -> None:
-        """Forget every candidate row (see :meth:`_candidate_features`)."""
+        """Forget every candidate row (see :meth:`_candidate_features`) but the clean rows (see
+        :meth:`_add_row`), which are kept, with their pairs, while the common per-GPU values
+        they follow from are the same."""
+        common = tuple(c for c, _ in self._h_common)
+        if common != self._clean_common:
+            self._clean_common = common
+            # The ids of the clean rows (row -k for size k).
+            self._clean: set[int] = set()
+            # Per job class, the pairs of the clean rows (see _pair_rows).
+            self._clean_pairs: dict[int, dict[int, bytes]] = {}
+        old = self._rowdata
         # Candidate key -> its row, under the current health and, for multi-server candidates,
         # the link loads _rows_load.
         self._rows: dict[tuple[int, ...], int] = {}
-        # Per size, the row shared by the "clean" single-server candidates (see _add_row).
-        self._clean: dict[int, int] = {}
         self._rows_load = b""
         self._n_rows = 0
         # Per row: its columns 0-1, 4-10 and 13-14 (float32 bytes), its time-model terms (see
         # _new_row) and its survival.
-        self._rowdata: dict[int, tuple[bytes, bytes, bytes, tuple[float, ...], float]] = {}
+        self._rowdata = {i: old[i] for i in self._clean}
         # Per multi-server row: its spanned inter-server links and b_intra. The multi-server
         # candidates of _rows (key -> row), and those whose rows are for other link loads.
         self._multi: dict[int, tuple[list[int], float]] = {}
         self._multi_keys: dict[tuple[int, ...], int] = {}
         self._stale: dict[tuple[int, ...], int] = {}
-        # Per job class, per row: the row's columns 0-14 for that job (see _pair_rows).
+        # Per job class, per row: the row's columns 0-14 for that job (see _pair_rows); the
+        # pairs of clean rows are copied in from _clean_pairs when the class is first seen.
         self._pairs: dict[int, dict[int, bytes]] = {}
 
     # --------------------------------------------------------------- features
@@ -647,10 +659,10 @@ class ObservationBuilder:
             job = jobs.get(cls) or self._job_of(cls, view[q])
             done = pairs.get(cls)
             if done is None:
-                done = pairs[cls] = {}
+                done = pairs[cls] = dict(self._clean_pairs.get(cls, {}))
             heads = list(map(done.get, rows))
             if None in heads:
-                self._pair_rows(rows, job, done, heads)
+                self._pair_rows(rows, job, done, heads, cls)
             # Each row: its pair's columns 0-14, then the slot's columns 15-16.
             tail = job[1][q]
             pieces += (tail.join(heads), tail, pads[C - len(rows)])  # type: ignore[arg-type]
@@ -676,16 +688,16 @@ class ObservationBuilder:
         :meth:`_new_row` computes for it depends on its size only (its GPUs have the common
         slowdown, GPU-link bandwidth and latency, no failure or slow flags and zero
         log-survival terms; one server spans no inter-server link), so all clean candidates of
-        a size share one row, and its pairs (see :meth:`_pair_rows`).
+        a size share one row (row ``-k`` for size ``k``), and its pairs (see :meth:`_pair_rows`).
         """
         old = self._stale.pop(key, None)
         if old is None:
             srv = self._t_server
             if srv[key[0]] == srv[key[-1]] and self._h_odd.isdisjoint(key):
-                k = len(key)
-                i = self._clean.get(k, -1)
-                if i < 0:
-                    i = self._clean[k] = self._new_row(key, new)
+                i = -len(key)
+                if i not in self._clean:
+                    self._clean.add(i)
+                    self._new_row(key, new)  # (stored as row i; the id it takes stays unused)
                     fresh.append(i)
                 return i
             i = self._new_row(key, new)
@@ -754,10 +766,11 @@ class ObservationBuilder:
         job: tuple[bytes, list[bytes], float, float, float],
         done: dict[int, bytes],
         heads: list[bytes | None],
+        cls: int,
     ) -> None:
         """Fill in ``heads``, the columns 0-14 (float32 bytes) of each of ``rows`` for the job
-        class ``job`` (see :meth:`_job_of`), where ``None``: the pairs missing from ``done`` (where
-        they are stored).
+        class ``cls`` (its values ``job``, see :meth:`_job_of`), where ``None``: the pairs missing
+        from ``done`` (where they are stored; those of clean rows also in :attr:`_clean_pairs`).
 
         η is the time model term by term as comm_time and iteration_time compute it (the
         operations of the vectorised formulas, on Python floats).
@@ -784,6 +797,8 @@ class ObservationBuilder:
             # η = min(1, T*/T) (as np.minimum: NaN propagates); in [0, 1], so no clip.
             eta = 1.0 if x >= 1.0 else x
             done[r] = heads[j] = b"".join((c0_1, jcols, c4_10, _PACK2(eta, eta * s), c13_14))
+            if r < 0:
+                self._clean_pairs.setdefault(cls, {})[r] = done[r]
 
     def _gains(self, state: ClusterState, view: Sequence[Job]) -> None:
         """Exact ΔF of every row (privileged feature)."""
