@@ -188,6 +188,7 @@ class ObservationBuilder:
         self._gpu = np.zeros((G, len(self.gpu_features)), dtype=np.float32)
         self._cand = np.zeros((M, len(CANDIDATE_FEATURES)), dtype=np.float32)  # (zeros)
         self._queue = np.zeros((Q, len(JOB_FEATURES)), dtype=np.float32)
+        self._queue_shape = self._queue.shape
         self._summary = np.zeros(len(SUMMARY_FEATURES), dtype=np.float32)  # (shape only)
         self._gain = np.zeros(M, dtype=np.float32)
         self._tstar: dict[tuple[str, int, float], float] = {}
@@ -286,7 +287,7 @@ class ObservationBuilder:
     @property
     def queue_buffer(self) -> NDArray[np.float32]:
         """The per-queued-job buffer ``(Q, len(JOB_FEATURES))`` of the last :meth:`build`."""
-        return self._queue
+        return self._queue.reshape(self._queue_shape)
 
     # ------------------------------------------------------------------ health
     def set_health(self, health: Health) -> None:
@@ -876,7 +877,7 @@ class ObservationBuilder:
     def _queue_features(
         self, view: Sequence[Job], cand: NDArray[np.float32] | None
     ) -> NDArray[np.float32]:
-        """The queue table (a fresh array, also :attr:`queue_buffer`), given the candidate
+        """The queue table, flat (a fresh array, also :attr:`queue_buffer`), given the candidate
         table ``cand`` (flat; ``None`` when there is none, then the best η are 0)."""
         acts = self.actions
         Q = acts.num_jobs
@@ -894,12 +895,13 @@ class ObservationBuilder:
             pieces.append(row)
         width = 4 * len(JOB_FEATURES)
         pieces.append(bytes(width * (Q - len(pieces))))
-        table = np.frombuffer(bytearray().join(pieces), dtype=np.float32).reshape(Q, -1)
+        table = np.frombuffer(bytearray().join(pieces), dtype=np.float32)
         if cand is not None and view:
             # The best η of each slot (empty rows have η = 0 <= every real η; no clip: η is in
             # [0, 1]), from the float32 η column of the candidate table: the float32 cast is
             # monotonic, so its max is the cast of the float64 max.
-            np.maximum.reduce(cand.reshape(Q, -1)[:, 11 :: self._h0], axis=1, out=table[:, 6])
+            best = table[6 :: len(JOB_FEATURES)]
+            np.maximum.reduce(cand.reshape(Q, -1)[:, 11 :: self._h0], axis=1, out=best)
         self._queue = table
         return table
 
@@ -974,7 +976,7 @@ class ObservationBuilder:
                 obs["candidates"] = self._cand.copy() if self.table_layout else self._cand.flatten()
             else:
                 obs["candidates"] = cand.reshape(self._cand.shape) if self.table_layout else cand
-        obs["queue"] = queue if self.table_layout else queue.reshape(-1)
+        obs["queue"] = queue.reshape(self._queue_shape) if self.table_layout else queue
         obs["summary"] = summary
         if self.privileged and self.with_candidates:
             obs["gain"] = self._gain.copy()
