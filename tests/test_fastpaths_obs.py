@@ -12,16 +12,18 @@ and several environments in one process do not share caches.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
-from test_features_fastpath import _reference_candidates, _reference_queue
+from test_features_fastpath import _reference_candidates, _reference_gpus, _reference_queue
 
 import crop_gym  # noqa: F401  (registers the environments)
 import crop_gym.envs.features as features_mod
+from crop_gym.jobs import Job
 from crop_gym.perf import comm_time, iteration_time
 from crop_gym.scenario import Scenario
 
@@ -176,10 +178,11 @@ def test_pair_eta_matches_the_vectorised_time_model(allreduce: str, overlap: flo
                 2.0 * (s[i] - 1.0) * a_inter[i],
                 sd[i],
             )
-        b._rowdata[-1] = (b"\0" * 8, b"\0" * 28, b"\0" * 8, tuple(map(float, h)), float(surv[i]))
+        row = 1 << 40  # (an id no real row takes)
+        b._rowdata[row] = (b"\0" * 8, b"\0" * 28, b"\0" * 8, tuple(map(float, h)), float(surv[i]))
         job = (b"\0" * 8, [], float(grad[i]), float(tc[i]), float(tstar[i]))
         heads: list[bytes | None] = [None]
-        b._pair_rows([-1], job, {}, heads)
+        b._pair_rows([row], job, {}, heads, -1)
         assert heads[0] is not None
         got[i] = np.frombuffer(heads[0], dtype=np.float32)[11:13]
     assert np.array_equal(got, want)
@@ -226,3 +229,96 @@ def test_multi_server_rows_follow_the_link_loads(allreduce: str) -> None:
         if term or trunc:
             _, info = env.reset()
     assert hits > 10
+
+
+@pytest.mark.parametrize("env_id", ["crop_gym/OnlinePlacement-v0", "crop_gym/PlacementGPU-v0"])
+def test_gpu_table_matches_the_reference(env_id: str) -> None:
+    """The per-GPU table equals the reference (removals, health changes and slot reuse in the
+    online environment), and the extra columns are the caller's."""
+    env = gym.make(env_id)
+    b = env.unwrapped.features
+    rng = np.random.default_rng(5)
+    obs, info = env.reset(seed=5)
+    for _ in range(150):
+        gpus = obs["gpus"].reshape(b.topology.num_gpus, -1)
+        assert np.array_equal(gpus[:, :10], _reference_gpus(b, _state(env)))
+        assert np.array_equal(gpus[:, 10:], b.gpu_buffer[:, 10:])
+        valid = np.flatnonzero(info["action_mask"])
+        obs, _, term, trunc, info = env.step(int(valid[rng.integers(len(valid))]))
+        if term or trunc:
+            obs, info = env.reset()
+
+
+def test_gpu_size_column_follows_a_reused_slot() -> None:
+    """A slot freed and taken by a job of another size gets that job's size column."""
+    env = gym.make("crop_gym/Placement-v0")
+    env.reset(seed=0)
+    u = env.unwrapped
+    state, b = u.state, u.features
+    b.build(state, u.pending)
+    slots = []
+    for k in (2, 5):
+        free = np.flatnonzero(state.free_mask)[:k]
+        state.add(Job(f"x{k}", "resnet50", k, 32 * k), free.tolist())
+        slots.append(state.jobs[f"x{k}"])
+        obs = b.build(state, u.pending)
+        gpus = obs["gpus"].reshape(b.topology.num_gpus, -1)
+        assert np.array_equal(gpus, _reference_gpus(b, state))
+        state.remove(f"x{k}")
+    assert slots[0] == slots[1]
+
+
+@pytest.mark.parametrize(
+    ("env_id", "allreduce"),
+    [("crop_gym/Placement-v0", "ring"), ("crop_gym/Placement-Severe-v0", "hierarchical")],
+)
+def test_clean_candidates_share_the_row_they_would_get(env_id: str, allreduce: str) -> None:
+    """Every candidate mapped to a shared clean row gets from :meth:`_new_row` exactly the values
+    of that row's first candidate; the tables equal the reference."""
+    env = gym.make(env_id, scenario=Scenario(allreduce=allreduce))
+    out = _rollout(env, seed=6, steps=12, check=True)
+    assert out
+    b = env.unwrapped.features
+    firsts: dict[int, tuple[int, ...]] = {}
+    shared = 0
+    for key, i in b._rows.items():
+        if i not in b._clean:
+            continue
+        if i not in firsts:
+            firsts[i] = key
+            continue
+        shared += 1
+        scratch = copy.deepcopy(b)
+        one: Any = ([], [], [])
+        two: Any = ([], [], [])
+        scratch._new_row(firsts[i], one)
+        scratch._new_row(key, two)
+        assert one == two, (firsts[i], key)
+    assert shared > 0
+
+
+def test_clean_rows_follow_the_common_values_across_health_changes() -> None:
+    """The clean rows and their pairs are kept across health changes while the common per-GPU
+    values stay; when those change (every GPU link degraded; every GPU slower, which leaves no
+    clean GPU), the tables still equal the reference."""
+    env = gym.make("crop_gym/Placement-v0")
+    env.reset(seed=8)
+    u = env.unwrapped
+    b = u.features
+    base = u.state.health
+    healths = [
+        base,
+        dataclasses.replace(base, link_degradation=base.link_degradation * 0.5),
+        dataclasses.replace(base, gpu_slowdown=base.gpu_slowdown * 2.0),
+        base,
+    ]
+    commons = []
+    for h in healths:
+        u.state.set_health(h)
+        b.set_health(h)
+        u.actions.build(u.state, u.pending)
+        obs = b.build(u.state, u.pending)
+        _check_against_reference(env, obs)
+        commons.append(b._clean_common)
+        assert bool(b._clean) == (h is not healths[2])
+    assert len(set(commons)) == 3

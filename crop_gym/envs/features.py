@@ -188,6 +188,7 @@ class ObservationBuilder:
         self._gpu = np.zeros((G, len(self.gpu_features)), dtype=np.float32)
         self._cand = np.zeros((M, len(CANDIDATE_FEATURES)), dtype=np.float32)  # (zeros)
         self._queue = np.zeros((Q, len(JOB_FEATURES)), dtype=np.float32)
+        self._queue_shape = self._queue.shape
         self._summary = np.zeros(len(SUMMARY_FEATURES), dtype=np.float32)  # (shape only)
         self._gain = np.zeros(M, dtype=np.float32)
         self._tstar: dict[tuple[str, int, float], float] = {}
@@ -255,7 +256,12 @@ class ObservationBuilder:
         self._gpu_base = np.zeros((G, len(GPU_FEATURES)), dtype=np.float32)
         self._load_key = b""
         self._slot_tab = np.zeros((0, len(GPU_FEATURES)), dtype=np.float32)
+        # Per job slot, the facts its size column was computed from (see _gpu_features).
+        self._slot_facts: list[tuple[Any, ...] | None] = []
         self._usable_ref: NDArray[np.bool_] | None = None
+        # (See _reset_rows.)
+        self._clean_common: tuple[float, ...] = ()
+        self._rowdata: dict[int, tuple[bytes, bytes, bytes, tuple[float, ...], float]] = {}
         self._unusable: NDArray[np.int32] | None = None
         self.set_health(Health.healthy(topology))
         self.table_layout = bool(table_layout)
@@ -281,7 +287,7 @@ class ObservationBuilder:
     @property
     def queue_buffer(self) -> NDArray[np.float32]:
         """The per-queued-job buffer ``(Q, len(JOB_FEATURES))`` of the last :meth:`build`."""
-        return self._queue
+        return self._queue.reshape(self._queue_shape)
 
     # ------------------------------------------------------------------ health
     def set_health(self, health: Health) -> None:
@@ -330,6 +336,13 @@ class ObservationBuilder:
         # candidate without such a GPU reduces to the common value.
         self._h_common = [_common(c) for c in (self._h_slowdown, self._h_bw_gpu_link)]
         self._h_common.append(self._lat_common)
+        # GPUs where some per-GPU value _new_row reads is not the common one (see _add_row).
+        self._h_odd = frozenset().union(
+            self._h_log_nz,
+            self._h_slow_set,
+            self._h_failprone_set,
+            *(odd for _, odd in self._h_common),
+        )
         self._reset_rows()
         self._failed = health.gpu_failed.astype(np.float32)
         self._failed_frac = float(self._failed.mean())
@@ -344,7 +357,17 @@ class ObservationBuilder:
         g[:, 7] = 1.0 - health.link_degradation[self._server_uplink]
 
     def _reset_rows(self) -> None:
-        """Forget every candidate row (see :meth:`_candidate_features`)."""
+        """Forget every candidate row (see :meth:`_candidate_features`) but the clean rows (see
+        :meth:`_add_row`), which are kept, with their pairs, while the common per-GPU values
+        they follow from are the same."""
+        common = tuple(c for c, _ in self._h_common)
+        if common != self._clean_common:
+            self._clean_common = common
+            # The ids of the clean rows (row -k for size k).
+            self._clean: set[int] = set()
+            # Per job class, the pairs of the clean rows (see _pair_rows).
+            self._clean_pairs: dict[int, dict[int, bytes]] = {}
+        old = self._rowdata
         # Candidate key -> its row, under the current health and, for multi-server candidates,
         # the link loads _rows_load.
         self._rows: dict[tuple[int, ...], int] = {}
@@ -352,13 +375,14 @@ class ObservationBuilder:
         self._n_rows = 0
         # Per row: its columns 0-1, 4-10 and 13-14 (float32 bytes), its time-model terms (see
         # _new_row) and its survival.
-        self._rowdata: dict[int, tuple[bytes, bytes, bytes, tuple[float, ...], float]] = {}
+        self._rowdata = {i: old[i] for i in self._clean}
         # Per multi-server row: its spanned inter-server links and b_intra. The multi-server
         # candidates of _rows (key -> row), and those whose rows are for other link loads.
         self._multi: dict[int, tuple[list[int], float]] = {}
         self._multi_keys: dict[tuple[int, ...], int] = {}
         self._stale: dict[tuple[int, ...], int] = {}
-        # Per job class, per row: the row's columns 0-14 for that job (see _pair_rows).
+        # Per job class, per row: the row's columns 0-14 for that job (see _pair_rows); the
+        # pairs of clean rows are copied in from _clean_pairs when the class is first seen.
         self._pairs: dict[int, dict[int, bytes]] = {}
 
     # --------------------------------------------------------------- features
@@ -636,10 +660,10 @@ class ObservationBuilder:
             job = jobs.get(cls) or self._job_of(cls, view[q])
             done = pairs.get(cls)
             if done is None:
-                done = pairs[cls] = {}
+                done = pairs[cls] = dict(self._clean_pairs.get(cls, {}))
             heads = list(map(done.get, rows))
             if None in heads:
-                self._pair_rows(rows, job, done, heads)
+                self._pair_rows(rows, job, done, heads, cls)
             # Each row: its pair's columns 0-14, then the slot's columns 15-16.
             tail = job[1][q]
             pieces += (tail.join(heads), tail, pads[C - len(rows)])  # type: ignore[arg-type]
@@ -657,10 +681,26 @@ class ObservationBuilder:
         load: Any,
     ) -> int:
         """The row of a candidate missing from :attr:`_rows`: a copy of its row under other link
-        loads with the load-dependent values updated (see :meth:`_drop_multi`), or a new row
-        (see :meth:`_new_row`; added to ``fresh``, stored by :meth:`_store_rows`)."""
+        loads with the load-dependent values updated (see :meth:`_drop_multi`), the row shared
+        by the clean candidates of its size, or a new row (see :meth:`_new_row`; added to
+        ``fresh``, stored by :meth:`_store_rows`).
+
+        A single-server candidate without odd GPUs (:attr:`_h_odd`) is clean: every value
+        :meth:`_new_row` computes for it depends on its size only (its GPUs have the common
+        slowdown, GPU-link bandwidth and latency, no failure or slow flags and zero
+        log-survival terms; one server spans no inter-server link), so all clean candidates of
+        a size share one row (row ``-k`` for size ``k``), and its pairs (see :meth:`_pair_rows`).
+        """
         old = self._stale.pop(key, None)
         if old is None:
+            srv = self._t_server
+            if srv[key[0]] == srv[key[-1]] and self._h_odd.isdisjoint(key):
+                i = -len(key)
+                if i not in self._clean:
+                    self._clean.add(i)
+                    self._new_row(key, new)  # (stored as row i; the id it takes stays unused)
+                    fresh.append(i)
+                return i
             i = self._new_row(key, new)
             fresh.append(i)
         else:
@@ -727,10 +767,11 @@ class ObservationBuilder:
         job: tuple[bytes, list[bytes], float, float, float],
         done: dict[int, bytes],
         heads: list[bytes | None],
+        cls: int,
     ) -> None:
         """Fill in ``heads``, the columns 0-14 (float32 bytes) of each of ``rows`` for the job
-        class ``job`` (see :meth:`_job_of`), where ``None``: the pairs missing from ``done`` (where
-        they are stored).
+        class ``cls`` (its values ``job``, see :meth:`_job_of`), where ``None``: the pairs missing
+        from ``done`` (where they are stored; those of clean rows also in :attr:`_clean_pairs`).
 
         η is the time model term by term as comm_time and iteration_time compute it (the
         operations of the vectorised formulas, on Python floats).
@@ -757,6 +798,8 @@ class ObservationBuilder:
             # η = min(1, T*/T) (as np.minimum: NaN propagates); in [0, 1], so no clip.
             eta = 1.0 if x >= 1.0 else x
             done[r] = heads[j] = b"".join((c0_1, jcols, c4_10, _PACK2(eta, eta * s), c13_14))
+            if r < 0:
+                self._clean_pairs.setdefault(cls, {})[r] = done[r]
 
     def _gains(self, state: ClusterState, view: Sequence[Job]) -> None:
         """Exact ΔF of every row (privileged feature)."""
@@ -777,8 +820,11 @@ class ObservationBuilder:
                 gain[q * C + c] = state.gain(job, stats=st)
         np.clip(gain / self.max_job_gpus, -1.0, 1.0, out=gain)
 
-    def _gpu_features(self, state: ClusterState, load_key: bytes) -> None:
-        """Fill the per-GPU columns of :attr:`gpu_buffer` (the ``gpu_extra`` columns are kept).
+    def _gpu_features(self, state: ClusterState, load_key: bytes) -> NDArray[np.float32]:
+        """The per-GPU table ``(G, len(self.gpu_features))`` (a fresh array).
+
+        With ``gpu_extra`` columns it is a copy of :attr:`gpu_buffer`, whose first columns are
+        written here (the callers' extra columns are kept); without, the buffer is not used.
 
         Each GPU's row is its health/load row (``_gpu_base``: slow, fail_prob, ... and the uplink
         load) plus the row of what holds it (``_slot_tab``: a placed job's busy flag, η and size
@@ -799,8 +845,19 @@ class ObservationBuilder:
             tab = self._slot_tab = np.zeros((S + 2, 10), dtype=np.float32)
             tab[:S, 1] = 1.0
             tab[S + 1, 0] = 1.0
+            self._slot_facts = [None] * S
         tab[:S, 8] = eta
-        np.minimum(state._k / self.max_job_gpus, 1.0, out=tab[:S, 9])
+        # The size column min(k / max_job_gpus, 1) of a placed job's slot changes only when the
+        # slot gets a new job, that is new plain-Python facts (ClusterState._slot_py, whose k is
+        # _k; a tuple, never changed in place): refresh the slots whose facts are not the ones
+        # last seen (kept here, so alive). Unused slots keep stale rows, which no GPU points at.
+        facts, seen = state._slot_py, self._slot_facts
+        m = self.max_job_gpus
+        for s in state.jobs.values():
+            py = facts[s]
+            if py is not seen[s]:
+                seen[s] = py
+                tab[s, 9] = min(py[1] / m, 1.0)  # type: ignore[index]
         # Unplaced GPUs have owner -1: usable ones pick the free row, failed ones the row before
         # (a placed job never holds a failed GPU: ClusterState rejects it).
         usable = state._usable
@@ -810,12 +867,17 @@ class ObservationBuilder:
         owner = state.gpu_owner
         if self._unusable is not None:
             owner = owner - self._unusable
-        np.add(tab.take(owner, axis=0), self._gpu_base, out=self._gpu[:, :10])
+        table = tab.take(owner, axis=0)
+        if len(self.gpu_features) == len(GPU_FEATURES):
+            table += self._gpu_base
+            return table
+        np.add(table, self._gpu_base, out=self._gpu[:, : len(GPU_FEATURES)])
+        return self._gpu.copy()
 
     def _queue_features(
         self, view: Sequence[Job], cand: NDArray[np.float32] | None
     ) -> NDArray[np.float32]:
-        """The queue table (a fresh array, also :attr:`queue_buffer`), given the candidate
+        """The queue table, flat (a fresh array, also :attr:`queue_buffer`), given the candidate
         table ``cand`` (flat; ``None`` when there is none, then the best η are 0)."""
         acts = self.actions
         Q = acts.num_jobs
@@ -833,12 +895,13 @@ class ObservationBuilder:
             pieces.append(row)
         width = 4 * len(JOB_FEATURES)
         pieces.append(bytes(width * (Q - len(pieces))))
-        table = np.frombuffer(bytearray().join(pieces), dtype=np.float32).reshape(Q, -1)
+        table = np.frombuffer(bytearray().join(pieces), dtype=np.float32)
         if cand is not None and view:
             # The best η of each slot (empty rows have η = 0 <= every real η; no clip: η is in
             # [0, 1]), from the float32 η column of the candidate table: the float32 cast is
             # monotonic, so its max is the cast of the float64 max.
-            np.maximum.reduce(cand.reshape(Q, -1)[:, 11 :: self._h0], axis=1, out=table[:, 6])
+            best = table[6 :: len(JOB_FEATURES)]
+            np.maximum.reduce(cand.reshape(Q, -1)[:, 11 :: self._h0], axis=1, out=best)
         self._queue = table
         return table
 
@@ -901,24 +964,20 @@ class ObservationBuilder:
         """
         view = self.actions.view
         load_key = state.link_load.tobytes()
-        self._gpu_features(state, load_key)
+        gpus = self._gpu_features(state, load_key)
         cand = None
         if self.with_candidates:
             cand = self._candidate_features(state, view, load_key)
         queue = self._queue_features(view, cand)
         summary = self._summary_features(state, pending, step, max_steps)
-        out = self._out
-        obs = {"gpus": out(self._gpu)}
+        obs = {"gpus": gpus if self.table_layout else gpus.reshape(-1)}
         if self.with_candidates:
             if cand is None:
-                obs["candidates"] = out(self._cand)  # zeros
+                obs["candidates"] = self._cand.copy() if self.table_layout else self._cand.flatten()
             else:
                 obs["candidates"] = cand.reshape(self._cand.shape) if self.table_layout else cand
-        obs["queue"] = queue if self.table_layout else queue.reshape(-1)
+        obs["queue"] = queue.reshape(self._queue_shape) if self.table_layout else queue
         obs["summary"] = summary
         if self.privileged and self.with_candidates:
             obs["gain"] = self._gain.copy()
         return obs
-
-    def _out(self, buf: NDArray[np.float32]) -> NDArray[np.float32]:
-        return buf.copy() if self.table_layout else buf.flatten()
