@@ -10,7 +10,7 @@ import pytest
 import crop_gym.perf as perf
 from crop_gym.devices import PROFILES
 from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.objective import ClusterMetrics, ClusterState
 from crop_gym.topology import make_topology
 
 
@@ -84,3 +84,24 @@ def test_free_bits_track_the_free_mask() -> None:
             st = st.copy()
         assert st.free_bits == bits(st.free_mask)
         assert st.free_bits.bit_count() == st.num_free
+
+
+def test_metrics_are_a_regular_frozen_value() -> None:
+    """The fast-built ClusterMetrics equals, hashes and prints like the constructed one, and
+    stays frozen."""
+    topo = make_topology("leafspine-64")
+    st = ClusterState(topo)
+    st.add(Job("a", "resnet50", 4, 128), np.arange(4))
+    st.add(Job("b", "vgg16", 16, 512), np.arange(8, 24))
+    m = st.metrics()
+    ref = ClusterMetrics(
+        F=st.F,
+        jobs_placed=2,
+        gpus_busy=20,
+        utilization=20 / 64,
+        comm_overhead=_comm_overhead(st),
+    )
+    assert m == ref and hash(m) == hash(ref) and repr(m) == repr(ref)
+    assert dataclasses.asdict(m) == dataclasses.asdict(ref)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.F = 0.0  # type: ignore[misc]
