@@ -12,7 +12,6 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from itertools import accumulate, compress
 from operator import attrgetter
-from typing import Any
 
 import numpy as np
 
@@ -49,18 +48,19 @@ class _Server:
             scores are uniform: any ``k`` GPUs then have badness ``k``, and ``cs`` is ``None``).
         qmin: Badness of the healthiest free GPU (``inf`` if none).
         end: ``cs[-1]``, the next server's ``base``.
-        key: Rank of the server in a subtree's compact order: most free GPUs first, then least
-            bad on average (``(cs[nf] - cs[0]) / nf``), then index.
+        avg: Average badness of its free GPUs, ``(cs[nf] - cs[0]) / nf`` (0.0 if none or when
+            scores are uniform): a subtree's compact order puts the servers with the most free
+            GPUs first, then the least bad on average, then by index.
         singles: Single-server row of ``k`` GPUs, by ``k``.
     """
 
     __slots__ = (
         "_tier",
+        "avg",
         "base",
         "cs",
         "end",
         "free",
-        "key",
         "nf",
         "node",
         "qmin",
@@ -70,7 +70,6 @@ class _Server:
     )
 
     cs: list[float] | None
-    key: tuple[Any, ...]
 
     def __init__(
         self,
@@ -94,7 +93,7 @@ class _Server:
             self.qs = self.cs = None
             self.qmin = 1.0 if nf else np.inf
             self.end = base
-            self.key = (-nf, s)
+            self.avg = 0.0
             return
         if nf == len(blk):
             qs = qblk
@@ -111,7 +110,7 @@ class _Server:
         cs = self.cs = list(accumulate(self.qs, initial=base))
         self.end = cs[-1]
         nf = self.nf
-        self.key = (-nf, (cs[nf] - cs[0]) / nf, self.s) if nf else (0, 0.0, self.s)
+        self.avg = (cs[nf] - cs[0]) / nf if nf else 0.0
 
     def rebased(self, base: float) -> _Server:
         """The same server with its prefix sums from another ``base`` (a new object: earlier
@@ -195,10 +194,14 @@ class _Switch:
         self.extras: dict[int, tuple[_Row, ...]] = {}
 
     def compact(self) -> list[_Server]:
-        """Servers with a free GPU in compact order (see :attr:`_Server.key`)."""
+        """Servers with a free GPU in compact order (see :attr:`_Server.avg`)."""
         out = self._compact
         if out is None:
-            out = self._compact = sorted(filter(_nf_of, self.srv), key=_key_of)
+            # Two stable sorts (the servers come by index) with plain keys: faster than one
+            # with (-nf, avg, s) tuples.
+            out = sorted(filter(_nf_of, self.srv), key=_avg_of)
+            out.sort(key=_nf_of, reverse=True)  # (stable also in reverse)
+            self._compact = out
         return out
 
     def tier1(self) -> tuple[list[int], list[int]] | None:
@@ -235,7 +238,7 @@ class _Switch:
 
 
 _nf_of = attrgetter("nf")
-_key_of = attrgetter("key")
+_avg_of = attrgetter("avg")
 
 
 class _Small:
