@@ -28,6 +28,17 @@ _MEMO_CAP = 256
 #: bytes.translate table swapping 0 and 1: free flags to busy flags.
 _FLIP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
 
+#: The bits of each byte value as bytes 0/1, lowest first (a constant).
+_BITS8 = tuple(bytes((b >> i) & 1 for i in range(8)) for b in range(256))
+
+
+def _bits(key: int, n: int) -> bytes:
+    """The ``n`` lowest bits of ``key`` (``key < 2**n``) as bytes 0/1, lowest first (padded with
+    zeros to a multiple of 8)."""
+    if n <= 8:
+        return _BITS8[key]
+    return b"".join([_BITS8[(key >> i) & 255] for i in range(0, n, 8)])
+
 
 class _Server:
     """One server under one health, for one pattern of free GPUs and one ``base`` (small
@@ -281,14 +292,15 @@ class _Small:
         s = first
         while s < n_srv:
             if s < end:
-                lo, hi, node, blk, qblk, memo = specs[s]
+                lo, hi, node, blk, qblk, memo, pick = specs[s]
                 key = (fx >> lo) & ((1 << (hi - lo)) - 1)
                 e = memo.get(key)
                 if e is None:
                     if len(memo) >= _MEMO_CAP:
                         memo.clear()
                     # Its GPUs' free flags in health order.
-                    flags = bytes([(key >> (g - lo)) & 1 for g in blk])
+                    n = hi - lo
+                    flags = bytes(pick(_BITS8[key] if n <= 8 else _bits(key, n)))
                     e = memo[key] = _Server(s, node, blk, qblk, flags, base)
                 elif e.base != base and not uniform:
                     e = memo[key] = e.rebased(base)
@@ -298,7 +310,7 @@ class _Small:
                 e = srv[s]
                 if uniform or e.base == base:
                     break  # this server and the ones after it are as in the last version
-                lo, hi, _, _, _, memo = specs[s]
+                lo, hi, _, _, _, memo, _ = specs[s]
                 e = memo[(fx >> lo) & ((1 << (hi - lo)) - 1)] = e.rebased(base)
             srv[s] = e
             base = e.end
