@@ -14,13 +14,13 @@ import pytest
 
 import crop_gym.candidates as cand
 from crop_gym.candidates.candidate_set import _assemble, _Row
-from crop_gym.candidates.data import _HealthData, _TopoData
-from crop_gym.candidates.small import _Small
-from crop_gym.candidates.vectorised import _best_by_rank, _gpu_rank
+from crop_gym.candidates.data import _HealthData, _picker, _TopoData
+from crop_gym.candidates.small import _bits, _Small
+from crop_gym.candidates.vectorised import _best_by_rank, _gpu_rank, _Shared
 from crop_gym.devices import PROFILES, Health
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
-from crop_gym.topology import Topology, make_topology
+from crop_gym.topology import Topology, build_tree, make_topology
 
 
 def _health(profile: str, topo: Topology, rng: np.random.Generator) -> Health:
@@ -151,3 +151,43 @@ def test_candidate_sets_check_their_arguments() -> None:
     with pytest.raises(ValueError):
         cand.candidate_sets(st, [1], max_candidates=0)
     assert cand.candidate_sets(st, []) == []
+
+
+def test_free_flags_from_the_bit_table_match_the_bitwise_rule() -> None:
+    """A server's free flags in health order, read through ``_bits`` and the server's picker,
+    are its bits of the free-GPU key taken one by one (servers of 1, 8 and 12 GPUs)."""
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 8, 12, 16):
+        idx = rng.permutation(n).tolist()
+        pick = _picker(idx)
+        for key in rng.integers(1 << n, size=20).tolist():
+            want = bytes([(key >> i) & 1 for i in idx])
+            assert bytes(pick(_bits(key, n))) == want
+
+
+@pytest.mark.parametrize("fanouts", [[2, 4, 1], [2, 2, 12], [3, 2, 16]])
+def test_small_path_on_unusual_server_sizes_matches_a_fresh_numpy_computation(
+    fanouts: list[int],
+) -> None:
+    """Servers of 1 GPU and of more than 8 GPUs (the free flags' wide path) give, along random
+    placements and removals, the sets the numpy path computes from scratch."""
+    topo = build_tree(fanouts, [1e10, 1e10, 1e11])
+    rng = np.random.default_rng(5)
+    st = ClusterState(topo, _health("severe", topo, rng))
+    assert _TopoData(topo).small
+    ks = [k for k in (1, 2, 3, 5, 8, 12, 16, 20) if k <= topo.num_gpus]
+    for t in range(60):
+        if st.jobs and (rng.random() < 0.3 or st.num_free == 0):
+            st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
+        else:
+            k = int(min(st.num_free, rng.choice(ks)))
+            gpus = rng.choice(np.flatnonzero(st.free_mask), size=k, replace=False)
+            st.add(Job(f"j{t}", "resnet50", k, 64 * k), gpus)
+        for k in ks:
+            got = cand.candidate_placements(st, k)
+            td = _TopoData(topo)
+            td.small = False
+            want = _Shared(st, _HealthData(st, True, td)).compute(k, 8)
+            for f in ("gpus", "num_servers", "subtree", "quality"):
+                x, y = getattr(got, f), getattr(want, f)
+                assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f

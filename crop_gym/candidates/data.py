@@ -12,7 +12,9 @@ loops. Set it here (e.g. ``monkeypatch.setattr(crop_gym.candidates.data, "SMALL_
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -178,7 +180,9 @@ class _HealthData:
     def servers(self) -> list[_ServerSpec]:
         """Per server: (its first GPU, end GPU, node, its GPUs in health order, their badness
         (``None`` when uniform), memo of :class:`~crop_gym.candidates.small._Server` by free-GPU
-        pattern: the server's bits of :attr:`ClusterState.free_bits`, shifted to bit 0)."""
+        pattern (the server's bits of :attr:`ClusterState.free_bits`, shifted to bit 0), and a
+        picker of its GPUs' items, in health order, from a sequence indexed by GPU - first GPU
+        (it gives a tuple or bytes)."""
         if self._servers is None:
             td = self.td
             order_l = self.base_order.tolist()
@@ -192,12 +196,22 @@ class _HealthData:
                     order_l[lo[s] : lo[s + 1]],
                     None if q_o is None else q_o[lo[s] : lo[s + 1]],
                     {},
+                    _picker([g - lo[s] for g in order_l[lo[s] : lo[s + 1]]]),
                 )
                 for s in range(td.S)
             ]
         return self._servers
 
 
-#: (first GPU, end GPU, node, GPUs in health order, their badness, memo) of a server; see
-#: :meth:`_HealthData.servers`.
-_ServerSpec = tuple[int, int, int, list[int], list[float] | None, dict[int, "_Server"]]
+def _picker(idx: list[int]) -> Callable[[bytes], Any]:
+    """An ``itemgetter`` of the items ``idx``, as a tuple or bytes even for one item."""
+    if len(idx) == 1:
+        return itemgetter(slice(idx[0], idx[0] + 1))
+    return itemgetter(*idx)
+
+
+#: (first GPU, end GPU, node, GPUs in health order, their badness, memo, picker) of a server;
+#: see :meth:`_HealthData.servers`.
+_ServerSpec = tuple[
+    int, int, int, list[int], list[float] | None, dict[int, "_Server"], Callable[[bytes], Any]
+]

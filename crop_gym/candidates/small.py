@@ -12,7 +12,6 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from itertools import accumulate, compress
 from operator import attrgetter
-from typing import Any
 
 import numpy as np
 
@@ -28,6 +27,17 @@ _MEMO_CAP = 256
 
 #: bytes.translate table swapping 0 and 1: free flags to busy flags.
 _FLIP = bytes.maketrans(b"\x00\x01", b"\x01\x00")
+
+#: The bits of each byte value as bytes 0/1, lowest first (a constant).
+_BITS8 = tuple(bytes((b >> i) & 1 for i in range(8)) for b in range(256))
+
+
+def _bits(key: int, n: int) -> bytes:
+    """The ``n`` lowest bits of ``key`` (``key < 2**n``) as bytes 0/1, lowest first (padded with
+    zeros to a multiple of 8)."""
+    if n <= 8:
+        return _BITS8[key]
+    return b"".join([_BITS8[(key >> i) & 255] for i in range(0, n, 8)])
 
 
 class _Server:
@@ -49,18 +59,19 @@ class _Server:
             scores are uniform: any ``k`` GPUs then have badness ``k``, and ``cs`` is ``None``).
         qmin: Badness of the healthiest free GPU (``inf`` if none).
         end: ``cs[-1]``, the next server's ``base``.
-        key: Rank of the server in a subtree's compact order: most free GPUs first, then least
-            bad on average (``(cs[nf] - cs[0]) / nf``), then index.
+        avg: Average badness of its free GPUs, ``(cs[nf] - cs[0]) / nf`` (0.0 if none or when
+            scores are uniform): a subtree's compact order puts the servers with the most free
+            GPUs first, then the least bad on average, then by index.
         singles: Single-server row of ``k`` GPUs, by ``k``.
     """
 
     __slots__ = (
         "_tier",
+        "avg",
         "base",
         "cs",
         "end",
         "free",
-        "key",
         "nf",
         "node",
         "qmin",
@@ -70,7 +81,6 @@ class _Server:
     )
 
     cs: list[float] | None
-    key: tuple[Any, ...]
 
     def __init__(
         self,
@@ -94,7 +104,7 @@ class _Server:
             self.qs = self.cs = None
             self.qmin = 1.0 if nf else np.inf
             self.end = base
-            self.key = (-nf, s)
+            self.avg = 0.0
             return
         if nf == len(blk):
             qs = qblk
@@ -111,7 +121,7 @@ class _Server:
         cs = self.cs = list(accumulate(self.qs, initial=base))
         self.end = cs[-1]
         nf = self.nf
-        self.key = (-nf, (cs[nf] - cs[0]) / nf, self.s) if nf else (0, 0.0, self.s)
+        self.avg = (cs[nf] - cs[0]) / nf if nf else 0.0
 
     def rebased(self, base: float) -> _Server:
         """The same server with its prefix sums from another ``base`` (a new object: earlier
@@ -195,10 +205,14 @@ class _Switch:
         self.extras: dict[int, tuple[_Row, ...]] = {}
 
     def compact(self) -> list[_Server]:
-        """Servers with a free GPU in compact order (see :attr:`_Server.key`)."""
+        """Servers with a free GPU in compact order (see :attr:`_Server.avg`)."""
         out = self._compact
         if out is None:
-            out = self._compact = sorted(filter(_nf_of, self.srv), key=_key_of)
+            # Two stable sorts (the servers come by index) with plain keys: faster than one
+            # with (-nf, avg, s) tuples.
+            out = sorted(filter(_nf_of, self.srv), key=_avg_of)
+            out.sort(key=_nf_of, reverse=True)  # (stable also in reverse)
+            self._compact = out
         return out
 
     def tier1(self) -> tuple[list[int], list[int]] | None:
@@ -235,7 +249,7 @@ class _Switch:
 
 
 _nf_of = attrgetter("nf")
-_key_of = attrgetter("key")
+_avg_of = attrgetter("avg")
 
 
 class _Small:
@@ -278,14 +292,15 @@ class _Small:
         s = first
         while s < n_srv:
             if s < end:
-                lo, hi, node, blk, qblk, memo = specs[s]
+                lo, hi, node, blk, qblk, memo, pick = specs[s]
                 key = (fx >> lo) & ((1 << (hi - lo)) - 1)
                 e = memo.get(key)
                 if e is None:
                     if len(memo) >= _MEMO_CAP:
                         memo.clear()
                     # Its GPUs' free flags in health order.
-                    flags = bytes([(key >> (g - lo)) & 1 for g in blk])
+                    n = hi - lo
+                    flags = bytes(pick(_BITS8[key] if n <= 8 else _bits(key, n)))
                     e = memo[key] = _Server(s, node, blk, qblk, flags, base)
                 elif e.base != base and not uniform:
                     e = memo[key] = e.rebased(base)
@@ -295,7 +310,7 @@ class _Small:
                 e = srv[s]
                 if uniform or e.base == base:
                     break  # this server and the ones after it are as in the last version
-                lo, hi, _, _, _, memo = specs[s]
+                lo, hi, _, _, _, memo, _ = specs[s]
                 e = memo[(fx >> lo) & ((1 << (hi - lo)) - 1)] = e.rebased(base)
             srv[s] = e
             base = e.end
