@@ -639,7 +639,7 @@ class ObservationBuilder:
         new: _NewRows = ([], [], [])
         fresh: list[int] = []  # the rows of ``new``
         # Per candidate set (group), its candidates' rows.
-        load = state.link_load.item
+        load: list[int] = []  # the link loads, read once when a row is missing
         group_rows: list[list[int]] = []
         for cs in acts.groups:
             # A candidate's key: its sorted GPUs as a tuple (the generator makes them anyway;
@@ -647,6 +647,8 @@ class ObservationBuilder:
             keys = cs.row_keys()
             ids: list[int | None] = list(map(cache.get, keys))
             if None in ids:
+                if not load:
+                    load = state.link_load.tolist()
                 for j, key in enumerate(keys):
                     if ids[j] is None:
                         ids[j] = cache[key] = self._add_row(key, new, fresh, load)
@@ -678,7 +680,7 @@ class ObservationBuilder:
         key: tuple[int, ...],
         new: _NewRows,
         fresh: list[int],
-        load: Any,
+        load: list[int],
     ) -> int:
         """The row of a candidate missing from :attr:`_rows`: a copy of its row under other link
         loads with the load-dependent values updated (see :meth:`_drop_multi`), the row shared
@@ -719,7 +721,7 @@ class ObservationBuilder:
         cols: list[tuple[bytes, bytes, bytes]],
         hs: list[tuple[float, ...]],
         logs: list[float],
-        load: Any,
+        load: list[int],
     ) -> None:
         """Store the new ``rows`` from their values (see :meth:`_new_row`), with their survival
         ``exp(logs)`` (numpy's, which Python's may differ from in the last bit) and, for
@@ -734,14 +736,14 @@ class ObservationBuilder:
                 rowdata[i] = (c0_1, c4_10, c13_14, h, s)
 
     def _load_terms(
-        self, i: int, h: tuple[float, ...], load: Any
+        self, i: int, h: tuple[float, ...], load: list[int]
     ) -> tuple[bytes, tuple[float, ...]]:
         """The load-dependent values of multi-server row ``i`` under the link loads ``load``
-        (``ClusterState.link_load.item``): its contention and bandwidth columns (float32 bytes),
+        (``ClusterState.link_load`` as a list): its contention and bandwidth columns (float32 bytes),
         and its time-model terms ``h`` with the bottleneck bandwidth set."""
         spanned, b_intra = self._multi[i]
         eff, bw_ref = self._h_eff_bw, self._bw_ref
-        lds = list(map(load, spanned))
+        lds = [load[a] for a in spanned]
         ml = max(lds)
         b_inter = min([eff[a] / (ld + 1.0) for a, ld in zip(spanned, lds, strict=True)])
         cols = _PACK2(
@@ -893,15 +895,18 @@ class ObservationBuilder:
             if row is None:
                 row = self._queue_row(key, view[q])
             pieces.append(row)
-        width = 4 * len(JOB_FEATURES)
-        pieces.append(bytes(width * (Q - len(pieces))))
+        n = len(pieces)
+        width = len(JOB_FEATURES)
+        pieces.append(bytes(4 * width * (Q - n)))
         table = np.frombuffer(bytearray().join(pieces), dtype=np.float32)
-        if cand is not None and view:
-            # The best η of each slot (empty rows have η = 0 <= every real η; no clip: η is in
-            # [0, 1]), from the float32 η column of the candidate table: the float32 cast is
-            # monotonic, so its max is the cast of the float64 max.
-            best = table[6 :: len(JOB_FEATURES)]
-            np.maximum.reduce(cand.reshape(Q, -1)[:, 11 :: self._h0], axis=1, out=best)
+        if cand is not None and n:
+            # The best η of each of the n slots (empty rows have η = 0 <= every real η; no clip:
+            # η is in [0, 1]), from the float32 η column of the candidate table: the float32
+            # cast is monotonic, so its max is the cast of the float64 max. (The η column of the
+            # slots' rows as a strided 1-D view reshaped: cheaper than slicing the 2-D table.)
+            h0 = self._h0
+            etas = cand[11 : n * acts.max_candidates * h0 : h0].reshape(n, -1)
+            np.maximum.reduce(etas, axis=1, out=table[6 : n * width : width])
         self._queue = table
         return table
 
