@@ -381,9 +381,10 @@ class ObservationBuilder:
         self._multi: dict[int, tuple[list[int], float]] = {}
         self._multi_keys: dict[tuple[int, ...], int] = {}
         self._stale: dict[tuple[int, ...], int] = {}
-        # Per job class, per row: the row's columns 0-14 for that job (see _pair_rows); the
-        # pairs of clean rows are copied in from _clean_pairs when the class is first seen.
-        self._pairs: dict[int, dict[int, bytes]] = {}
+        # Per job class: per row, the row's columns 0-14 for that job (see _pair_rows; the
+        # pairs of clean rows are copied in from _clean_pairs when the class is first seen),
+        # and the class's columns 15-16 per view slot (see _job_of).
+        self._pairs: dict[int, tuple[dict[int, bytes], list[bytes]]] = {}
 
     # --------------------------------------------------------------- features
     def job_facts(self, job: Job) -> tuple[float, float, float, float, float]:
@@ -655,19 +656,22 @@ class ObservationBuilder:
             group_rows.append(ids)  # type: ignore[arg-type]  # (no None left)
         if fresh:
             self._store_rows(fresh, *new, load)
-        pairs, jobs, pads = self._pairs, self._jobs, self._pads
+        pairs, pads = self._pairs, self._pads
         pieces: list[bytes] = []
         for q, (g, cls) in enumerate(zip(acts.slot_groups, acts.view_classes)):
             rows = group_rows[g]
-            job = jobs.get(cls) or self._job_of(cls, view[q])
-            done = pairs.get(cls)
-            if done is None:
-                done = pairs[cls] = dict(self._clean_pairs.get(cls, {}))
+            hit = pairs.get(cls)
+            if hit is None:
+                hit = pairs[cls] = (
+                    dict(self._clean_pairs.get(cls, {})),
+                    self._job_of(cls, view[q])[1],
+                )
+            done, tails = hit
             heads = list(map(done.get, rows))
             if None in heads:
-                self._pair_rows(rows, job, done, heads, cls)
+                self._pair_rows(rows, self._jobs[cls], done, heads, cls)
             # Each row: its pair's columns 0-14, then the slot's columns 15-16.
-            tail = job[1][q]
+            tail = tails[q]
             pieces += (tail.join(heads), tail, pads[C - len(rows)])  # type: ignore[arg-type]
         pieces.append(bytes(len(pads[1]) * C * (acts.num_jobs - len(acts.slot_groups))))
         F = np.frombuffer(bytearray().join(pieces), dtype=np.float32)
