@@ -640,7 +640,7 @@ class ObservationBuilder:
         new: _NewRows = ([], [], [])
         fresh: list[int] = []  # the rows of ``new``
         # Per candidate set (group), its candidates' rows.
-        load: list[int] = []  # the link loads, read once when a row is missing
+        load = state.link_load.item
         group_rows: list[list[int]] = []
         for cs in acts.groups:
             # A candidate's key: its sorted GPUs as a tuple (the generator makes them anyway;
@@ -648,8 +648,6 @@ class ObservationBuilder:
             keys = cs.row_keys()
             ids: list[int | None] = list(map(cache.get, keys))
             if None in ids:
-                if not load:
-                    load = state.link_load.tolist()
                 for j, key in enumerate(keys):
                     if ids[j] is None:
                         ids[j] = cache[key] = self._add_row(key, new, fresh, load)
@@ -684,7 +682,7 @@ class ObservationBuilder:
         key: tuple[int, ...],
         new: _NewRows,
         fresh: list[int],
-        load: list[int],
+        load: Any,
     ) -> int:
         """The row of a candidate missing from :attr:`_rows`: a copy of its row under other link
         loads with the load-dependent values updated (see :meth:`_drop_multi`), the row shared
@@ -725,7 +723,7 @@ class ObservationBuilder:
         cols: list[tuple[bytes, bytes, bytes]],
         hs: list[tuple[float, ...]],
         logs: list[float],
-        load: list[int],
+        load: Any,
     ) -> None:
         """Store the new ``rows`` from their values (see :meth:`_new_row`), with their survival
         ``exp(logs)`` (numpy's, which Python's may differ from in the last bit) and, for
@@ -740,14 +738,15 @@ class ObservationBuilder:
                 rowdata[i] = (c0_1, c4_10, c13_14, h, s)
 
     def _load_terms(
-        self, i: int, h: tuple[float, ...], load: list[int]
+        self, i: int, h: tuple[float, ...], load: Any
     ) -> tuple[bytes, tuple[float, ...]]:
         """The load-dependent values of multi-server row ``i`` under the link loads ``load``
-        (``ClusterState.link_load`` as a list): its contention and bandwidth columns (float32 bytes),
-        and its time-model terms ``h`` with the bottleneck bandwidth set."""
+        (``ClusterState.link_load.item``: per spanned link, cheaper on large clusters than the
+        whole array as a list): its contention and bandwidth columns (float32 bytes), and its
+        time-model terms ``h`` with the bottleneck bandwidth set."""
         spanned, b_intra = self._multi[i]
         eff, bw_ref = self._h_eff_bw, self._bw_ref
-        lds = [load[a] for a in spanned]
+        lds = list(map(load, spanned))
         ml = max(lds)
         b_inter = min([eff[a] / (ld + 1.0) for a, ld in zip(spanned, lds, strict=True)])
         cols = _PACK2(
