@@ -381,9 +381,10 @@ class ObservationBuilder:
         self._multi: dict[int, tuple[list[int], float]] = {}
         self._multi_keys: dict[tuple[int, ...], int] = {}
         self._stale: dict[tuple[int, ...], int] = {}
-        # Per job class, per row: the row's columns 0-14 for that job (see _pair_rows); the
-        # pairs of clean rows are copied in from _clean_pairs when the class is first seen.
-        self._pairs: dict[int, dict[int, bytes]] = {}
+        # Per job class: per row, the row's columns 0-14 for that job (see _pair_rows; the
+        # pairs of clean rows are copied in from _clean_pairs when the class is first seen),
+        # and the class's columns 15-16 per view slot (see _job_of).
+        self._pairs: dict[int, tuple[dict[int, bytes], list[bytes]]] = {}
 
     # --------------------------------------------------------------- features
     def job_facts(self, job: Job) -> tuple[float, float, float, float, float]:
@@ -653,19 +654,22 @@ class ObservationBuilder:
             group_rows.append(ids)  # type: ignore[arg-type]  # (no None left)
         if fresh:
             self._store_rows(fresh, *new, load)
-        pairs, jobs, pads = self._pairs, self._jobs, self._pads
+        pairs, pads = self._pairs, self._pads
         pieces: list[bytes] = []
         for q, (g, cls) in enumerate(zip(acts.slot_groups, acts.view_classes)):
             rows = group_rows[g]
-            job = jobs.get(cls) or self._job_of(cls, view[q])
-            done = pairs.get(cls)
-            if done is None:
-                done = pairs[cls] = dict(self._clean_pairs.get(cls, {}))
+            hit = pairs.get(cls)
+            if hit is None:
+                hit = pairs[cls] = (
+                    dict(self._clean_pairs.get(cls, {})),
+                    self._job_of(cls, view[q])[1],
+                )
+            done, tails = hit
             heads = list(map(done.get, rows))
             if None in heads:
-                self._pair_rows(rows, job, done, heads, cls)
+                self._pair_rows(rows, self._jobs[cls], done, heads, cls)
             # Each row: its pair's columns 0-14, then the slot's columns 15-16.
-            tail = job[1][q]
+            tail = tails[q]
             pieces += (tail.join(heads), tail, pads[C - len(rows)])  # type: ignore[arg-type]
         pieces.append(bytes(len(pads[1]) * C * (acts.num_jobs - len(acts.slot_groups))))
         F = np.frombuffer(bytearray().join(pieces), dtype=np.float32)
@@ -737,8 +741,9 @@ class ObservationBuilder:
         self, i: int, h: tuple[float, ...], load: Any
     ) -> tuple[bytes, tuple[float, ...]]:
         """The load-dependent values of multi-server row ``i`` under the link loads ``load``
-        (``ClusterState.link_load.item``): its contention and bandwidth columns (float32 bytes),
-        and its time-model terms ``h`` with the bottleneck bandwidth set."""
+        (``ClusterState.link_load.item``: per spanned link, cheaper on large clusters than the
+        whole array as a list): its contention and bandwidth columns (float32 bytes), and its
+        time-model terms ``h`` with the bottleneck bandwidth set."""
         spanned, b_intra = self._multi[i]
         eff, bw_ref = self._h_eff_bw, self._bw_ref
         lds = list(map(load, spanned))
@@ -893,15 +898,18 @@ class ObservationBuilder:
             if row is None:
                 row = self._queue_row(key, view[q])
             pieces.append(row)
-        width = 4 * len(JOB_FEATURES)
-        pieces.append(bytes(width * (Q - len(pieces))))
+        n = len(pieces)
+        width = len(JOB_FEATURES)
+        pieces.append(bytes(4 * width * (Q - n)))
         table = np.frombuffer(bytearray().join(pieces), dtype=np.float32)
-        if cand is not None and view:
-            # The best η of each slot (empty rows have η = 0 <= every real η; no clip: η is in
-            # [0, 1]), from the float32 η column of the candidate table: the float32 cast is
-            # monotonic, so its max is the cast of the float64 max.
-            best = table[6 :: len(JOB_FEATURES)]
-            np.maximum.reduce(cand.reshape(Q, -1)[:, 11 :: self._h0], axis=1, out=best)
+        if cand is not None and n:
+            # The best η of each of the n slots (empty rows have η = 0 <= every real η; no clip:
+            # η is in [0, 1]), from the float32 η column of the candidate table: the float32
+            # cast is monotonic, so its max is the cast of the float64 max. (The η column of the
+            # slots' rows as a strided 1-D view reshaped: cheaper than slicing the 2-D table.)
+            h0 = self._h0
+            etas = cand[11 : n * acts.max_candidates * h0 : h0].reshape(n, -1)
+            np.maximum.reduce(etas, axis=1, out=table[6 : n * width : width])
         self._queue = table
         return table
 
