@@ -4,6 +4,9 @@ Random *masked* actions (uniform over the valid ones), resets when an episode en
 environment it prints:
 
 * ``step/s``: steps per second counting only the time inside ``env.step`` (the raw step rate);
+* ``best/s``: the same for the fastest block of 250 consecutive steps. On a shared virtual
+  machine other tenants' load slows some blocks down; as with :mod:`timeit`, the fastest run is
+  the best estimate of the code's own speed (``step/s`` is the plain mean over all steps);
 * ``e2e/s``: steps per second including the resets (what a training loop sees);
 * ``reset ms``: mean reset time (sampling an instance: background jobs, queue, first candidates);
 * ``ep len``: mean episode length in steps;
@@ -45,6 +48,8 @@ DEFAULT_IDS = (
     "crop_gym/Placement-1024-v0",
 )
 TARGETS = {"crop_gym/Placement-v0": 5000.0, "crop_gym/Placement-1024-v0": 1000.0}
+#: Steps per block for the ``best/s`` column.
+_BLOCK = 250
 
 
 class _Timer:
@@ -94,6 +99,7 @@ def _run(
     _, info = env.reset(seed=seed)
     resets = [time.perf_counter() - t]
     step_time, n, episodes = 0.0, 0, 0
+    block_time, best_block = 0.0, np.inf
     while n < steps:
         valid = np.flatnonzero(info["action_mask"])
         a = int(valid[rng.integers(len(valid))])
@@ -101,10 +107,15 @@ def _run(
             tm.active = True
         t = time.perf_counter()
         _, _, term, trunc, info = env.step(a)
-        step_time += time.perf_counter() - t
+        dt = time.perf_counter() - t
+        step_time += dt
+        block_time += dt
         for tm in timers:
             tm.active = False
         n += 1
+        if n % _BLOCK == 0:
+            best_block = min(best_block, block_time)
+            block_time = 0.0
         if term or trunc:
             episodes += 1
             t = time.perf_counter()
@@ -112,6 +123,7 @@ def _run(
             resets.append(time.perf_counter() - t)
     return {
         "step_per_s": n / step_time,
+        "best_per_s": _BLOCK / best_block if best_block < np.inf else n / step_time,
         "e2e_per_s": n / (step_time + float(np.sum(resets[1:]))),
         "reset_ms": 1e3 * float(np.mean(resets)),
         "ep_len": n / max(episodes, 1),
@@ -230,7 +242,7 @@ def main(argv: list[str] | None = None) -> None:
     cp = bench_cartpole(args.cartpole_seconds)
     print(f"CartPole-v1 (same run): {cp:,.0f} step/s\n")
     header = (
-        f"{'env':34s} {'step/s':>8s} {'e2e/s':>8s} {'x CartPole':>10s} {'reset ms':>9s} {'ep len':>7s} "
+        f"{'env':34s} {'step/s':>8s} {'best/s':>8s} {'e2e/s':>8s} {'x CartPole':>10s} {'reset ms':>9s} {'ep len':>7s} "
         f"{'MiB':>6s} {'RSS+':>6s}  step time: add / candidates / env"
     )
     print(header)
@@ -245,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
             rest = 1.0 - r["share_add"] - r["share_candidates"]
             shares = f"  {r['share_add']:5.0%} / {r['share_candidates']:5.0%} / {rest:5.0%}"
         print(
-            f"{env_id:34s} {r['step_per_s']:8,.0f} {r['e2e_per_s']:8,.0f} {r['step_per_s'] / cp:10.3f} "
+            f"{env_id:34s} {r['step_per_s']:8,.0f} {r['best_per_s']:8,.0f} {r['e2e_per_s']:8,.0f} {r['step_per_s'] / cp:10.3f} "
             f"{r['reset_ms']:9.1f} {r['ep_len']:7.1f} {r['peak_mib']:6.1f} {r['rss_mib']:6.1f}{shares}"
         )
     print(
@@ -260,9 +272,12 @@ def main(argv: list[str] | None = None) -> None:
     print()
     for env_id, target in TARGETS.items():
         if env_id in results:
-            got = results[env_id]["step_per_s"]
+            got, best = results[env_id]["step_per_s"], results[env_id]["best_per_s"]
             verdict = "met" if got >= target else "NOT met"
-            print(f"target {env_id}: >= {target:,.0f} step/s -> {got:,.0f} ({verdict})")
+            print(
+                f"target {env_id}: >= {target:,.0f} step/s -> mean {got:,.0f} ({verdict}); "
+                f"fastest {_BLOCK}-step block {best:,.0f} ({'met' if best >= target else 'NOT met'})"
+            )
 
 
 if __name__ == "__main__":
