@@ -1,11 +1,11 @@
 """The observation builder shared by every placement environment.
 
 :class:`ObservationBuilder` writes a flat ``Dict`` of bounded ``float32`` boxes (per-GPU,
-per-candidate, per-queued-job and summary features) into preallocated buffers and returns copies.
-It is driven by a :class:`~crop_gym.objective.ClusterState`, a sequence of pending
-:class:`~crop_gym.jobs.Job` and the :class:`~crop_gym.envs.actions.CandidateActions` table whose
-rows the candidate features describe, so that the static environments and the online environment
-expose the same interface.
+per-candidate, per-queued-job and summary features); every call returns fresh arrays, built from
+cached rows and preallocated buffers. It is driven by a :class:`~crop_gym.objective.ClusterState`,
+a sequence of pending :class:`~crop_gym.jobs.Job` and the
+:class:`~crop_gym.envs.actions.CandidateActions` table whose rows the candidate features describe,
+so that the static environments and the online environment expose the same interface.
 
 Feature columns are listed, in order, in :data:`GPU_FEATURES`, :data:`CANDIDATE_FEATURES`,
 :data:`JOB_FEATURES` and :data:`SUMMARY_FEATURES`; every value is clipped to ``[0, 1]``, except the
