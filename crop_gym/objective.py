@@ -218,8 +218,6 @@ class ClusterState:
         # Plain-Python mirror of each used slot's inputs to the time model:
         # (M, k, g, s, b_intra, a_intra, a_inter, t, tstar, wsurv, inter links).
         self._slot_py: list[tuple[Any, ...] | None] = [None] * self._INIT_SLOTS
-        # Plain-Python mirror of _kct (for metrics with few jobs).
-        self._kct_l: list[float] = [0.0] * self._INIT_SLOTS
         # Active slots spanning each inter-server link.
         self._link_slots: dict[int, set[int]] = {}
         self._n_busy = 0
@@ -265,7 +263,6 @@ class ClusterState:
             self._slot_job.extend([None] * (slots - n_old))
             self._slot_stats.extend([None] * (slots - n_old))
             self._slot_py.extend([None] * (slots - n_old))
-            self._kct_l.extend([0.0] * (slots - n_old))
             self._free_slots = list(range(slots - 1, n_old - 1, -1)) + self._free_slots
 
     # --------------------------------------------------------------- properties
@@ -359,17 +356,10 @@ class ClusterState:
         busy = self._n_busy
         # Σ k over the placed jobs is the number of busy GPUs (an exact integer sum).
         ksum = float(busy)
-        # Σ k·C/T over the placed jobs in slot order: numpy's sum of k[rows] * C[rows] / T[rows]
-        # (the per-slot ratios are kept up to date with T and C), in plain Python for a few jobs.
-        n = len(self.jobs)
-        if n == 0:
-            comm = 0.0
-        elif n <= self._PY_ROWS:
-            kl = self._kct_l
-            comm = np_sum([kl[s] for s in sorted(self.jobs.values())]) / ksum
-        else:
-            comm = float(np.add.reduce(self._kct[self._active]) / ksum)
-        return _make_metrics(self._F, n, busy, busy / self.topology.num_gpus, comm)
+        # Σ k·C/T over the placed jobs in slot order (numpy's sum of k[rows] * C[rows] / T[rows]:
+        # the per-slot ratios are kept up to date with T and C).
+        comm = float(np.add.reduce(self._kct[self._active]) / ksum) if ksum > 0 else 0.0
+        return _make_metrics(self._F, len(self.jobs), busy, busy / self.topology.num_gpus, comm)
 
     # ------------------------------------------------------------------- health
     def set_health(
@@ -458,10 +448,7 @@ class ClusterState:
         T, C, value = self._rows_values(rows, load)
         self._T[rows] = T
         self._C[rows] = C
-        kct = self._kct[rows] = self._k[rows] * C / T
-        kl = self._kct_l
-        for r, v in zip(rows.tolist(), kct.tolist(), strict=True):
-            kl[r] = v
+        self._kct[rows] = self._k[rows] * C / T
         self._eta[rows] = np.minimum(1.0, self._tstar[rows] / T)
         self._value[rows] = value
 
@@ -667,7 +654,7 @@ class ClusterState:
             ((T, C, eta, v),) = self._py_values([s], None)
             self._T[s] = T
             self._C[s] = C
-            self._kct[s] = self._kct_l[s] = py[1] * C / T
+            self._kct[s] = py[1] * C / T
             self._eta[s] = eta
             self._value[s] = v
             delta = (0.0 + v) - 0.0
@@ -742,18 +729,18 @@ class ClusterState:
             ((T, C, eta, v),) = self._py_values(rows, None)
             self._T[r] = T
             self._C[r] = C
-            self._kct[r] = self._kct_l[r] = self._slot_py[r][1] * C / T  # type: ignore[index]
+            self._kct[r] = self._slot_py[r][1] * C / T  # type: ignore[index]
             self._eta[r] = eta
             vals[r] = v
             return (0.0 + v) - before
         before = np_sum([float(vals[r]) for r in rows])
         new = self._py_values(rows, None)
-        T_, C_, eta_, kct, kl = self._T, self._C, self._eta, self._kct, self._kct_l
+        T_, C_, eta_, kct = self._T, self._C, self._eta, self._kct
         slot_py = self._slot_py
         for r, (T, C, eta, v) in zip(rows, new, strict=True):
             T_[r] = T
             C_[r] = C
-            kct[r] = kl[r] = slot_py[r][1] * C / T  # type: ignore[index]
+            kct[r] = slot_py[r][1] * C / T  # type: ignore[index]
             eta_[r] = eta
             vals[r] = v
         return np_sum([x[3] for x in new]) - before
@@ -870,7 +857,6 @@ class ClusterState:
         new._slot_job = list(self._slot_job)
         new._slot_stats = list(self._slot_stats)
         new._slot_py = list(self._slot_py)
-        new._kct_l = list(self._kct_l)
         new._link_slots = {e: set(v) for e, v in self._link_slots.items()}
         new._free_slots = list(self._free_slots)
         return new

@@ -26,6 +26,21 @@ def _comm_overhead(st: ClusterState) -> float:
     return float((k * C / T).sum() / k.sum())
 
 
+def _change(st: ClusterState, rng: np.random.Generator, t: int, *, validate: bool = True) -> None:
+    """Remove a random placed job (30 %), or add job ``j{t}`` of 1-16 GPUs on random free GPUs
+    (sorted, as a trusted add needs them)."""
+    if st.jobs and rng.random() < 0.3:
+        st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
+        return
+    free = np.flatnonzero(st.free_mask)
+    if len(free) == 0:
+        return
+    k = int(min(len(free), rng.choice([1, 2, 4, 8, 16])))
+    gpus = np.sort(rng.choice(free, size=k, replace=False))
+    job = Job(f"j{t}", str(rng.choice(["resnet50", "vgg16", "bert"])), k, 32 * k)
+    st.add(job, gpus, validate=validate)
+
+
 @pytest.mark.parametrize("py_rows", [16, -1])
 @pytest.mark.parametrize("allreduce", ["ring", "hierarchical"])
 def test_comm_overhead_is_kept_exactly(allreduce: str, py_rows: int) -> None:
@@ -38,15 +53,7 @@ def test_comm_overhead_is_kept_exactly(allreduce: str, py_rows: int) -> None:
     st = ClusterState(topo, PROFILES["mild"].sample(topo, rng), perf_cfg)
     st._PY_ROWS = py_rows  # type: ignore[misc]
     for t in range(80):
-        if st.jobs and rng.random() < 0.3:
-            st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
-        else:
-            free = np.flatnonzero(st.free_mask)
-            if len(free) == 0:
-                continue
-            k = int(min(len(free), rng.choice([1, 2, 4, 8, 16])))
-            gpus = rng.choice(free, size=k, replace=False)
-            st.add(Job(f"j{t}", str(rng.choice(["resnet50", "vgg16", "bert"])), k, 32 * k), gpus)
+        _change(st, rng, t)
         if t % 20 == 19:
             st = st.copy()
             st.evaluate()
@@ -65,21 +72,13 @@ def test_free_bits_track_the_free_mask() -> None:
         return sum(1 << int(g) for g in np.flatnonzero(mask))
 
     for t in range(120):
-        r = rng.random()
-        if st.jobs and r < 0.3:
-            st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
-        elif r < 0.35:
+        if rng.random() < 0.05:
             # Fail some free GPUs (a placed job never holds a failed GPU).
             health = PROFILES["severe"].sample(topo, rng)
             failed = health.gpu_failed & (st.gpu_owner < 0)
             st.set_health(dataclasses.replace(health, gpu_failed=failed))
         else:
-            free = np.flatnonzero(st.free_mask)
-            if len(free) == 0:
-                continue
-            k = int(min(len(free), rng.choice([1, 2, 4, 8, 16])))
-            gpus = np.sort(rng.choice(free, size=k, replace=False))  # (trusted adds want sorted)
-            st.add(Job(f"j{t}", "resnet50", k, 32 * k), gpus, validate=bool(t % 2))
+            _change(st, rng, t, validate=bool(t % 2))
         if t % 30 == 29:
             st = st.copy()
         assert st.free_bits == bits(st.free_mask)

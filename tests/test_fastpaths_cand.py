@@ -11,26 +11,16 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from test_fastpaths import _health
 
 import crop_gym.candidates as cand
 from crop_gym.candidates.candidate_set import _assemble, _Row
 from crop_gym.candidates.data import _HealthData, _picker, _TopoData
 from crop_gym.candidates.small import _bits, _Small
 from crop_gym.candidates.vectorised import _best_by_rank, _gpu_rank, _Shared
-from crop_gym.devices import PROFILES, Health
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
-from crop_gym.topology import Topology, build_tree, make_topology
-
-
-def _health(profile: str, topo: Topology, rng: np.random.Generator) -> Health:
-    if profile != "ties":
-        return PROFILES[profile].sample(topo, rng)
-    # Badness scores that round alike (to 1e-9) without being equal, and exact duplicates.
-    levels = np.array([1.0, 1.0 + 3e-10, 1.0 + 4e-10, 1.25, 1.25 + 1e-10, 1.5])
-    slow = levels[rng.integers(len(levels), size=topo.num_gpus)]
-    slow[rng.random(topo.num_gpus) < 0.6] = 1.0
-    return Health.healthy(topo).replace(gpu_slowdown=slow)
+from crop_gym.topology import build_tree, make_topology
 
 
 def _states(preset: str, profile: str, seed: int, n: int) -> Iterator[ClusterState]:
