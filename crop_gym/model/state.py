@@ -1,0 +1,568 @@
+"""The mutable cluster state: device health, placed jobs, link loads, per-job times and values.
+
+:class:`ClusterState` holds one representation of the placed jobs, :class:`PlacedJobs`: a table of
+per-slot arrays (one row per placed job: its placement facts, its constants ``M``, ``t_c``, ``T*``,
+``w``, and its current ``T``, ``C``, ``η`` and value). Adding or removing a job changes the loads of
+its inter-server links, so only the jobs that share one of those links change speed; they are
+re-evaluated together, vectorised, with :func:`~crop_gym.model.timing.job_times`.
+:meth:`ClusterState.gains` evaluates ΔF of many candidate placements at once without changing the
+state. :func:`~crop_gym.model.objective.evaluate_from_scratch` is the reference both are tested
+against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.devices import Health
+from crop_gym.errors import ConfigError
+from crop_gym.jobs import Job
+from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
+from crop_gym.model.timing import (
+    PerfConfig,
+    PlacementFacts,
+    ideal_time,
+    inter_bandwidth,
+    job_times,
+    placement_facts,
+)
+from crop_gym.topology import Topology
+
+__all__ = ["ClusterState", "Gains", "JobRecord", "PlacedJobs"]
+
+FloatArray = NDArray[np.float64]
+
+
+def _readonly(a: NDArray[Any]) -> NDArray[Any]:
+    v = a.view()
+    v.setflags(write=False)
+    return v
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """Model outputs of one placed job.
+
+    Attributes:
+        T: Iteration time (s).
+        C: All-reduce time (s).
+        eta: Normalised throughput ``min(1, T*/T)``.
+        survival: Probability that none of its GPUs and spanned links fails.
+        value: ``w·k·s·η``.
+        T_star: Ideal time (s).
+    """
+
+    T: float
+    C: float
+    eta: float
+    survival: float
+    value: float
+    T_star: float
+
+
+@dataclass(frozen=True)
+class Gains:
+    """ΔF of placing one job on each of ``R`` candidate placements (the state is not changed).
+
+    Attributes:
+        own: ``float64[R]`` the new job's own value ``w·k·s·η`` (its rings added to the loads).
+        interference: ``float64[R]`` the change of the placed jobs' values (≤ 0: sharing a link
+            only slows them).
+        eta: ``float64[R]`` the new job's η.
+        b_inter: ``float64[R]`` its bottleneck inter-server share (``inf`` on one server).
+    """
+
+    own: FloatArray
+    interference: FloatArray
+    eta: FloatArray
+    b_inter: FloatArray
+
+    @property
+    def total(self) -> FloatArray:
+        """``own + interference``: the change of F."""
+        out: FloatArray = self.own + self.interference
+        return out
+
+
+@dataclass
+class PlacedJobs:
+    """The placed jobs as per-slot arrays (``active`` marks the used rows; the rest are stale).
+
+    Attributes:
+        active: ``bool[S]``.
+        facts: The placement facts of each slot (``PlacementFacts`` with ``S`` rows; its
+            ``inter_links`` are ``int32[S, W]``, root-padded, all padding on a free slot).
+        grad_bytes: ``float64[S]`` gradient bytes ``M``.
+        compute: ``float64[S]`` reference compute time ``t_c``.
+        tstar: ``float64[S]`` ideal time ``T*``.
+        weight: ``float64[S]`` job weight ``w``.
+        T: ``float64[S]`` current iteration time.
+        C: ``float64[S]`` current all-reduce time.
+        eta: ``float64[S]`` current η.
+        value: ``float64[S]`` current value (0 on a free slot).
+    """
+
+    active: NDArray[np.bool_]
+    facts: PlacementFacts
+    grad_bytes: FloatArray
+    compute: FloatArray
+    tstar: FloatArray
+    weight: FloatArray
+    T: FloatArray
+    C: FloatArray
+    eta: FloatArray
+    value: FloatArray
+
+    @classmethod
+    def empty(cls, slots: int, width: int) -> PlacedJobs:
+        """A table of ``slots`` free rows whose link rows hold ``width`` links."""
+        z = np.zeros
+
+        def f() -> FloatArray:
+            return z(slots)
+
+        facts = PlacementFacts(
+            k=z(slots, dtype=np.int64),
+            g=z(slots, dtype=np.int64),
+            s=z(slots, dtype=np.int64),
+            b_intra=f(),
+            a_intra=f(),
+            a_inter=f(),
+            slowdown=f(),
+            survival=f(),
+            inter_links=z((slots, width), dtype=np.int32),
+        )
+        return cls(z(slots, dtype=bool), facts, f(), f(), f(), f(), f(), f(), f(), f())
+
+    @property
+    def slots(self) -> int:
+        return len(self.active)
+
+    def resized(self, slots: int, width: int) -> PlacedJobs:
+        """A copy with at least ``slots`` rows and ``width`` link columns (new rows free)."""
+        new = PlacedJobs.empty(slots, width)
+        n, w = self.facts.inter_links.shape
+        for name in (
+            "active",
+            "grad_bytes",
+            "compute",
+            "tstar",
+            "weight",
+            "T",
+            "C",
+            "eta",
+            "value",
+        ):
+            getattr(new, name)[:n] = getattr(self, name)
+        for fd in fields(PlacementFacts):
+            if fd.name != "inter_links":
+                getattr(new.facts, fd.name)[:n] = getattr(self.facts, fd.name)
+        new.facts.inter_links[:n, :w] = self.facts.inter_links
+        return new
+
+    def copy(self) -> PlacedJobs:
+        """An independent copy."""
+        return self.resized(*self.facts.inter_links.shape)
+
+    def write_facts(self, slot: int, facts: PlacementFacts, row: int = 0) -> None:
+        """Store row ``row`` of ``facts`` in ``slot`` (the link row must be wide enough)."""
+        for fd in fields(PlacementFacts):
+            if fd.name != "inter_links":
+                getattr(self.facts, fd.name)[slot] = getattr(facts, fd.name)[row]
+        links = facts.inter_links[row]
+        self.facts.inter_links[slot] = 0
+        self.facts.inter_links[slot, : len(links)] = links
+
+
+class ClusterState:
+    """The mutable state of a cluster: health, placed jobs, link loads, per-job times and values.
+
+    Args:
+        topology: The compiled cluster.
+        health: Device health; healthy if ``None``.
+        perf: Iteration-time options.
+
+    Attributes:
+        topology: The cluster.
+        perf: Model options.
+        version: Incremented by every change (placements and health).
+
+    Example:
+        >>> from crop_gym.topology import make_topology
+        >>> state = ClusterState(make_topology("testbed-8"))
+        >>> _ = state.add(Job("a", "resnet50", 4, 128), np.arange(4))
+        >>> round(state.F, 6)
+        4.0
+    """
+
+    def __init__(
+        self, topology: Topology, health: Health | None = None, perf: PerfConfig | None = None
+    ) -> None:
+        self.topology = topology
+        self.perf = perf if perf is not None else PerfConfig()
+        self.version = 0
+        self._owner = np.full(topology.num_gpus, -1, dtype=np.int32)
+        self._load = np.zeros(topology.num_nodes, dtype=np.int32)
+        self._table = PlacedJobs.empty(16, 4)
+        self._jobs: dict[str, int] = {}
+        self._slot_job: list[Job | None] = [None] * 16
+        self._slot_gpus: list[NDArray[np.int32] | None] = [None] * 16
+        self._F = 0.0
+        self._health = health if health is not None else Health.healthy(topology)
+        self._set_health_arrays()
+
+    def _set_health_arrays(self) -> None:
+        self._usable = self._health.usable
+        self._eff_bw = self.topology.link_bw * self._health.link_degradation
+        self._eff_bw.setflags(write=False)
+
+    # --------------------------------------------------------------- reading
+    @property
+    def health(self) -> Health:
+        """Current device health."""
+        return self._health
+
+    @property
+    def F(self) -> float:
+        """Objective: expected effective GPUs of the placed jobs."""
+        return self._F
+
+    @property
+    def jobs(self) -> Mapping[str, int]:
+        """Placed job id → its slot (read-only)."""
+        return MappingProxyType(self._jobs)
+
+    @property
+    def gpu_owner(self) -> NDArray[np.int32]:
+        """``int32[G]``: slot of the job holding each GPU, -1 if none (read-only)."""
+        return _readonly(self._owner)
+
+    @property
+    def link_load(self) -> NDArray[np.int32]:
+        """``int32[N]``: jobs whose rings cross each inter-server link (read-only)."""
+        return _readonly(self._load)
+
+    @property
+    def free_mask(self) -> NDArray[np.bool_]:
+        """``bool[G]``: GPUs that are free and usable."""
+        out: NDArray[np.bool_] = (self._owner < 0) & self._usable
+        return out
+
+    @property
+    def num_free(self) -> int:
+        """Free usable GPUs."""
+        return int(np.count_nonzero(self.free_mask))
+
+    @property
+    def eff_bandwidth(self) -> FloatArray:
+        """``float64[N]``: ``ρ_e · B_e`` per link (root: inf; read-only)."""
+        return self._eff_bw
+
+    @property
+    def placed(self) -> PlacedJobs:
+        """The per-slot table (read it; change the state only through its methods)."""
+        return self._table
+
+    @property
+    def slot_iteration_times(self) -> FloatArray:
+        """Read-only ``T_j`` per slot (index with :attr:`jobs` or :attr:`gpu_owner`)."""
+        return _readonly(self._table.T)
+
+    @property
+    def slot_eta(self) -> FloatArray:
+        """Read-only ``η_j`` per slot."""
+        return _readonly(self._table.eta)
+
+    @property
+    def slot_num_gpus(self) -> NDArray[np.int64]:
+        """Read-only ``k_j`` per slot."""
+        return _readonly(self._table.facts.k)
+
+    def placed_jobs(self) -> list[Job]:
+        """The placed jobs, in slot order."""
+        return [self._slot_job[s] for s in sorted(self._jobs.values())]  # type: ignore[misc]
+
+    def placement(self, job_id: str) -> NDArray[np.int32]:
+        """Sorted GPU indices of a placed job (read-only)."""
+        gpus = self._slot_gpus[self._jobs[job_id]]
+        assert gpus is not None
+        return gpus
+
+    def job_record(self, job_id: str) -> JobRecord:
+        """Model outputs of a placed job."""
+        s, t = self._jobs[job_id], self._table
+        return JobRecord(
+            T=float(t.T[s]),
+            C=float(t.C[s]),
+            eta=float(t.eta[s]),
+            survival=float(t.facts.survival[s]),
+            value=float(t.value[s]),
+            T_star=float(t.tstar[s]),
+        )
+
+    def job_value(self, job_id: str) -> float:
+        """Value ``v_j`` of a placed job."""
+        return float(self._table.value[self._jobs[job_id]])
+
+    def iteration_times(self) -> dict[str, float]:
+        """Current iteration time ``T_j`` of every placed job (seconds)."""
+        T = self._table.T
+        return {jid: float(T[s]) for jid, s in self._jobs.items()}
+
+    def ideal_time(self, job: Job) -> float:
+        """``T*`` of ``job`` on this cluster (:func:`~crop_gym.model.timing.ideal_time`)."""
+        return ideal_time(self.topology, job, self.perf)
+
+    def metrics(self) -> ClusterMetrics:
+        """Summary metrics of the current state."""
+        t = self._table
+        rows = np.flatnonzero(t.active)
+        busy = int(t.facts.k[rows].sum())
+        return ClusterMetrics(
+            F=self._F,
+            jobs_placed=len(self._jobs),
+            gpus_busy=busy,
+            utilization=busy / self.topology.num_gpus,
+            comm_overhead=comm_share(t.facts.k[rows].astype(np.float64), t.C[rows], t.T[rows]),
+        )
+
+    def facts_for(self, gpus: NDArray[np.integer[Any]] | Sequence[int]) -> PlacementFacts:
+        """Contention-independent facts of one placement under the current health (one row)."""
+        return placement_facts(self.topology, self._health, [np.asarray(gpus)])
+
+    # --------------------------------------------------------------- evaluation
+    def _times(self, rows: NDArray[np.intp]) -> None:
+        """Re-evaluate slot ``rows`` under the current link loads."""
+        t = self._table
+        facts = t.facts.take(rows)
+        b_inter = inter_bandwidth(self._eff_bw, self._load, facts.inter_links)
+        times = job_times(
+            self.perf, t.grad_bytes[rows], t.compute[rows], t.tstar[rows], facts, b_inter
+        )
+        t.T[rows], t.C[rows], t.eta[rows] = times.T, times.C, times.eta
+        t.value[rows] = job_value(t.weight[rows], facts.k, facts.survival, times.eta)
+
+    def _reevaluate(self, rows: NDArray[np.intp]) -> float:
+        """Re-evaluate ``rows``; return the change of their summed value."""
+        before = float(self._table.value[rows].sum())
+        self._times(rows)
+        return float(self._table.value[rows].sum()) - before
+
+    def _sharing(self, links: NDArray[np.int32]) -> NDArray[np.intp]:
+        """Active slots whose rings cross one of ``links`` (root padding ignored)."""
+        t = self._table
+        on = np.zeros(self.topology.num_nodes, dtype=bool)
+        on[links] = True
+        on[0] = False
+        return np.flatnonzero(on[t.facts.inter_links].any(axis=1) & t.active)
+
+    def evaluate(self) -> float:
+        """Recompute link loads, every job's time and value, and F from scratch; return F."""
+        t = self._table
+        rows = np.flatnonzero(t.active)
+        load = np.bincount(t.facts.inter_links[rows].ravel(), minlength=self.topology.num_nodes)
+        load[0] = 0
+        self._load[:] = load
+        if len(rows):
+            self._times(rows)
+        self._F = float(t.value[rows].sum())
+        return self._F
+
+    def gains(self, job: Job, facts: PlacementFacts) -> Gains:
+        """ΔF of placing ``job`` on each placement of ``facts``, all at once (nothing changes).
+
+        Args:
+            job: The job (not validated against the placements).
+            facts: Facts of ``R`` placements of ``job.num_gpus`` GPUs under the current health
+                (:func:`~crop_gym.model.timing.placement_facts`, :meth:`facts_for`).
+        """
+        t, load, eff = self._table, self._load, self._eff_bw
+        links = facts.inter_links  # [R, Wc]
+        b_own = inter_bandwidth(eff, load[links] + 1, links)
+        own_t = job_times(
+            self.perf, job.grad_bytes, job.compute_time, self.ideal_time(job), facts, b_own
+        )
+        own = job_value(job.weight, facts.k, facts.survival, own_t.eta)
+        interference = np.zeros(len(facts))
+        rows = np.flatnonzero(t.active & (t.facts.inter_links[:, 0] > 0))
+        if len(rows) and links.shape[1]:
+            # on[r, e]: candidate r's rings cross link e (one more job there).
+            on = np.zeros((len(facts), self.topology.num_nodes), dtype=bool)
+            on[np.arange(len(facts))[:, None], links] = True
+            on[:, 0] = False
+            jl = t.facts.inter_links[rows]  # [J, W]
+            hit = on[:, jl]  # [R, J, W]
+            b = inter_bandwidth(eff, load[jl] + hit, jl)  # [R, J]
+            jf = t.facts.take(rows)
+            times = job_times(self.perf, t.grad_bytes[rows], t.compute[rows], t.tstar[rows], jf, b)
+            new = job_value(t.weight[rows], jf.k, jf.survival, times.eta)
+            interference = np.where(hit.any(axis=2), new - t.value[rows], 0.0).sum(axis=1)
+        return Gains(own=own, interference=interference, eta=own_t.eta, b_inter=b_own)
+
+    def gain(
+        self,
+        job: Job,
+        gpus: NDArray[np.integer[Any]] | Sequence[int] | None = None,
+        facts: PlacementFacts | None = None,
+    ) -> float:
+        """ΔF of placing ``job`` on ``gpus`` (or on the one-row ``facts``) without changing the state."""
+        f = facts if facts is not None else self.facts_for(np.asarray(gpus))
+        return float(self.gains(job, f).total[0])
+
+    # --------------------------------------------------------------- mutation
+    def check_placement(
+        self, job: Job, gpus: NDArray[np.integer[Any]] | Sequence[int]
+    ) -> NDArray[np.int32]:
+        """Validate a placement and return it as sorted ``int32``.
+
+        Raises:
+            ConfigError: If the job is already placed, the GPU count is not ``job.num_gpus``, a GPU
+                index is out of range or repeated, or a GPU is busy or failed.
+        """
+        p = np.sort(np.asarray(gpus, dtype=np.int64))
+        if job.job_id in self._jobs:
+            raise ConfigError(f"job {job.job_id} is already placed")
+        if len(p) != job.num_gpus:
+            raise ConfigError(f"job {job.job_id} needs {job.num_gpus} GPUs, got {len(p)}")
+        if len(p) and (p[0] < 0 or p[-1] >= self.topology.num_gpus):
+            raise ConfigError(
+                f"GPU index outside [0, {self.topology.num_gpus - 1}] in {p.tolist()}"
+            )
+        if np.any(p[1:] == p[:-1]):
+            raise ConfigError(f"repeated GPU in placement {p.tolist()}")
+        free = self.free_mask
+        if not free[p].all():
+            raise ConfigError(f"job {job.job_id}: GPUs {p[~free[p]].tolist()} are busy or failed")
+        return p.astype(np.int32)
+
+    def add(
+        self,
+        job: Job,
+        gpus: NDArray[np.integer[Any]] | Sequence[int],
+        facts: PlacementFacts | None = None,
+    ) -> float:
+        """Place ``job`` on ``gpus`` and update everything it touches.
+
+        Args:
+            job: The job (its ``job_id`` must not be placed yet).
+            gpus: Its GPUs (exactly ``job.num_gpus``, free and usable; checked).
+            facts: :meth:`facts_for` of ``gpus`` if the caller has it (one row).
+
+        Returns:
+            The change of F.
+        """
+        p = self.check_placement(job, gpus)
+        p.setflags(write=False)
+        f = facts if facts is not None else self.facts_for(p)
+        s = self._free_slot(f.inter_links.shape[1])
+        t = self._table
+        t.write_facts(s, f)
+        t.grad_bytes[s], t.compute[s] = job.grad_bytes, job.compute_time
+        t.tstar[s], t.weight[s] = self.ideal_time(job), job.weight
+        t.value[s] = 0.0
+        t.active[s] = True
+        self._jobs[job.job_id] = s
+        self._slot_job[s], self._slot_gpus[s] = job, p
+        self._owner[p] = s
+        links = f.inter_links[0]
+        links = links[links > 0]
+        self._load[links] += 1
+        # The jobs sharing one of its links include the new job itself.
+        rows = self._sharing(links) if len(links) else np.array([s])
+        delta = self._reevaluate(rows)
+        self._F += delta
+        self.version += 1
+        return delta
+
+    def _free_slot(self, width: int) -> int:
+        """A free slot whose link row holds ``width`` links (the table grows if needed)."""
+        t = self._table
+        free = np.flatnonzero(~t.active)
+        cols = t.facts.inter_links.shape[1]
+        if len(free) == 0 or width > cols:
+            slots = t.slots if len(free) else 2 * t.slots
+            self._table = t.resized(slots, max(cols, width))
+            grow = slots - len(self._slot_job)
+            self._slot_job += [None] * grow
+            self._slot_gpus += [None] * grow
+            free = np.flatnonzero(~self._table.active)
+        return int(free[0])
+
+    def remove(self, job_id: str) -> float:
+        """Remove a placed job; return the change of F.
+
+        Raises:
+            KeyError: If the job is not placed.
+        """
+        s = self._jobs.pop(job_id)
+        t = self._table
+        old = float(t.value[s])
+        gpus = self._slot_gpus[s]
+        assert gpus is not None
+        self._owner[gpus] = -1
+        links = t.facts.inter_links[s]
+        links = links[links > 0]
+        self._load[links] -= 1
+        t.active[s] = False
+        t.value[s] = 0.0
+        delta = self._reevaluate(self._sharing(links)) - old
+        t.facts.inter_links[s] = 0
+        self._slot_job[s], self._slot_gpus[s] = None, None
+        self._F += delta
+        self.version += 1
+        return delta
+
+    def set_health(self, health: Health) -> None:
+        """Replace the device health and re-evaluate every placed job under it.
+
+        Raises:
+            ConfigError: If a placed job holds a GPU that the new health marks failed (remove the job
+                first, as the simulator does on a failure).
+        """
+        slots = sorted(self._jobs.values())
+        usable = health.usable
+        for s in slots:
+            gpus = self._slot_gpus[s]
+            assert gpus is not None
+            if not usable[gpus].all():
+                job = self._slot_job[s]
+                assert job is not None
+                raise ConfigError(
+                    f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed"
+                )
+        self._health = health
+        self._set_health_arrays()
+        if slots:
+            facts = placement_facts(self.topology, health, [self._slot_gpus[s] for s in slots])
+            width = facts.inter_links.shape[1]
+            if width > self._table.facts.inter_links.shape[1]:
+                self._table = self._table.resized(self._table.slots, width)
+            for i, s in enumerate(slots):
+                self._table.write_facts(s, facts, i)
+        self.version += 1
+        self.evaluate()
+
+    # --------------------------------------------------------------- copying
+    def copy(self) -> ClusterState:
+        """An independent copy (jobs and placement arrays, which are immutable, are shared)."""
+        new = object.__new__(ClusterState)
+        new.__dict__.update(self.__dict__)
+        new._owner = self._owner.copy()
+        new._load = self._load.copy()
+        new._table = self._table.copy()
+        new._jobs = dict(self._jobs)
+        new._slot_job = list(self._slot_job)
+        new._slot_gpus = list(self._slot_gpus)
+        return new
+
+    def __repr__(self) -> str:
+        return (
+            f"ClusterState(topology={self.topology.name!r}, jobs={len(self._jobs)}, "
+            f"free={self.num_free}/{self.topology.num_gpus}, F={self._F:.4f})"
+        )

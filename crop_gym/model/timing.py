@@ -1,0 +1,381 @@
+"""The iteration-time model of a placed data-parallel job, as one family of array functions.
+
+For a placement ``P`` (``k`` GPUs on ``s`` servers, at most ``g`` of them on one server):
+
+* *spanned links*: the tree links whose subtree holds some but not all of ``P`` (a DFS-ordered ring
+  crosses each exactly once per direction). A GPU's own link is an *intra* link; the others are
+  *inter* links.
+* Contention: ``n_e`` jobs span link ``e``; each gets ``ρ_e B_e / n_e``. ``b_intra`` and ``b_inter``
+  are the minima of that share over the job's spanned intra and inter links (``inf`` if none). GPU
+  links are never shared, so ``b_intra`` is a fact of the placement; ``b_inter`` depends on the
+  other jobs (:func:`inter_bandwidth`).
+* Communication, ring all-reduce::
+
+      C = 2(k-1)/k · M / min(b_intra, b_inter) + 2(k-1) · max(a_intra, a_inter)
+
+* Communication, hierarchical all-reduce (intra-server reduce-scatter, inter-server ring of the
+  server shards, intra-server all-gather)::
+
+      C = 2(g-1)/g · M / b_intra + 2(s-1)/s · M / b_inter + 2(g-1) · a_intra + 2(s-1) · a_inter
+
+  where ``a_intra`` / ``a_inter`` are the largest latencies among the spanned intra / inter links.
+  Both reduce to the same ring when the job is on one server or has one GPU per server.
+* Compute: ``t = t_c · max_{g in P} σ_g / speed_g`` (the slowest worker sets the pace).
+* Iteration time with overlap φ: ``T = (1-φ)(t + C) + φ · max(t, C)``.
+* Normalised throughput: ``η = min(1, T* / T)``, where ``T*`` (:func:`ideal_time`) is the same job
+  alone on a compact placement of healthy GPUs.
+
+Every function is vectorised: arguments are arrays of one shape (or broadcastable), one element per
+job or per candidate. A single job is the call with one row. docs/MODEL.md gives the calibration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.devices import Health
+from crop_gym.errors import ConfigError, check_range
+from crop_gym.jobs import Job, ModelSpec, calibration_data, get_model
+from crop_gym.topology import Topology
+
+__all__ = [
+    "ALLREDUCE_ALGORITHMS",
+    "JobTimes",
+    "PerfConfig",
+    "PlacementFacts",
+    "comm_time",
+    "ideal_time",
+    "inter_bandwidth",
+    "iteration_time",
+    "job_times",
+    "placement_facts",
+]
+
+ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring", "hierarchical")
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+def _default_allreduce() -> str:
+    return "hierarchical" if calibration_data().get("allreduce") == "hierarchical" else "ring"
+
+
+@dataclass(frozen=True)
+class PerfConfig:
+    """Options of the iteration-time model.
+
+    Attributes:
+        allreduce: ``"ring"`` or ``"hierarchical"``; the default is the calibrated choice
+            (docs/MODEL.md says why).
+        overlap: φ in [0, 1], the fraction of communication hidden behind compute.
+    """
+
+    allreduce: str = ""
+    overlap: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.allreduce == "":
+            object.__setattr__(self, "allreduce", _default_allreduce())
+        if self.allreduce not in ALLREDUCE_ALGORITHMS:
+            raise ConfigError(
+                f"allreduce={self.allreduce!r} is not one of {', '.join(ALLREDUCE_ALGORITHMS)}"
+            )
+        check_range("overlap", self.overlap, 0.0, 1.0)
+
+
+# ----------------------------------------------------------------------------- formulas
+def comm_time(
+    allreduce: str,
+    grad_bytes: Any,
+    k: Any,
+    g: Any,
+    s: Any,
+    b_intra: Any,
+    b_inter: Any,
+    a_intra: Any,
+    a_inter: Any,
+) -> Any:
+    """All-reduce time of ``grad_bytes`` per iteration (vectorised over jobs).
+
+    Args:
+        allreduce: ``"ring"`` or ``"hierarchical"``.
+        grad_bytes: Gradient size ``M`` in bytes.
+        k: GPUs of the job.
+        g: Most GPUs of the job on one server.
+        s: Servers spanned.
+        b_intra: Bottleneck bandwidth over the spanned intra-server links (``inf`` if none).
+        b_inter: Bottleneck bandwidth share over the spanned inter-server links (``inf`` if none).
+        a_intra: Largest latency over the spanned intra-server links (0 if none).
+        a_inter: Largest latency over the spanned inter-server links (0 if none).
+
+    Returns:
+        Seconds per iteration spent in the all-reduce.
+    """
+    # No branch is needed: a term whose step count is 0 has an infinite bandwidth (no link spanned),
+    # and 0 * (M / inf) = 0. Bandwidths are > 0 by construction.
+    if allreduce == "ring":
+        steps = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0)
+        return steps / k * (grad_bytes / np.minimum(b_intra, b_inter)) + steps * np.maximum(
+            a_intra, a_inter
+        )
+    gf = np.asarray(g, dtype=np.float64)
+    sf = np.asarray(s, dtype=np.float64)
+    intra = (2.0 * (gf - 1.0) / gf) * (grad_bytes / b_intra) + 2.0 * (gf - 1.0) * a_intra
+    inter = (2.0 * (sf - 1.0) / sf) * (grad_bytes / b_inter) + 2.0 * (sf - 1.0) * a_inter
+    return intra + inter
+
+
+def iteration_time(compute: Any, comm: Any, overlap: float = 0.0) -> Any:
+    """``T = (1-φ)(t + C) + φ·max(t, C)`` (vectorised)."""
+    if overlap == 0.0:
+        return compute + comm
+    return (1.0 - overlap) * (compute + comm) + overlap * np.maximum(compute, comm)
+
+
+def inter_bandwidth(eff_bw: FloatArray, load: Any, links: NDArray[np.int32]) -> Any:
+    """Bottleneck share ``min_e ρ_e B_e / max(n_e, 1)`` over each row of root-padded ``links``.
+
+    Args:
+        eff_bw: ``float64[N]`` effective bandwidth ``ρ·B`` per link (the root, node 0, is ``inf``,
+            so padding never binds).
+        load: Jobs crossing each link: ``int[N]``, or an array broadcastable to ``links``' shape
+            (e.g. the current loads plus one on a candidate's links).
+        links: ``int32[..., W]`` link indices per row, root-padded.
+
+    Returns:
+        ``float64[...]`` (``inf`` for a row of padding only).
+    """
+    n = load[links] if np.ndim(load) == 1 else load
+    share = eff_bw[links] / np.maximum(n, 1)
+    if share.shape[-1] == 0:
+        return np.full(share.shape[:-1], np.inf)
+    return share.min(axis=-1)
+
+
+@dataclass(frozen=True, slots=True)
+class JobTimes:
+    """Times of jobs (or candidates) under one contention state, one element per row.
+
+    Attributes:
+        T: ``float64[R]`` iteration time (s).
+        C: ``float64[R]`` all-reduce time (s).
+        eta: ``float64[R]`` normalised throughput ``min(1, T*/T)``.
+    """
+
+    T: FloatArray
+    C: FloatArray
+    eta: FloatArray
+
+
+def job_times(
+    perf: PerfConfig,
+    grad_bytes: Any,
+    compute: Any,
+    tstar: Any,
+    facts: PlacementFacts,
+    b_inter: Any,
+) -> JobTimes:
+    """The iteration-time model of rows of jobs: the one place ``T``, ``C`` and ``η`` are computed.
+
+    Args:
+        perf: Model options.
+        grad_bytes: Gradient bytes ``M`` per row.
+        compute: Reference compute time ``t_c`` per row (the job's, on a healthy reference GPU).
+        tstar: Ideal time ``T*`` per row.
+        facts: The rows' placement facts (``k``, ``g``, ``s``, bottlenecks, latencies, slowdown);
+            any shape broadcastable against ``b_inter``.
+        b_inter: Bottleneck inter-server bandwidth share per row (:func:`inter_bandwidth`).
+    """
+    C = comm_time(
+        perf.allreduce,
+        grad_bytes,
+        facts.k,
+        facts.g,
+        facts.s,
+        facts.b_intra,
+        b_inter,
+        facts.a_intra,
+        facts.a_inter,
+    )
+    T = iteration_time(compute * facts.slowdown, C, perf.overlap)
+    return JobTimes(T=T, C=C, eta=np.minimum(1.0, tstar / T))
+
+
+# ----------------------------------------------------------------------------- placement facts
+@dataclass(frozen=True, slots=True)
+class PlacementFacts:
+    """Contention-independent facts of ``R`` placements (named arrays, row ``r`` = placement ``r``).
+
+    Attributes:
+        k: ``int64[R]`` GPUs.
+        g: ``int64[R]`` most GPUs on one server.
+        s: ``int64[R]`` servers spanned.
+        b_intra: ``float64[R]`` bottleneck ``ρ·B`` over the spanned GPU links (``inf`` if none).
+        a_intra: ``float64[R]`` largest latency over the spanned GPU links (0 if none).
+        a_inter: ``float64[R]`` largest latency over the spanned inter-server links (0 if none).
+        slowdown: ``float64[R]`` ``max σ_g / speed_g`` over the placement.
+        survival: ``float64[R]`` probability that no GPU or spanned link of the placement fails.
+        inter_links: ``int32[R, W]`` spanned inter-server links, sorted, root-padded (node 0).
+    """
+
+    k: IntArray
+    g: IntArray
+    s: IntArray
+    b_intra: FloatArray
+    a_intra: FloatArray
+    a_inter: FloatArray
+    slowdown: FloatArray
+    survival: FloatArray
+    inter_links: NDArray[np.int32]
+
+    def __len__(self) -> int:
+        return len(self.k)
+
+    def take(self, rows: Any) -> PlacementFacts:
+        """The facts of ``rows`` (an index array, a slice or an int for one row)."""
+        idx = np.atleast_1d(np.arange(len(self))[rows])
+        return PlacementFacts(
+            k=self.k[idx],
+            g=self.g[idx],
+            s=self.s[idx],
+            b_intra=self.b_intra[idx],
+            a_intra=self.a_intra[idx],
+            a_inter=self.a_inter[idx],
+            slowdown=self.slowdown[idx],
+            survival=self.survival[idx],
+            inter_links=self.inter_links[idx],
+        )
+
+
+def placement_facts(
+    topology: Topology,
+    health: Health,
+    placements: NDArray[np.integer[Any]] | Sequence[NDArray[np.integer[Any]]],
+) -> PlacementFacts:
+    """Compute the facts of many placements at once.
+
+    Args:
+        topology: The cluster.
+        health: Device health (σ, ρ, π).
+        placements: ``int[R, k]`` (one placement of ``k`` GPUs per row) or a sequence of ``R`` GPU
+            arrays of any sizes. GPUs of a placement must be distinct; any order.
+
+    Returns:
+        One row of facts per placement.
+    """
+    if isinstance(placements, np.ndarray) and placements.ndim == 2:
+        P = np.sort(placements, axis=1)
+        R, kmax = P.shape
+        k = np.full(R, kmax, dtype=np.int64)
+        valid = np.ones(P.shape, dtype=bool)
+    else:
+        rows = [np.sort(np.asarray(p).ravel()) for p in placements]
+        R = len(rows)
+        k = np.array([len(p) for p in rows], dtype=np.int64)
+        kmax = int(k.max()) if R else 0
+        # Shorter rows are padded by repeating their last GPU: a repeated GPU adds no server,
+        # link or ring step, and the per-GPU products below skip it.
+        P = np.array([np.pad(p, (0, kmax - len(p)), mode="edge") for p in rows], dtype=np.int64)
+        P = P.reshape(R, kmax)
+        valid = np.arange(kmax) < k[:, None]
+    if R == 0 or kmax == 0:
+        z = np.zeros(R)
+        return PlacementFacts(
+            k,
+            k.copy(),
+            k.copy(),
+            z + np.inf,
+            z,
+            z.copy(),
+            z + 1.0,
+            z + 1.0,
+            np.zeros((R, 0), dtype=np.int32),
+        )
+
+    # Servers spanned, and the most GPUs on one server (rows are sorted: a server is a run).
+    srv = topology.gpu_server[P]
+    new_srv = np.ones(P.shape, dtype=bool)
+    new_srv[:, 1:] = srv[:, 1:] != srv[:, :-1]
+    s = new_srv.sum(axis=1).astype(np.int64)
+    idx = np.arange(kmax)
+    run_start = np.maximum.accumulate(np.where(new_srv, idx, 0), axis=1)
+    g = np.where(valid, idx - run_start + 1, 0).max(axis=1).astype(np.int64)
+
+    # Spanned links: at each depth, the links above the row's GPUs are contiguous runs (GPUs are
+    # numbered in DFS order); if a depth holds more than one link, no link there holds all of the
+    # placement, so each is spanned; if it holds one, that link holds all of it (not spanned).
+    a = _links_by_depth(topology)[P]  # [R, k, D]; 0 where a GPU has no link at that depth
+    change = a[:, 1:, :] != a[:, :-1, :]
+    first = np.ones(a.shape, dtype=bool)
+    first[:, 1:, :] = change
+    span = first & change.any(axis=1)[:, None, :] & (a > 0)
+    is_intra = topology.is_intra[a]
+    intra, inter = span & is_intra, span & ~is_intra
+    lat = topology.link_lat[a]
+    b_intra = np.where(intra, (topology.link_bw * health.link_degradation)[a], np.inf).min(
+        axis=(1, 2)
+    )
+    a_intra = np.where(intra, lat, 0.0).max(axis=(1, 2))
+    a_inter = np.where(inter, lat, 0.0).max(axis=(1, 2))
+    link_ok = np.where(span, 1.0 - health.link_fail_prob[a], 1.0).prod(axis=(1, 2))
+    gpu_ok = np.where(valid, 1.0 - health.gpu_fail_prob[P], 1.0).prod(axis=1)
+    slowdown = (health.gpu_slowdown[P] / topology.gpu_speed[P]).max(axis=1)
+
+    # Inter-server links per row, largest first, root-padded.
+    n_inter = inter.sum(axis=(1, 2))
+    width = int(n_inter.max())
+    inter_links = -np.sort(-np.where(inter, a, 0).reshape(R, -1), axis=1)[:, :width]
+    return PlacementFacts(
+        k=k,
+        g=g,
+        s=s,
+        b_intra=b_intra,
+        a_intra=a_intra,
+        a_inter=a_inter,
+        slowdown=slowdown,
+        survival=gpu_ok * link_ok,
+        inter_links=inter_links.astype(np.int32),
+    )
+
+
+@lru_cache(maxsize=64)
+def _links_by_depth(topology: Topology) -> NDArray[np.int32]:
+    """``int32[G, D]``: column ``d`` holds the link at depth ``d + 1`` above each GPU (0 if none).
+
+    A pure function of the immutable topology (kept per topology)."""
+    G, D = topology.gpu_links.shape
+    out = np.zeros((G, D), dtype=np.int32)
+    links = topology.gpu_links
+    rows = np.repeat(np.arange(G), D)
+    flat = links.ravel()
+    keep = flat > 0
+    out[rows[keep], topology.depth[flat[keep]] - 1] = flat[keep]
+    out.setflags(write=False)
+    return out
+
+
+# ----------------------------------------------------------------------------- ideal time
+def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
+    """``T*``: iteration time of ``job`` on a compact placement of healthy reference GPUs, alone.
+
+    Memoised per (topology, model options, model spec, GPUs, batch): every input is immutable.
+    """
+    return _ideal_time(topology, perf, get_model(job.model), job.num_gpus, float(job.batch_size))
+
+
+@lru_cache(maxsize=1 << 16)
+def _ideal_time(
+    topology: Topology, perf: PerfConfig, spec: ModelSpec, k: int, batch: float
+) -> float:
+    facts = placement_facts(topology, Health.healthy(topology), [topology.compact_placement(k)])
+    b_inter = inter_bandwidth(topology.link_bw, 1, facts.inter_links)
+    times = job_times(
+        perf, spec.grad_bytes, spec.compute_time(batch / k), np.inf, facts, np.asarray(b_inter)
+    )
+    return float(times.T[0])
