@@ -8,9 +8,9 @@ from numpy.typing import NDArray
 from crop_gym.devices import Health
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
-from crop_gym.perf import PlacementStats, comm_time
+from crop_gym.model.timing import placement_facts
 
-__all__ = ["blind_health", "blind_state", "free_per_server", "own_comm_time"]
+__all__ = ["blind_health", "blind_state", "free_per_server", "own_comm_times"]
 
 
 def blind_health(health: Health) -> Health:
@@ -46,26 +46,10 @@ def free_per_server(
     return out
 
 
-def own_comm_time(state: ClusterState, job: Job, stats: PlacementStats) -> float:
-    """All-reduce time of ``job`` on a placement, with the current link loads plus the job itself.
-
-    This is the communication term ``C_j`` that :meth:`ClusterState.gain` uses for the new job.
+def own_comm_times(state: ClusterState, job: Job, gpus: NDArray[np.int32]) -> NDArray[np.float64]:
+    """All-reduce time of ``job`` on each placement row of ``gpus`` (``int[R, k]``), with the current
+    link loads plus the job itself: the ``C`` that :meth:`ClusterState.gains` uses for the new job.
     """
-    inter = stats.inter_links
-    if len(inter):
-        share = state.eff_bandwidth[inter] / (state.link_load[inter] + 1)
-        b_inter = float(share.min())
-    else:
-        b_inter = np.inf
-    c = comm_time(
-        state.perf.allreduce,
-        job.grad_bytes,
-        stats.k,
-        stats.g,
-        stats.s,
-        stats.b_intra,
-        b_inter,
-        stats.a_intra,
-        stats.a_inter,
-    )
-    return float(c)
+    facts = placement_facts(state.topology, state.health, gpus)
+    out: NDArray[np.float64] = state.gains(job, facts).comm
+    return out

@@ -51,8 +51,8 @@ from baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.candidates import CandidateSet, candidate_placements
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState, ideal_time
-from crop_gym.perf import PlacementStats
+from crop_gym.objective import ClusterState
+from crop_gym.model.timing import PlacementFacts, placement_facts
 
 __all__ = ["RULES", "CandidateFn", "CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]
 
@@ -111,14 +111,6 @@ class GreedyResult:
     stats: GreedyStats = field(default_factory=GreedyStats)
 
 
-def _ideal_time(state: ClusterState, job: Job) -> float:
-    """``T*`` of ``job``, from the state's own cache when it has one (it is costly on big clusters)."""
-    cached = getattr(state, "_tstar_of", None)
-    if callable(cached):
-        return float(cached(job))
-    return ideal_time(state.topology, job, state.perf)
-
-
 class _Greedy:
     """One greedy pass on the decision state ``ws`` (which it mutates)."""
 
@@ -163,14 +155,17 @@ class _Greedy:
                 self.cls_k.append(job.num_gpus)
                 self.cls_scale.append(1.0 / job.num_gpus if density else 1.0)
                 self.cls_w.append(job.weight)
-                self.cls_ratio.append(_ideal_time(ws, job) / job.compute_time)
+                self.cls_ratio.append(ws.ideal_time(job) / job.compute_time)
                 self.cls_members.append(deque())
                 self.size_classes.setdefault(job.num_gpus, []).append(c)
             self.cls_members[c].append(q)
         # Candidates: one id per distinct GPU set.
         self.cid_of: dict[tuple[int, ...], int] = {}
         self.c_gpus: list[NDArray[np.int32]] = []
-        self.c_stats: list[PlacementStats] = []
+        self.c_facts: list[PlacementFacts] = []
+        # (k, survival, slowdown) of each candidate, for the lazy bound.
+        self.c_bound: list[tuple[int, float, float]] = []
+        self.c_links: list[NDArray[np.int32]] = []  # its inter-server links
         self.size_list: dict[int, list[int]] = {}
         # (class, candidate) -> [gain or None (bound only), stamp, rank in its list]
         self.entry: dict[tuple[int, int], list] = {}
@@ -198,26 +193,27 @@ class _Greedy:
         self.stamp += 1
         return self.stamp
 
-    def _cid(self, row: NDArray[np.int32]) -> int:
-        key = tuple(row.tolist())
-        cid = self.cid_of.get(key)
-        if cid is None:
-            cid = len(self.c_gpus)
-            self.cid_of[key] = cid
-            gpus = row.copy()
-            self.c_gpus.append(gpus)
-            self.c_stats.append(self.ws.stats_for(gpus))
-        return cid
-
     def _candidates(self, k: int) -> list[int]:
         self.st.refreshes += 1
         cs = self.candidate_fn(self.ws, k, robust=self.robust, max_candidates=self.cap)
-        return [self._cid(row) for row in cs.gpus]
+        keys = [tuple(row) for row in cs.gpus.tolist()]
+        new = [i for i, key in enumerate(keys) if key not in self.cid_of]
+        if new:
+            facts = placement_facts(self.topo, self.ws.health, cs.gpus[new])
+            for j, i in enumerate(new):
+                self.cid_of[keys[i]] = len(self.c_gpus)
+                self.c_gpus.append(cs.gpus[i].copy())
+                f = facts.take(j)
+                self.c_facts.append(f)
+                self.c_bound.append((k, float(f.survival[0]), float(f.slowdown[0])))
+                row = f.inter_links[0]
+                self.c_links.append(np.sort(row[row > 0]))
+        return [self.cid_of[key] for key in keys]
 
     def _bound(self, c: int, cid: int) -> float:
         """Upper bound of ΔF of class ``c`` on ``cid``: its value with zero communication."""
-        s = self.c_stats[cid]
-        return self.cls_w[c] * s.k * s.survival * min(1.0, self.cls_ratio[c] / s.slowdown)
+        k, survival, slowdown = self.c_bound[cid]
+        return self.cls_w[c] * k * survival * min(1.0, self.cls_ratio[c] / slowdown)
 
     def _size_bound(self, k: int) -> float:
         """Upper bound of the rank of any candidate of size ``k`` (``w k`` scaled)."""
@@ -226,7 +222,7 @@ class _Greedy:
     def _evaluate(self, c: int, cid: int) -> float:
         self.st.gain_evals += 1
         job = self.jobs[self.cls_members[c][0]]
-        return float(self.ws.gain(job, stats=self.c_stats[cid]))
+        return self.ws.gain(job, facts=self.c_facts[cid])
 
     def _rank(self, c: int, value: float) -> float:
         return round(value * self.cls_scale[c], _NDIGITS)
@@ -290,8 +286,7 @@ class _Greedy:
         ws = self.ws
         q = self.cls_members[c].popleft()
         job = self.jobs[q]
-        stats = self.c_stats[cid]
-        ws.add(job, self.c_gpus[cid], stats=stats)
+        ws.add(job, self.c_gpus[cid], facts=self.c_facts[cid])
         self.result.placements.append(Placement(job, self.c_gpus[cid]))
         self.result.gains.append(gain)
         self.st.rounds += 1
@@ -308,7 +303,7 @@ class _Greedy:
                 self._push_entry(c, cid2, self.entry[(c, cid2)])
         # Cached gains that this placement may have changed become bounds again: those of candidates
         # whose links meet its links or the links of the jobs that share them.
-        inter = stats.inter_links
+        inter = self.c_links[cid]
         if len(inter):
             touched = np.zeros(self.topo.num_nodes, dtype=bool)
             touched[inter] = True
@@ -318,7 +313,7 @@ class _Greedy:
             self._register_job_links(inter)
             for k2, lst in self.size_list.items():
                 for cid2 in lst:
-                    links = self.c_stats[cid2].inter_links
+                    links = self.c_links[cid2]
                     if len(links) and touched[links].any():
                         for c2 in self.size_classes[k2]:
                             ent = self.entry[(c2, cid2)]

@@ -40,13 +40,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from baselines._common import own_comm_time
+from baselines._common import own_comm_times
 from baselines.policy import Placement, PlacementPolicy, apply, check_placements, pending_jobs
 from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState, ideal_time
-from crop_gym.perf import PlacementStats, comm_time, iteration_time
+from crop_gym.objective import ClusterState
+from crop_gym.model.timing import PlacementFacts, comm_time, iteration_time
 
 __all__ = [
     "EXACT_LIMITS",
@@ -261,14 +261,14 @@ class _Search:
         self.best_F = -math.inf
         self.best: list[Placement] = []
         self.path: list[Placement] = []
-        self.stats: dict[tuple[int, ...], PlacementStats] = {}
+        self.facts: dict[tuple[int, ...], PlacementFacts] = {}
         h, topo = state.health, state.topology
         self.slow = h.gpu_slowdown / topo.gpu_speed
         self.keep = 1.0 - h.gpu_fail_prob
         up = topo.server_node
         self.b_up = float((state.eff_bandwidth[up] / (state.link_load[up] + 1)).max())
         self.perf = state.perf
-        self.tstar = {j.job_id: _ideal_time(state, j) for j in jobs}
+        self.tstar = {j.job_id: state.ideal_time(j) for j in jobs}
 
     def tick(self) -> None:
         self.nodes += 1
@@ -375,22 +375,15 @@ class _Search:
 
     def place(self, job: Job, gpus: NDArray[np.int32]) -> None:
         key = tuple(gpus.tolist())
-        stats = self.stats.get(key)
-        if stats is None:
-            stats = self.stats[key] = self.state.stats_for(gpus)
-        self.state.add(job, gpus, stats=stats)
+        facts = self.facts.get(key)
+        if facts is None:
+            facts = self.facts[key] = self.state.facts_for(gpus)
+        self.state.add(job, gpus, facts=facts)
         self.path.append(Placement(job, gpus))
 
     def unplace(self) -> None:
         p = self.path.pop()
         self.state.remove(p.job.job_id)
-
-
-def _ideal_time(state: ClusterState, job: Job) -> float:
-    cached = getattr(state, "_tstar_of", None)
-    if callable(cached):
-        return float(cached(job))
-    return ideal_time(state.topology, job, state.perf)
 
 
 def _job_class(job: Job) -> tuple[str, int, float, float]:
@@ -693,7 +686,7 @@ def milp_min_comm(
             c = comm_cache.get(key)
             if c is None:
                 gpus = np.concatenate([free_of[used[i]][:n] for i, n in enumerate(p) if n])
-                c = own_comm_time(state, job, state.stats_for(gpus))
+                c = float(own_comm_times(state, job, gpus[None, :])[0])
                 comm_cache[key] = c
             var_job.append(j)
             var_pat.append(p)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from baselines._common import blind_state, own_comm_time
+from baselines._common import blind_state, own_comm_times
 from baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.candidates import candidate_placements
 from crop_gym.errors import check_range
@@ -257,7 +257,7 @@ class CommGreedyPolicy(PlacementPolicy):
             )
             if len(cands) == 0:
                 continue
-            times = [own_comm_time(view, job, view.stats_for(g)) for g in cands.gpus]
+            times = own_comm_times(view, job, cands.gpus)
             gpus = cands.gpus[int(np.argmin(times))]  # first (best-ranked) on ties
             view.add(job, gpus)
             out.append(Placement(job, gpus))

@@ -356,7 +356,7 @@ class ScenarioSampler:
                 misses += 1
                 continue
             # A candidate of the current state is a valid placement: no need to check it.
-            state.add(job, cands.gpus[rng.integers(len(cands))], validate=False)
+            state.add(job, cands.gpus[rng.integers(len(cands))])
             busy += job.num_gpus
         queue = tuple(self._draw(rng, sc.queue_size, "q"))
         return PlacementInstance(state=state, queue=queue, scenario=sc)

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from baselines._common import own_comm_time
+from baselines._common import own_comm_times
 from baselines.crop import crop_greedy
 from baselines.exact import (
     EXACT_LIMITS,
@@ -171,13 +171,13 @@ def test_milp_places_the_most_jobs_with_least_communication(seed: int) -> None:
     res = milp_min_comm(state, queue)
     check_placements(state, res.placements, queue)
     assert res.jobs_placed == len(res.placements) == _max_jobs(state, queue)
-    modelled = sum(own_comm_time(state, p.job, state.stats_for(p.gpus)) for p in res.placements)
+    modelled = sum(float(own_comm_times(state, p.job, p.gpus[None, :])[0]) for p in res.placements)
     assert res.comm_time == pytest.approx(modelled, rel=1e-9)
     # No answer placing as many jobs has less (modelled) communication: compare with CROP's and
     # with the exhaustive optimum of F when they place as many jobs.
     for other in (crop_greedy(state, queue).placements, branch_and_bound(state, queue).placements):
         if len(other) == res.jobs_placed:
-            comm = sum(own_comm_time(state, p.job, state.stats_for(p.gpus)) for p in other)
+            comm = sum(float(own_comm_times(state, p.job, p.gpus[None, :])[0]) for p in other)
             assert res.comm_time <= comm + 1e-12
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -59,7 +61,7 @@ def test_adding_a_job_never_raises_another_jobs_eta(
     seed: int, preset: str, profile: str, algo: str, n_jobs: int
 ) -> None:
     state, jobs = random_state(seed, preset, profile, algo, n_jobs)
-    before = {j.job_id: state.job_record(j.job_id)["eta"] for j in jobs}
+    before = {j.job_id: state.job_record(j.job_id).eta for j in jobs}
     rng = np.random.default_rng(seed + 1)
     free = np.flatnonzero(state.free_mask)
     if len(free) < 2:
@@ -67,7 +69,7 @@ def test_adding_a_job_never_raises_another_jobs_eta(
     k = int(rng.integers(2, min(len(free), 16) + 1))
     state.add(Job("new", "vgg16", k, 64), rng.choice(free, k, replace=False))
     for jid, eta in before.items():
-        assert state.job_record(jid)["eta"] <= eta + 1e-12
+        assert state.job_record(jid).eta <= eta + 1e-12
 
 
 @settings(max_examples=60, deadline=None)
@@ -91,8 +93,8 @@ def test_incremental_equals_full_recomputation(
     assert (load_inc == state.link_load).all()
     for jid, rec in incremental.items():
         full = state.job_record(jid)
-        for key in rec:
-            assert abs(rec[key] - full[key]) <= 1e-9 * max(1.0, abs(full[key]))
+        for key, value in dataclasses.asdict(rec).items():
+            assert abs(value - getattr(full, key)) <= 1e-12 * max(1.0, abs(getattr(full, key)))
 
 
 @settings(max_examples=40, deadline=None)

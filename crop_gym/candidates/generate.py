@@ -16,6 +16,34 @@ from crop_gym.candidates.vectorised import _Shared
 from crop_gym.errors import check_range
 from crop_gym.objective import ClusterState
 
+# TRANSITIONAL (replaced by the single generator of the core rebuild): the per-state caches the
+# old generators expect.
+import weakref
+from typing import Any
+
+
+class _VersionedCache:
+    def __init__(self) -> None:
+        self.version = -1
+        self.sets: dict[Any, Any] = {}
+        self.shared: dict[Any, Any] = {}
+        self.health: dict[Any, Any] = {}
+
+    def reset(self, version: int) -> None:
+        self.version = version
+        self.sets = {}
+        self.shared = {}
+
+
+_CACHES: weakref.WeakKeyDictionary[Any, _VersionedCache] = weakref.WeakKeyDictionary()
+
+
+def _cache_of(state: Any) -> _VersionedCache:
+    c = _CACHES.get(state)
+    if c is None:
+        c = _CACHES[state] = _VersionedCache()
+    return c
+
 
 def candidate_placements(
     state: ClusterState, k: int, *, robust: bool = True, max_candidates: int = 8
@@ -32,7 +60,7 @@ def candidate_placements(
         Up to ``max_candidates`` distinct candidates, best first; empty if fewer than ``k`` GPUs are
         free.
     """
-    cache = state._candidate_cache
+    cache = _cache_of(state)
     if cache.version != state.version:
         cache.reset(state.version)
     key = (k, robust, max_candidates)
@@ -62,7 +90,7 @@ def candidate_sets(
     Returns:
         The candidate set of each size, in the order of ``sizes``.
     """
-    cache = state._candidate_cache
+    cache = _cache_of(state)
     if cache.version != state.version:
         cache.reset(state.version)
     sets = cache.sets
@@ -85,7 +113,7 @@ def candidate_sets(
 
 def _shared(state: ClusterState, robust: bool) -> _Small | _Shared:
     """The per-version data of ``state`` (made and cached; its version's cache is current)."""
-    cache = state._candidate_cache
+    cache = _cache_of(state)
     health = state.health
     entry = cache.health.get(robust)
     if entry is None or entry[0] is not health:

@@ -79,7 +79,7 @@ class _Shared:
     def __init__(self, state: ClusterState, hd: _HealthData) -> None:
         td = self.td = hd.td
         self.hd = hd
-        free = state._free()
+        free = state.free_mask
         self.free = free
         self._order: NDArray[np.intp] | None = None
         self._q_sorted: NDArray[np.float64] | None = None

@@ -75,12 +75,14 @@ class Gains:
         interference: ``float64[R]`` the change of the placed jobs' values (≤ 0: sharing a link
             only slows them).
         eta: ``float64[R]`` the new job's η.
+        comm: ``float64[R]`` the new job's all-reduce time ``C`` (s).
         b_inter: ``float64[R]`` its bottleneck inter-server share (``inf`` on one server).
     """
 
     own: FloatArray
     interference: FloatArray
     eta: FloatArray
+    comm: FloatArray
     b_inter: FloatArray
 
     @property
@@ -403,7 +405,7 @@ class ClusterState:
             times = job_times(self.perf, t.grad_bytes[rows], t.compute[rows], t.tstar[rows], jf, b)
             new = job_value(t.weight[rows], jf.k, jf.survival, times.eta)
             interference = np.where(hit.any(axis=2), new - t.value[rows], 0.0).sum(axis=1)
-        return Gains(own=own, interference=interference, eta=own_t.eta, b_inter=b_own)
+        return Gains(own=own, interference=interference, eta=own_t.eta, comm=own_t.C, b_inter=b_own)
 
     def gain(
         self,

@@ -446,11 +446,7 @@ class Simulator:
                         self._kill(self.state.jobs[jid])
                         self.job_failures_link += 1
         if change.health_changed:
-            self.state.set_health(
-                self.health_process.health(),
-                changed_gpus=np.array(sorted(change.changed_gpus), dtype=np.int64),
-                changed_links=np.array(sorted(change.changed_links), dtype=np.int64),
-            )
+            self.state.set_health(self.health_process.health())
             self._dirty = True
         if change.repaired_gpus:
             self._dirty = True
