@@ -266,7 +266,7 @@ class _Small:
         self.hd = hd
         uniform = hd.uniform
         # The free GPUs as an int (bit g: GPU g); a server's bits are its memo key.
-        fx = int.from_bytes(np.packbits(state.free_mask, bitorder='little').tobytes(), 'little')
+        fx = int.from_bytes(np.packbits(state.free_mask, bitorder="little").tobytes(), "little")
         specs = hd.servers
         n_srv = len(specs)
         last = hd.last

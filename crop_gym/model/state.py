@@ -384,13 +384,43 @@ class ClusterState:
             facts: Facts of ``R`` placements of ``job.num_gpus`` GPUs under the current health
                 (:func:`~crop_gym.model.timing.placement_facts`, :meth:`facts_for`).
         """
+        one = np.ones(len(facts))
+        return self._gains(
+            job.grad_bytes * one,
+            job.compute_time * one,
+            self.ideal_time(job) * one,
+            job.weight * one,
+            facts,
+        )
+
+    def row_gains(
+        self, jobs: Sequence[Job], job_of_row: NDArray[np.int64], facts: PlacementFacts
+    ) -> Gains:
+        """ΔF of placing ``jobs[job_of_row[r]]`` on placement ``r`` of ``facts``, all rows at once.
+
+        Each row is evaluated alone against the current state (the rows are alternatives, not a
+        sequence).
+        """
+        const = np.array(
+            [(j.grad_bytes, j.compute_time, self.ideal_time(j), j.weight) for j in jobs],
+            dtype=np.float64,
+        ).reshape(len(jobs), 4)[job_of_row]
+        return self._gains(const[:, 0], const[:, 1], const[:, 2], const[:, 3], facts)
+
+    def _gains(
+        self,
+        grad_bytes: FloatArray,
+        compute: FloatArray,
+        tstar: FloatArray,
+        weight: FloatArray,
+        facts: PlacementFacts,
+    ) -> Gains:
+        """:meth:`row_gains` of rows given by their job constants."""
         t, load, eff = self._table, self._load, self._eff_bw
         links = facts.inter_links  # [R, Wc]
         b_own = inter_bandwidth(eff, load[links] + 1, links)
-        own_t = job_times(
-            self.perf, job.grad_bytes, job.compute_time, self.ideal_time(job), facts, b_own
-        )
-        own = job_value(job.weight, facts.k, facts.survival, own_t.eta)
+        own_t = job_times(self.perf, grad_bytes, compute, tstar, facts, b_own)
+        own = job_value(weight, facts.k, facts.survival, own_t.eta)
         interference = np.zeros(len(facts))
         rows = np.flatnonzero(t.active & (t.facts.inter_links[:, 0] > 0))
         if len(rows) and links.shape[1]:

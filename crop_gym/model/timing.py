@@ -263,27 +263,33 @@ def placement_facts(
     Args:
         topology: The cluster.
         health: Device health (σ, ρ, π).
-        placements: ``int[R, k]`` (one placement of ``k`` GPUs per row) or a sequence of ``R`` GPU
-            arrays of any sizes. GPUs of a placement must be distinct; any order.
+        placements: ``int[R, k]`` (one placement of ``k`` GPUs per row), or a sequence of blocks,
+            each one placement (``int[k]``) or rows of equal size (``int[n, k]``); the rows of all
+            blocks, in order, are the result's rows. GPUs of a placement must be distinct, in any
+            order.
 
     Returns:
         One row of facts per placement.
     """
     if isinstance(placements, np.ndarray) and placements.ndim == 2:
-        P = np.sort(placements, axis=1)
-        R, kmax = P.shape
-        k = np.full(R, kmax, dtype=np.int64)
-        valid = np.ones(P.shape, dtype=bool)
+        blocks = [placements]
     else:
-        rows = [np.sort(np.asarray(p).ravel()) for p in placements]
-        R = len(rows)
-        k = np.array([len(p) for p in rows], dtype=np.int64)
-        kmax = int(k.max()) if R else 0
-        # Shorter rows are padded by repeating their last GPU: a repeated GPU adds no server,
-        # link or ring step, and the per-GPU products below skip it.
-        P = np.array([np.pad(p, (0, kmax - len(p)), mode="edge") for p in rows], dtype=np.int64)
-        P = P.reshape(R, kmax)
-        valid = np.arange(kmax) < k[:, None]
+        blocks = [np.atleast_2d(np.asarray(p)) for p in placements]
+    blocks = [b for b in blocks if b.shape[0]]
+    sizes = [b.shape[1] for b in blocks]
+    kmax = max(sizes, default=0)
+    # Narrower blocks are padded by repeating their last GPU: a repeated GPU adds no server, link
+    # or ring step, and the per-GPU products below skip it (``valid``).
+    P = (
+        np.concatenate(
+            [np.sort(b, axis=1)[:, np.minimum(np.arange(kmax), b.shape[1] - 1)] for b in blocks]
+        )
+        if blocks
+        else np.zeros((0, 0), dtype=np.int64)
+    )
+    R = P.shape[0]
+    k = np.repeat(np.array(sizes, dtype=np.int64), [b.shape[0] for b in blocks])
+    valid = np.arange(kmax) < k[:, None]
     if R == 0 or kmax == 0:
         z = np.zeros(R)
         return PlacementFacts(

@@ -1,0 +1,251 @@
+"""The queue view and the padded ``(job, candidate)`` action table of every placement environment.
+
+The *view* is the first ``Q`` pending jobs, in queue order, that fit in the free GPUs now (a job of
+``k`` GPUs has a candidate exactly when ``k`` GPUs are free: some subtree then holds them). With
+``group_identical=True`` jobs that are identical for the objective (:func:`job_key`: same model,
+size, batch and weight) share one view slot, held by the earliest of them: they have the same
+candidates and gains, so one slot expresses every choice and the view reaches further down the
+queue.
+
+Each slot has ``C`` rows, one per candidate of its job (from
+:func:`~crop_gym.candidates.candidate_sets`, the generator CROP uses), padded. Action
+``a = q * C + c`` places view job ``q`` on its candidate ``c``; action ``Q * C`` is *stop*, which is
+always valid. :func:`build_action_table` makes one immutable :class:`ActionTable` per state; it also
+evaluates every valid row once (its placement facts and its marginal gain), which the observation,
+the reward and the privileged features read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from numpy.typing import NDArray
+
+from crop_gym.candidates import CandidateSet, candidate_sets
+from crop_gym.jobs import Job
+from crop_gym.model.state import ClusterState, Gains
+from crop_gym.model.timing import PlacementFacts, placement_facts
+
+__all__ = ["ActionTable", "action_index", "action_space", "build_action_table", "job_key"]
+
+
+def job_key(job: Job) -> tuple[str, int, float, float]:
+    """What makes two jobs identical for the objective: ``(model, k, batch, weight)``."""
+    return (job.model, job.num_gpus, float(job.batch_size), float(job.weight))
+
+
+def action_space(num_slots: int, max_candidates: int) -> spaces.Discrete:
+    """``Discrete(Q * C + 1)``: a row per (slot, candidate), then stop."""
+    return spaces.Discrete(num_slots * max_candidates + 1)
+
+
+def action_index(action: Any) -> int | None:
+    """An action as a Python int, or ``None`` if it is not one integer.
+
+    Booleans, non-integral floats, strings and arrays of more than one element are not actions
+    (``None``); an integral float such as ``3.0`` is read as ``3``.
+    """
+    if isinstance(action, (bool, np.bool_)):
+        return None
+    if isinstance(action, (int, np.integer)):
+        return int(action)
+    try:
+        arr = np.asarray(action)
+    except (TypeError, ValueError):
+        return None
+    if arr.size != 1 or arr.dtype == np.bool_:
+        return None
+    value = arr.reshape(())[()]
+    if np.issubdtype(arr.dtype, np.integer):
+        return int(value)
+    if np.issubdtype(arr.dtype, np.floating) and np.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return None
+
+
+@dataclass(frozen=True)
+class ActionTable:
+    """The padded (job, candidate) action table of one state: ``Q`` view slots × ``C`` rows, then stop.
+
+    Attributes:
+        num_slots: ``Q``.
+        max_candidates: ``C``.
+        jobs: The view job of each filled slot, in queue order.
+        positions: Index in the pending queue of each view job.
+        copies: ``int64[Q]`` pending jobs each slot stands for (0 for an empty slot).
+        sets: The candidate set of each filled slot.
+        row_slot: ``int64[M]`` slot of each valid row (``M`` candidates in all).
+        row_cand: ``int64[M]`` candidate index of each valid row in its slot's set.
+        facts: Placement facts of the ``M`` valid rows (under the true health).
+        gains: ΔF of each valid row (its job's own value and the interference it causes).
+        mask: ``bool[Q * C + 1]`` valid actions (read-only); stop, the last, is always valid.
+        pending_gpus: GPUs requested by all pending jobs.
+        in_view: Pending jobs the view stands for (the sum of ``copies``).
+    """
+
+    num_slots: int
+    max_candidates: int
+    jobs: tuple[Job, ...]
+    positions: tuple[int, ...]
+    copies: NDArray[np.int64]
+    sets: tuple[CandidateSet, ...]
+    row_slot: NDArray[np.int64]
+    row_cand: NDArray[np.int64]
+    facts: PlacementFacts
+    gains: Gains
+    mask: NDArray[np.bool_]
+    pending_gpus: int
+    in_view: int
+
+    @property
+    def stop_action(self) -> int:
+        """``Q * C``."""
+        return self.num_slots * self.max_candidates
+
+    @property
+    def row_action(self) -> NDArray[np.int64]:
+        """``int64[M]`` action ``q * C + c`` of each valid row."""
+        out: NDArray[np.int64] = self.row_slot * self.max_candidates + self.row_cand
+        return out
+
+    @property
+    def has_placement(self) -> bool:
+        """Whether any action other than stop is valid."""
+        return len(self.jobs) > 0
+
+    def decode(self, action: Any) -> tuple[int, int] | None:
+        """``(view slot, candidate index)`` of a valid placement action, else ``None`` (stop,
+        out of range, masked, or not an integer)."""
+        a = action_index(action)
+        if a is None or not 0 <= a < self.stop_action or not self.mask[a]:
+            return None
+        return divmod(a, self.max_candidates)
+
+    def is_stop(self, action: Any) -> bool:
+        """Whether ``action`` is the stop action."""
+        return action_index(action) == self.stop_action
+
+    def row_of(self, q: int, c: int) -> int:
+        """Index among the valid rows of candidate ``c`` of slot ``q`` (which must be valid)."""
+        return int(np.flatnonzero((self.row_slot == q) & (self.row_cand == c))[0])
+
+    def gpus(self, q: int, c: int) -> NDArray[np.int32]:
+        """GPU indices of candidate ``c`` of view slot ``q``."""
+        return self.sets[q].gpus[c]
+
+    def index_of(
+        self, job_id: str, gpus: NDArray[np.integer[Any]], job: Job | None = None
+    ) -> int | None:
+        """The action placing job ``job_id`` on exactly ``gpus``, or ``None`` if no row does.
+
+        With ``job`` given, a view job identical to it (:func:`job_key`) also matches: placing
+        either changes F the same way.
+        """
+        want = np.sort(np.asarray(gpus)).tolist()
+        key = job_key(job) if job is not None else None
+        for q, vjob in enumerate(self.jobs):
+            if vjob.job_id != job_id and (key is None or job_key(vjob) != key):
+                continue
+            for c, row in enumerate(self.sets[q].gpus.tolist()):
+                if row == want:
+                    return q * self.max_candidates + c
+        return None
+
+
+def select_view(
+    pending: Sequence[Job], num_free: int, num_slots: int, group_identical: bool
+) -> tuple[list[int], list[int]]:
+    """The view of ``pending``: each slot's queue position and the pending jobs it stands for.
+
+    Args:
+        pending: Pending jobs in queue order.
+        num_free: Free usable GPUs (a job fits when its size is at most this).
+        num_slots: ``Q``.
+        group_identical: Whether identical jobs share a slot.
+    """
+    positions: list[int] = []
+    copies: list[int] = []
+    if not group_identical:
+        for i, job in enumerate(pending):
+            if len(positions) == num_slots:
+                break
+            if job.num_gpus <= num_free:
+                positions.append(i)
+                copies.append(1)
+        return positions, copies
+    slot_of: dict[tuple[str, int, float, float], int] = {}
+    counts: dict[tuple[str, int, float, float], int] = {}
+    for i, job in enumerate(pending):
+        key = job_key(job)
+        counts[key] = counts.get(key, 0) + 1
+        if key not in slot_of and len(positions) < num_slots and job.num_gpus <= num_free:
+            slot_of[key] = len(positions)
+            positions.append(i)
+    copies = [0] * len(positions)
+    for key, q in slot_of.items():
+        copies[q] = counts[key]
+    return positions, copies
+
+
+def build_action_table(
+    state: ClusterState,
+    pending: Sequence[Job],
+    *,
+    num_slots: int,
+    max_candidates: int,
+    robust: bool = True,
+    group_identical: bool = True,
+) -> ActionTable:
+    """The action table of ``state`` with ``pending`` jobs (in queue order).
+
+    One candidate generation for the view's distinct sizes, one placement-facts evaluation over
+    every valid row, and one gains evaluation per distinct job class of the view.
+    """
+    Q, C = num_slots, max_candidates
+    positions, copies = select_view(pending, state.num_free, Q, group_identical)
+    jobs = tuple(pending[i] for i in positions)
+    sizes = list(dict.fromkeys(j.num_gpus for j in jobs))
+    by_size = dict(
+        zip(sizes, candidate_sets(state, sizes, robust=robust, max_candidates=C), strict=True)
+    )
+    sets = tuple(by_size[j.num_gpus] for j in jobs)
+    counts = np.array([len(s) for s in sets], dtype=np.int64)
+    row_slot = np.repeat(np.arange(len(jobs), dtype=np.int64), counts)
+    starts = np.cumsum(counts) - counts
+    row_cand = np.arange(len(row_slot), dtype=np.int64) - np.repeat(starts, counts)
+    # Facts once per distinct candidate set (slots of one size share it), then per row.
+    distinct = list(by_size.values())
+    set_start = dict(
+        zip(sizes, np.cumsum([0] + [len(s) for s in distinct])[:-1].tolist(), strict=True)
+    )
+    set_facts = placement_facts(state.topology, state.health, [s.gpus for s in distinct])
+    src = np.repeat([set_start[j.num_gpus] for j in jobs], counts).astype(np.int64) + row_cand
+    facts = set_facts.take(src)
+    # Gains of every row in one vectorised call (each row alone against the state).
+    gains = state.row_gains(jobs, row_slot, facts)
+    mask = np.zeros(Q * C + 1, dtype=bool)
+    mask[row_slot * C + row_cand] = True
+    mask[-1] = True
+    mask.setflags(write=False)
+    copies_arr = np.zeros(Q, dtype=np.int64)
+    copies_arr[: len(copies)] = copies
+    copies_arr.setflags(write=False)
+    return ActionTable(
+        num_slots=Q,
+        max_candidates=C,
+        jobs=jobs,
+        positions=tuple(positions),
+        copies=copies_arr,
+        sets=sets,
+        row_slot=row_slot,
+        row_cand=row_cand,
+        facts=facts,
+        gains=gains,
+        mask=mask,
+        pending_gpus=sum(j.num_gpus for j in pending),
+        in_view=int(sum(copies)),
+    )
