@@ -313,30 +313,29 @@ def placement_facts(
     run_start = np.maximum.accumulate(np.where(new_srv, idx, 0), axis=1)
     g = np.where(valid, idx - run_start + 1, 0).max(axis=1).astype(np.int64)
 
-    # Spanned links: at each depth, the links above the row's GPUs are contiguous runs (GPUs are
-    # numbered in DFS order); if a depth holds more than one link, no link there holds all of the
-    # placement, so each is spanned; if it holds one, that link holds all of it (not spanned).
-    a = _links_by_depth(topology)[P]  # [R, k, D]; 0 where a GPU has no link at that depth
+    # A GPU's own (intra-server) link holds only that GPU: a ring of k >= 2 spans every one.
+    dev = _device_arrays(topology, health)
+    multi = k >= 2
+    b_intra = np.where(multi, dev.gpu_link_bw[P].min(axis=1), np.inf)
+    a_intra = np.where(multi, dev.gpu_link_lat[P].max(axis=1), 0.0)
+    ok = np.where(multi[:, None], dev.gpu_and_link_ok[P], dev.gpu_ok[P])
+    gpu_ok = np.where(valid, ok, 1.0).prod(axis=1)
+    slowdown = dev.slowdown[P].max(axis=1)
+
+    # Inter-server links: at each depth, the links above the row's GPUs are contiguous runs (GPUs
+    # are numbered in DFS order). If a depth holds more than one link, none of them holds all of
+    # the placement, so each is spanned; if it holds one, that link holds all of it.
+    a = _upper_links_by_depth(topology)[P]  # [R, k, D]; 0 where a GPU has no link at a depth
     change = a[:, 1:, :] != a[:, :-1, :]
     first = np.ones(a.shape, dtype=bool)
     first[:, 1:, :] = change
-    span = first & change.any(axis=1)[:, None, :] & (a > 0)
-    is_intra = topology.is_intra[a]
-    intra, inter = span & is_intra, span & ~is_intra
-    lat = topology.link_lat[a]
-    b_intra = np.where(intra, (topology.link_bw * health.link_degradation)[a], np.inf).min(
-        axis=(1, 2)
-    )
-    a_intra = np.where(intra, lat, 0.0).max(axis=(1, 2))
-    a_inter = np.where(inter, lat, 0.0).max(axis=(1, 2))
-    link_ok = np.where(span, 1.0 - health.link_fail_prob[a], 1.0).prod(axis=(1, 2))
-    gpu_ok = np.where(valid, 1.0 - health.gpu_fail_prob[P], 1.0).prod(axis=1)
-    slowdown = (health.gpu_slowdown[P] / topology.gpu_speed[P]).max(axis=1)
-
-    # Inter-server links per row, largest first, root-padded.
-    n_inter = inter.sum(axis=(1, 2))
-    width = int(n_inter.max())
-    inter_links = -np.sort(-np.where(inter, a, 0).reshape(R, -1), axis=1)[:, :width]
+    inter = (first & change.any(axis=1)[:, None, :] & (a > 0)).reshape(R, -1)
+    a = a.reshape(R, -1)
+    a_inter = np.where(inter, topology.link_lat[a], 0.0).max(axis=1, initial=0.0)
+    link_ok = np.where(inter, dev.link_ok[a], 1.0).prod(axis=1)
+    width = int(inter.sum(axis=1).max(initial=0))
+    # Largest first, root-padded.
+    inter_links = -np.sort(-np.where(inter, a, 0), axis=1)[:, :width]
     return PlacementFacts(
         k=k,
         g=g,
@@ -351,19 +350,46 @@ def placement_facts(
 
 
 @lru_cache(maxsize=64)
-def _links_by_depth(topology: Topology) -> NDArray[np.int32]:
-    """``int32[G, D]``: column ``d`` holds the link at depth ``d + 1`` above each GPU (0 if none).
-
-    A pure function of the immutable topology (kept per topology)."""
+def _upper_links_by_depth(topology: Topology) -> NDArray[np.int32]:
+    """``int32[G, D]``: column ``d`` holds the inter-server link at depth ``d + 1`` above each GPU
+    (0 where it has none). A pure function of the immutable topology, kept per topology."""
     G, D = topology.gpu_links.shape
     out = np.zeros((G, D), dtype=np.int32)
-    links = topology.gpu_links
+    flat = topology.gpu_links.ravel()
     rows = np.repeat(np.arange(G), D)
-    flat = links.ravel()
-    keep = flat > 0
+    keep = (flat > 0) & ~topology.is_intra[flat]
     out[rows[keep], topology.depth[flat[keep]] - 1] = flat[keep]
+    used = out.any(axis=0)
+    out = np.ascontiguousarray(out[:, used]) if used.any() else out[:, :0]
     out.setflags(write=False)
     return out
+
+
+@dataclass(frozen=True)
+class _DeviceArrays:
+    """Per-GPU and per-link health terms the facts read (a pure function of topology and health)."""
+
+    slowdown: FloatArray  # σ_g / speed_g
+    gpu_ok: FloatArray  # 1 - π_g
+    gpu_and_link_ok: FloatArray  # (1 - π_g)(1 - π of the GPU's own link)
+    gpu_link_bw: FloatArray  # ρ·B of the GPU's own link
+    gpu_link_lat: FloatArray  # latency of the GPU's own link
+    link_ok: FloatArray  # 1 - π_e per link
+
+
+@lru_cache(maxsize=16)
+def _device_arrays(topology: Topology, health: Health) -> _DeviceArrays:
+    """The health terms of ``health`` on ``topology`` (both immutable; kept for the last few)."""
+    own = topology.gpu_node
+    gpu_ok = 1.0 - health.gpu_fail_prob
+    return _DeviceArrays(
+        slowdown=health.gpu_slowdown / topology.gpu_speed,
+        gpu_ok=gpu_ok,
+        gpu_and_link_ok=gpu_ok * (1.0 - health.link_fail_prob[own]),
+        gpu_link_bw=(topology.link_bw * health.link_degradation)[own],
+        gpu_link_lat=topology.link_lat[own],
+        link_ok=1.0 - health.link_fail_prob,
+    )
 
 
 # ----------------------------------------------------------------------------- ideal time
