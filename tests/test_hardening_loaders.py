@@ -377,3 +377,16 @@ def test_json_scenario_file_name_appears_once(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         get_scenario(str(p))
     assert str(info.value).count(str(p)) == 1
+
+
+@pytest.mark.parametrize(
+    "header",
+    ['"job_id\nx",arrival_s,model,num_gpus,batch_size,iterations', "job\x00id,arrival_s,model"],
+)
+def test_header_with_control_characters_is_one_line(tmp_path: Path, header: str) -> None:
+    path = tmp_path / "h.csv"
+    path.write_text(header + "\nj1,5,resnet50,4,128,1000\n")
+    with pytest.raises(TraceFormatError) as info:
+        load_workload(path, format="csv")
+    assert (info.value.line, info.value.field) == (1, "header")
+    one_line(info.value, f"{path}:1")

@@ -153,6 +153,13 @@ def _split_header(path: str, first: list[str] | None) -> tuple[str, ...]:
     for name in header:
         if not name:
             raise TraceFormatError("empty column name in the header", path=path, line=1, field="")
+        if _CONTROL.search(name) or len(name) > 100:
+            raise TraceFormatError(
+                f"column name {_show(name)} has a control character or is over 100 characters",
+                path=path,
+                line=1,
+                field="header",
+            )
         if name in seen:
             raise TraceFormatError("duplicate column in the header", path=path, line=1, field=name)
         seen.add(name)
@@ -234,8 +241,9 @@ def read_table(
             header = _split_header(label, next(reader, None))
             for name in required:
                 if name not in header:
+                    shown = ", ".join(header[:12]) + (", ..." if len(header) > 12 else "")
                     raise TraceFormatError(
-                        f"missing column (header has: {', '.join(header)})",
+                        f"missing column (header has: {shown})",
                         path=label,
                         line=1,
                         field=name,
