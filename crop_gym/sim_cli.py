@@ -233,7 +233,9 @@ def run(args: argparse.Namespace) -> int:
     policy = make_policy(args.policy)
     model_map = parse_map(args.map)
     try:
-        workload = load_workload(args.trace, format=args.format, model_map=model_map or None)
+        workload = load_workload(
+            args.trace, format=args.format, model_map=model_map or None, max_jobs=args.jobs
+        )
     except (FileNotFoundError, ValueError):
         raise
     except OSError as exc:

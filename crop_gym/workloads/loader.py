@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 
 from crop_gym.errors import ConfigError, TraceFormatError
-from crop_gym.workloads._table import read_header
+from crop_gym.workloads._table import check_max_jobs, read_header
 from crop_gym.workloads.elasticflow import ELASTICFLOW_COLUMNS, load_elasticflow
 from crop_gym.workloads.generic_csv import GENERIC_COLUMNS, load_generic_csv
 from crop_gym.workloads.pollux import POLLUX_COLUMNS, load_pollux
@@ -64,6 +64,7 @@ def load_workload(
     spec: str | os.PathLike[str],
     format: str | None = None,
     model_map: Mapping[str, str] | None = None,
+    max_jobs: int | None = None,
 ) -> Workload:
     """Load a workload from a file or a bundled trace.
 
@@ -75,17 +76,23 @@ def load_workload(
             header when ``None``.
         model_map: ``{trace name: known name}`` for models (applications, for Pollux) that the zoo
             does not know; an unknown name without a mapping is refused.
+        max_jobs: Load only the first ``max_jobs`` rows of the file, without reading the rest; those
+            rows must be in arrival order (a row arriving before the one above it is refused, naming
+            its line), so on a file sorted by arrival (every bundled trace is) this is the first
+            ``max_jobs`` jobs of the whole workload. ``None`` loads every row.
 
     Returns:
         The workload: jobs sorted by arrival, first arrival at 0.
 
     Raises:
         TraceFormatError: On malformed input, naming the file, line and field.
-        ConfigError: On an unknown format or a bad ``model_map`` target.
+        ConfigError: On an unknown format, a bad ``model_map`` target, a ``max_jobs`` that is not
+            an integer >= 1, or a path that is a directory, FIFO or device.
         FileNotFoundError: If ``spec`` is neither a file nor a bundled trace.
     """
     if format is not None and format not in FORMATS:
         raise ConfigError(f"unknown workload format {format!r}; use one of {', '.join(FORMATS)}")
+    check_max_jobs(max_jobs)
     path = os.fspath(spec)
     if not os.path.exists(path):
         trace = resolve_bundled(path)
@@ -95,8 +102,10 @@ def load_workload(
             )
         loader = FORMATS[format or trace.format]
         with resources.as_file(bundled_resource(trace)) as real:
-            workload: Workload = loader(real, model_map=model_map, name=trace.name)
+            workload: Workload = loader(
+                real, model_map=model_map, name=trace.name, max_jobs=max_jobs
+            )
         return workload
-    fmt = format or detect_format(path)
-    workload = FORMATS[fmt](path, model_map=model_map)
+    fmt = format or detect_format(path)  # refuses a directory, FIFO or device before reading
+    workload = FORMATS[fmt](path, model_map=model_map, max_jobs=max_jobs)
     return workload
