@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -101,13 +102,17 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from baselines.compare import format_table, run_compare, write_json, write_plot
     from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
-    from crop_gym.io import check_outputs
+    from crop_gym.io import check_outputs, read_mapping
     from crop_gym.scenario import SCENARIOS
 
     check_plot_path("--plot", args.plot)
     scenario_file = None if args.scenario in SCENARIOS else args.scenario
     check_outputs({"--json": args.json, "--plot": args.plot}, inputs=[scenario_file])
     check_input_file(scenario_file, what="scenario")
+    if scenario_file is not None and os.path.exists(scenario_file):
+        # Syntax, encoding, size, duplicate keys and YAML aliases, each as one line naming the file
+        # (Scenario.from_file then reads the fields).
+        read_mapping(scenario_file, what="scenario")
     out = report_stream(args.json)
     policies = [name.strip() for name in args.policies.split(",") if name.strip()]
     result = run_compare(

@@ -154,8 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help(sys.stderr)
-        return EXIT_INPUT
+        parser.error("give a command")
     return run_cli(lambda: args.func(args), f"crop-gym {args.command}")
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "policy_description",
     "policy_names",
     "register_policy",
+    "unregister_policy",
 ]
 
 #: Packages imported (by name, once each) when a policy name is not registered yet.
@@ -101,6 +102,11 @@ def register_policy(
     if old is not None and old.factory is not factory and not replace:
         raise ConfigError(f"policy {name!r} is already registered (by {old.factory!r})")
     _REGISTRY[name] = entry
+
+
+def unregister_policy(name: str) -> None:
+    """Remove policy ``name`` (a no-op when it is not registered); for plug-ins and tests."""
+    _REGISTRY.pop(name, None)
 
 
 def _import_providers() -> None:

@@ -86,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if args.list:
         from crop_gym.workloads.registry import BUNDLED_TRACES
 
+        if args.spec or args.json is not None or args.format or args.map:
+            raise ConfigError("--list takes no trace, --json, --format or --map")
+
         width = max(len(name) for name in BUNDLED_TRACES)
         print(f"{'name':<{width}}  {'format':<11}  {'jobs':>7}  description")
         for t in BUNDLED_TRACES.values():
