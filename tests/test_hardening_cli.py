@@ -7,6 +7,7 @@ import ast
 import errno
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,21 @@ def trace(tmp_path: Path) -> Path:
     path = tmp_path / "t.csv"
     path.write_text("\n".join((EF_HEADER, *EF_ROWS)) + "\n")
     return path
+
+
+def null_device(folder: Path) -> Path:
+    """A character device to use as an output path: a copy of /dev/null made in ``folder``.
+
+    Never the real /dev/null as an output: run as root, a regression would replace it with a
+    regular file for the whole machine. Without the right to make device nodes (not root), the real
+    one is safe to use, as /dev is then not writable.
+    """
+    node = folder / "null"
+    try:
+        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, AttributeError):
+        return Path(os.devnull)
+    return node
 
 
 def _sim(trace: Path, *extra: str) -> list[str]:
@@ -73,10 +89,11 @@ def test_special_outputs_are_never_replaced(
     link.symlink_to(target)
     fifo = tmp_path / "fifo.json"
     os.mkfifo(fifo)
+    null = null_device(tmp_path)
     for path, needle in (
         (link, "symbolic link"),
         (fifo, "not a regular file"),
-        (Path(os.devnull), "not a regular file"),
+        (null, "not a regular file"),
         (tmp_path, "is a directory"),
         (tmp_path / "missing" / "o.json", "does not exist"),
     ):
@@ -84,7 +101,7 @@ def test_special_outputs_are_never_replaced(
         _one_error_line(capsys.readouterr().err, f"--json {path}", needle)
     assert link.is_symlink() and not target.exists()
     assert fifo.is_fifo()
-    assert Path(os.devnull).is_char_device()
+    assert null.is_char_device()
 
 
 def test_calibrate_outputs_never_replace_the_package_data(
