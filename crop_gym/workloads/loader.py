@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Callable, Mapping
 from importlib import resources
@@ -33,6 +34,41 @@ _SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+#: Longest header line :func:`detect_format` reads (bytes).
+_MAX_HEADER_BYTES = 1 << 20
+
+
+def _header_columns(path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The header's column names, whichever line ending the file uses (``\\n``, ``\\r\\n`` or ``\\r``).
+
+    :func:`read_header` reads up to the first ``\\n``; a header line that holds a ``\\r`` (``\\r\\n``,
+    or old Mac files ended by lone ``\\r``, where that "line" is the whole file) is cut at the ``\\r``
+    here instead, so :mod:`csv` never sees a line break inside an unquoted field.
+    """
+    label = os.fspath(path)
+    with open(label, "rb") as fh:
+        first = fh.readline(_MAX_HEADER_BYTES)
+    if b"\r" not in first:
+        return read_header(path)
+    line = first.split(b"\r", 1)[0]
+    try:
+        text = line.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(
+            f"not UTF-8 text (byte {exc.start})", path=label, line=1, field=None
+        ) from None
+    try:
+        cells = next(csv.reader([text]), [])
+    except csv.Error as exc:
+        raise TraceFormatError(
+            f"CSV syntax error: {exc}", path=label, line=1, field="header"
+        ) from None
+    header = tuple(cell.strip() for cell in cells)
+    if not any(header):
+        raise TraceFormatError("file is empty (no header)", path=label, line=1, field="header")
+    return header
+
+
 def detect_format(path: str | os.PathLike[str]) -> str:
     """Guess a file's format from its header.
 
@@ -43,7 +79,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     Raises:
         TraceFormatError: If the header matches no format (line 1, field ``header``).
     """
-    header = set(read_header(path))
+    header = set(_header_columns(path))
     for fmt, marker in (
         ("elasticflow", "submission_time"),
         ("pollux", "application"),
