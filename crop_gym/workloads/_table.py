@@ -408,8 +408,8 @@ def check_batch_vs_gpus(
 
 
 def check_sorted(table: Table, arrival: NDArray[np.float64], name: str) -> None:
-    """Refuse rows that are not in non-decreasing arrival order (needed when only the first rows of
-    a file are read).
+    """Refuse rows that are not in non-decreasing arrival order (needed when reading stopped after
+    the first rows of a file: the jobs left unread might arrive earlier).
 
     Raises:
         TraceFormatError: Naming the first row that arrives before the row above it.

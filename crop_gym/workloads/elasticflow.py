@@ -88,7 +88,7 @@ def load_elasticflow(
     arrival = number_column(
         table, "submission_time", minimum=0, maximum=MAX_TIME_S, what="submit time"
     )
-    if max_jobs is not None:
+    if max_jobs is not None and len(arrival) >= max_jobs:  # rows were left unread
         check_sorted(table, arrival, "submission_time")
     iterations = number_column(
         table, "num_iteration", positive=True, maximum=MAX_ITERATIONS, what="iterations"

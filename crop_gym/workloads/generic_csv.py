@@ -88,7 +88,7 @@ def load_generic_csv(
     job_ids = string_column(table, "job_id")
     check_unique_ids(table, job_ids, "job_id")
     arrival = number_column(table, "arrival_s", minimum=0, maximum=MAX_TIME_S, what="arrival time")
-    if max_jobs is not None:
+    if max_jobs is not None and len(arrival) >= max_jobs:  # rows were left unread
         check_sorted(table, arrival, "arrival_s")
     models = map_names(table, "model", string_column(table, "model"), MODEL_ZOO, model_map)
     gpus = number_column(

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from importlib import resources
 
 from crop_gym.errors import ConfigError, TraceFormatError
+from crop_gym.io import check_regular_input
 from crop_gym.workloads._table import check_max_jobs, read_header
 from crop_gym.workloads.elasticflow import ELASTICFLOW_COLUMNS, load_elasticflow
 from crop_gym.workloads.generic_csv import GENERIC_COLUMNS, load_generic_csv
@@ -46,6 +47,7 @@ def _header_columns(path: str | os.PathLike[str]) -> tuple[str, ...]:
     here instead, so :mod:`csv` never sees a line break inside an unquoted field.
     """
     label = os.fspath(path)
+    check_regular_input(label, what="trace")  # a FIFO or /dev/zero would block or never end
     with open(label, "rb") as fh:
         first = fh.readline(_MAX_HEADER_BYTES)
     if b"\r" not in first:

@@ -132,7 +132,7 @@ def load_pollux(
     job_ids = string_column(table, "name")
     check_unique_ids(table, job_ids, "name")
     arrival = number_column(table, "time", minimum=0, maximum=MAX_TIME_S, what="arrival time")
-    if max_jobs is not None:
+    if max_jobs is not None and len(arrival) >= max_jobs:  # rows were left unread
         check_sorted(table, arrival, "time")
     app_names = map_names(
         table,
