@@ -6,6 +6,9 @@
 * :mod:`baselines.heuristics`: random, first-fit, best-fit, spread, hived, comm-greedy.
 * :mod:`baselines.exact`: branch-and-bound optimum of F and the min-communication MILP, for small instances.
 * :mod:`baselines.compare`: the logic of ``crop-gym compare``.
+* :mod:`baselines.registry`: registers every policy with :mod:`crop_gym.policies` on import.
 
 docs/CROP.md describes the reconstruction and the measured ratios to the optimum.
 """
+
+from baselines import registry as _registry  # noqa: F401  (registers the policies with crop_gym)

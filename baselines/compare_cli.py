@@ -3,11 +3,16 @@
 With no arguments it runs the bundled ``default`` scenario (64-GPU leaf-spine, mild abnormalities,
 queue drawn from the ElasticFlow traces) over 10 seeds and prints a table of F, F relative to CROP,
 gain, jobs placed, utilisation, communication overhead and solve time, per policy (mean ± std).
+``--json -`` writes the JSON to stdout and the table to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 __all__ = ["register"]
@@ -18,6 +23,25 @@ _EPILOG = """examples:
   crop-gym compare --seeds 20 --first-seed 1000 --policies crop,best-fit,hived
   crop-gym compare --json out.json --plot out.png    # machine-readable results and a bar chart
 """
+
+
+def _int_at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer >= {low}, got {text!r}"
+            ) from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
+        return v
+
+    return parse
+
+
+_positive_int = _int_at_least(1)
+_nonneg_int = _int_at_least(0)
 
 
 def register(subparsers: Any) -> None:
@@ -40,14 +64,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--seeds",
-        type=int,
+        type=_positive_int,
         default=10,
         metavar="N",
         help="number of instances, one per seed (default: 10)",
     )
     p.add_argument(
         "--first-seed",
-        type=int,
+        type=_nonneg_int,
         default=0,
         metavar="S",
         help="seed of the first instance (default: 0)",
@@ -63,7 +87,11 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="add the exact optimum and each policy's ratio to it (small scenarios only)",
     )
-    p.add_argument("--json", metavar="PATH", help="write per-seed results as JSON")
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        help="write per-seed results as JSON ('-': to stdout, the table then goes to stderr)",
+    )
     p.add_argument(
         "--plot", metavar="PATH", help="write a bar chart with error bars (.png, .pdf, .svg)"
     )
@@ -73,7 +101,19 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from baselines.compare import format_table, run_compare, write_json, write_plot
+    from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
+    from crop_gym.io import check_outputs, read_mapping
+    from crop_gym.scenario import SCENARIOS
 
+    check_plot_path("--plot", args.plot)
+    scenario_file = None if args.scenario in SCENARIOS else args.scenario
+    check_outputs({"--json": args.json, "--plot": args.plot}, inputs=[scenario_file])
+    check_input_file(scenario_file, what="scenario")
+    if scenario_file is not None and os.path.exists(scenario_file):
+        # Syntax, encoding, size, duplicate keys and YAML aliases, each as one line naming the file
+        # (Scenario.from_file then reads the fields).
+        read_mapping(scenario_file, what="scenario")
+    out = report_stream(args.json)
     policies = [name.strip() for name in args.policies.split(",") if name.strip()]
     result = run_compare(
         args.scenario,
@@ -83,11 +123,13 @@ def _run(args: argparse.Namespace) -> int:
         exact=args.exact,
         progress=False if args.no_progress else None,
     )
-    print(format_table(result))
-    if args.json:
-        write_json(result, args.json)
-        print(f"wrote {args.json}")
-    if args.plot:
-        write_plot(result, args.plot)
-        print(f"wrote {args.plot}")
+    writers: dict[str, Callable[[Path], object]] = {}
+    if args.json is not None:
+        writers[args.json] = functools.partial(write_json, result)
+    if args.plot is not None:
+        writers[args.plot] = functools.partial(write_plot, result)
+    written = write_outputs(writers)
+    print(format_table(result), file=out)
+    for path in written:
+        print(f"wrote {path}", file=out)
     return 0

@@ -497,7 +497,7 @@ def fit_calibration(
         The fitted parameters, their errors and the Chronus check.
 
     Raises:
-        ConfigError: On an unknown algorithm, a negative ratio, or a model outside the zoo.
+        ConfigError: On an unknown algorithm, a ratio outside its range, or a model outside the zoo.
     """
     from scipy.optimize import least_squares
     from scipy.stats import spearmanr
@@ -506,12 +506,15 @@ def fit_calibration(
         raise ConfigError(
             f"allreduce={allreduce!r} is not one of {', '.join(ALLREDUCE_ALGORITHMS)}"
         )
-    for name, ratio in (
-        ("min_latency_ratio", min_latency_ratio),
-        ("min_bandwidth_ratio", min_bandwidth_ratio),
+    for name, ratio, (low, high) in (
+        ("min_latency_ratio", min_latency_ratio, _LAT_BOUNDS),
+        ("min_bandwidth_ratio", min_bandwidth_ratio, _BW_BOUNDS),
     ):
-        if not (math.isfinite(ratio) and ratio >= 0):
-            raise ConfigError(f"{name}={ratio!r} must be a finite ratio >= 0 (0: unconstrained)")
+        if not (math.isfinite(ratio) and 0 <= ratio < high / low):
+            raise ConfigError(
+                f"{name}={ratio!r} must be a ratio in [0, {high / low:g}) "
+                "(0: unconstrained; the upper end is the width of the fitted range)"
+            )
     bw_span = math.log(_BW_BOUNDS[1] / _BW_BOUNDS[0])
     lat_span = math.log(_LAT_BOUNDS[1] / _LAT_BOUNDS[0])
     lo_dbw = math.log(min_bandwidth_ratio) if min_bandwidth_ratio > 0 else -bw_span

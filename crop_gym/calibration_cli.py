@@ -2,7 +2,7 @@
 
 Usage::
 
-    crop-gym calibrate [--allreduce ring|hierarchical|both] [--json PATH] [--write [PATH]]
+    crop-gym calibrate [--allreduce ring|hierarchical|both] [--json PATH|-] [--write [PATH]]
 
 Prints, per all-reduce algorithm, a table of the fitted compute coefficients and errors per model,
 the fitted link parameters and the Chronus check; then the default algorithm chosen by the evidence.
@@ -13,6 +13,9 @@ package's defaults). Importing this module is cheap: numpy and scipy are importe
 from __future__ import annotations
 
 import argparse
+import math
+import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +28,16 @@ __all__ = ["default_calibration_path", "format_result", "register", "run"]
 def default_calibration_path() -> Path:
     """Path of the package's ``data/calibration.json`` (the file ``--write`` regenerates)."""
     return Path(__file__).resolve().parent / "data" / "calibration.json"
+
+
+def _ratio(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (math.isfinite(v) and v >= 0):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return v
 
 
 def register(subparsers: Any) -> None:
@@ -45,7 +58,12 @@ def register(subparsers: Any) -> None:
         default="both",
         help="algorithm(s) to fit (default: both; the default algorithm is chosen among them)",
     )
-    p.add_argument("--json", metavar="PATH", default=None, help="write the results as JSON")
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="write the results as JSON ('-': to stdout, the report then goes to stderr)",
+    )
     p.add_argument(
         "--write",
         nargs="?",
@@ -56,7 +74,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--min-latency-ratio",
-        type=float,
+        type=_ratio,
         default=4.0,
         metavar="R",
         help="constraint inter_latency >= R x intra_latency (default 4; see docs/MODEL.md)",
@@ -111,13 +129,41 @@ def format_result(result: CalibrationResult) -> str:
     return "\n".join(lines)
 
 
+def _measurement_files() -> list[Path]:
+    """The bundled files the fit reads (inputs that no output may replace)."""
+    data = Path(__file__).resolve().parent / "data"
+    return [
+        *sorted((data / "profiles" / "throughputs_A100").glob("*.csv")),
+        data / "chronus" / "model_info.json",
+    ]
+
+
 def run(args: argparse.Namespace) -> int:
-    """Execute ``crop-gym calibrate``; returns the exit code."""
+    """Execute ``crop-gym calibrate``; returns the exit code.
+
+    Outputs are checked before the fit: neither may replace a bundled measurement file, nor (for
+    ``--json``) the package's ``calibration.json`` unless ``--write`` targets it. With ``--json -`` the
+    report goes to stderr.
+    """
     import json
     import time
 
     from crop_gym.calibration import calibration_json, choose_default, fit_all
-    from crop_gym.io import atomic_write_text
+    from crop_gym.cli import report_stream, write_outputs
+    from crop_gym.io import atomic_write_text, check_outputs
+
+    if args.write == "-":
+        from crop_gym.errors import ConfigError
+
+        raise ConfigError("--write -: give a file name (or no value for the package's file)")
+    target = None
+    if args.write is not None:
+        target = Path(args.write) if args.write else default_calibration_path()
+    inputs: list[Path] = _measurement_files()
+    if target is None or os.path.realpath(target) != os.path.realpath(default_calibration_path()):
+        inputs.append(default_calibration_path())
+    check_outputs({"--json": args.json, "--write": target}, inputs=inputs)
+    out = report_stream(args.json)
 
     algorithms = ("ring", "hierarchical") if args.allreduce == "both" else (args.allreduce,)
     start = time.perf_counter()
@@ -125,15 +171,18 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - start
     default, reason = choose_default(results)
     for result in results.values():
-        print(format_result(result))
-        print()
-    print(f"default all-reduce: {default} — {reason}")
+        print(format_result(result), file=out)
+        print(file=out)
+    print(f"default all-reduce: {default} — {reason}", file=out)
     if len(results) == 1:
-        print("(only one algorithm fitted; pass --allreduce both to choose by the evidence)")
-    print(f"fit time: {elapsed:.2f} s")
+        print(
+            "(only one algorithm fitted; pass --allreduce both to choose by the evidence)", file=out
+        )
+    print(f"fit time: {elapsed:.2f} s", file=out)
 
     chosen = results[default]
-    if args.json:
+    writers: dict[str, Callable[[Path], object]] = {}
+    if args.json is not None:
         summary = {
             "default_allreduce": default,
             "reason": reason,
@@ -146,11 +195,11 @@ def run(args: argparse.Namespace) -> int:
             "chronus_spearman": chosen.chronus_spearman,
             "algorithms": {a: r.to_dict() for a, r in results.items()},
         }
-        atomic_write_text(args.json, json.dumps(summary, indent=2) + "\n")
-        print(f"wrote {args.json}")
-    if args.write is not None:
-        target = Path(args.write) if args.write else default_calibration_path()
-        content = calibration_json(results, default, reason)
-        atomic_write_text(target, json.dumps(content, indent=2) + "\n")
-        print(f"wrote {target}")
+        summary_text = json.dumps(summary, indent=2) + "\n"
+        writers[args.json] = lambda p: atomic_write_text(p, summary_text)
+    if target is not None:
+        content_text = json.dumps(calibration_json(results, default, reason), indent=2) + "\n"
+        writers[str(target)] = lambda p: atomic_write_text(p, content_text)
+    for path in write_outputs(writers):
+        print(f"wrote {path}", file=out)
     return 0

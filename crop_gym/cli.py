@@ -1,20 +1,52 @@
-"""The ``crop-gym`` command.
+"""The ``crop-gym`` command, and what every sub-command shares.
 
 Each sub-command lives in its own module exposing ``register(subparsers)``, which adds an argparse
 sub-parser whose ``func`` default takes the parsed namespace and returns an exit code. Modules are
 imported here by name so that heavy dependencies are only imported inside each command's ``func``.
+
+Errors. Every error caused by the user's input ends the command with **one line** on stderr,
+``crop-gym COMMAND: error: ...``, and exit status 2: argparse errors (an unknown flag, a number out of
+range), :class:`~crop_gym.errors.CropGymError` and other :class:`ValueError` s (a bad trace, scenario
+or name), and :class:`OSError` s on the user's paths (a missing file). Other ``OSError`` s (a full
+disk) exit 1. Ctrl-C prints ``crop-gym COMMAND: interrupted`` and exits 130, leaving no output
+written (see :func:`write_outputs`). Any other exception is a bug and keeps its traceback; so does
+every error when the environment variable ``CROP_GYM_TRACEBACK`` is set to a non-empty value.
+
+Outputs. Commands check their output paths with :func:`crop_gym.io.check_outputs` *before* running
+(an output may not be an input, another output, a directory, a symlink, a FIFO or a device, and its
+folder must exist and be writable) and write them together with :func:`write_outputs` at the end.
+``-`` as a text output (``--json -``, ``--csv -``) writes it to stdout; the human-readable report
+then goes to stderr (:func:`report_stream`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn, TextIO
 
-from crop_gym.errors import CropGymError
+from crop_gym.errors import ConfigError, CropGymError
 
-__all__ = ["main"]
+__all__ = [
+    "EXIT_INPUT",
+    "EXIT_INTERRUPTED",
+    "PLOT_FORMATS",
+    "CliParser",
+    "check_input_file",
+    "check_plot_path",
+    "main",
+    "report_stream",
+    "run_cli",
+    "write_outputs",
+]
 
 #: Modules that provide sub-commands, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -25,14 +57,39 @@ COMMAND_MODULES: tuple[str, ...] = (
     "agents.cli",
 )
 
+#: Exit status of a usage or input error.
+EXIT_INPUT = 2
+#: Exit status after Ctrl-C (128 + SIGINT).
+EXIT_INTERRUPTED = 130
+#: Figure formats ``--plot`` accepts (from the file suffix; no suffix means png).
+PLOT_FORMATS: tuple[str, ...] = ("png", "pdf", "svg", "eps", "ps")
+
+#: ``OSError`` s that mean the user named a bad path (exit 2); others (a full disk) exit 1.
+_USER_PATH_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def _one_line(text: str) -> str:
+    parts = [line.strip() for line in str(text).splitlines() if line.strip()]
+    return "; ".join(parts) or "failed"
+
+
+class CliParser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose errors are one line on stderr (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE (see PROG --help)`` and exit with status 2."""
+        self.exit(
+            EXIT_INPUT, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n"
+        )
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the top-level parser with every available sub-command."""
-    parser = argparse.ArgumentParser(
+    parser = CliParser(
         prog="crop-gym",
         description="GPU-cluster job placement: CROP, baselines, simulator and RL environments.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
@@ -45,18 +102,157 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _os_message(exc: OSError) -> str:
+    if exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc)
+
+
+def run_cli(func: Callable[[], int | None], prog: str) -> int:
+    """Run a command body, turning user errors into one line on stderr and an exit status.
+
+    Args:
+        func: The command; returns its exit status (``None`` means 0).
+        prog: What to prefix messages with (``"crop-gym simulate"``).
+
+    Returns:
+        ``func``'s status; 2 after a :class:`CropGymError`, :class:`ValueError` or an ``OSError``
+        naming a bad path; 1 after another ``OSError``; 130 after Ctrl-C. Other exceptions propagate
+        (they are bugs), as does everything when ``CROP_GYM_TRACEBACK`` is set.
+    """
+    try:
+        return int(func() or 0)
+    except BrokenPipeError:
+        # The reader of our stdout went away (``| head``): stop quietly, as other tools do.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13
+    except KeyboardInterrupt:
+        if os.environ.get("CROP_GYM_TRACEBACK"):
+            raise
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (CropGymError, ValueError) as exc:
+        if os.environ.get("CROP_GYM_TRACEBACK"):
+            raise
+        print(f"{prog}: error: {_one_line(str(exc))}", file=sys.stderr)
+        return EXIT_INPUT
+    except OSError as exc:
+        if os.environ.get("CROP_GYM_TRACEBACK"):
+            raise
+        print(f"{prog}: error: {_one_line(_os_message(exc))}", file=sys.stderr)
+        return EXIT_INPUT if isinstance(exc, _USER_PATH_ERRORS) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``crop-gym`` console script."""
+    """Entry point of the ``crop-gym`` console script.
+
+    Argument errors raise :class:`SystemExit` (status 2) after one line on stderr, as argparse does;
+    errors while the command runs are returned as the status (see :func:`run_cli`).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+        parser.error("give a command")
+    return run_cli(lambda: args.func(args), f"crop-gym {args.command}")
+
+
+# --------------------------------------------------------------------------- shared by commands
+def check_input_file(path: str | os.PathLike[str] | None, *, what: str) -> None:
+    """Refuse ``path`` unless it is a regular file, when something exists at that path.
+
+    A path where nothing exists is left to the command (it may be a bundled name); a directory, a
+    FIFO (which would block) or a device such as ``/dev/zero`` (which would never end) is refused.
+
+    Raises:
+        ConfigError: One line naming the path.
+    """
+    from crop_gym.io import check_regular_input
+
+    if path is not None and os.path.lexists(path):
+        check_regular_input(path, what=what)
+
+
+def check_plot_path(flag: str, path: str | None) -> None:
+    """Refuse a ``--plot`` path to stdout or with a suffix that is not a figure format.
+
+    Raises:
+        ConfigError: One line naming the option, the path and :data:`PLOT_FORMATS`.
+    """
+    if path is None:
+        return
+    if path == "-":
+        raise ConfigError(f"{flag} -: a figure cannot be written to stdout; give a file name")
+    fmt = Path(path).suffix.lstrip(".").lower() or "png"
+    if fmt not in PLOT_FORMATS:
+        raise ConfigError(
+            f"{flag} {path}: unknown figure format {fmt!r} (use .{', .'.join(PLOT_FORMATS)})"
+        )
+
+
+def report_stream(*outputs: str | None) -> TextIO:
+    """Where the human-readable report goes: stderr when one of ``outputs`` is ``-``, else stdout."""
+    return sys.stderr if "-" in outputs else sys.stdout
+
+
+@contextlib.contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """Ignore SIGINT until the block ends (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        return int(args.func(args) or 0)
-    except (CropGymError, ValueError, FileNotFoundError) as exc:
-        print(f"crop-gym {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def write_outputs(outputs: Mapping[str, Callable[[Path], object]]) -> list[str]:
+    """Write a command's outputs all or none, atomically each.
+
+    Every writer first writes a temporary file (in the destination's folder, with the destination's
+    suffix, which figure writers read the format from; for ``-``, in the system's temporary folder);
+    only when all have succeeded are they moved over their destinations (``-``: copied to stdout),
+    with Ctrl-C held (and then ignored: the work is done) until the moves are done. A failure or
+    Ctrl-C before that leaves every destination untouched and no temporary file behind.
+
+    Args:
+        outputs: Destination path (``-`` for stdout) → a writer that writes the whole content to the
+            path it is given. Call :func:`crop_gym.io.check_outputs` on the paths first.
+
+    Returns:
+        The destinations written, except ``-``, in order.
+    """
+    staged: list[tuple[Path, str]] = []
+    try:
+        for dest, write in outputs.items():
+            if dest == "-":
+                fd, name = tempfile.mkstemp(prefix=".crop-gym-stdout-")
+            else:
+                d = Path(dest)
+                fd, name = tempfile.mkstemp(
+                    prefix=f".tmp-{d.stem}-", suffix=d.suffix, dir=d.parent or Path(".")
+                )
+            os.close(fd)
+            staged.append((Path(name), dest))
+            write(Path(name))
+        with _interrupts_ignored():
+            for tmp, dest in staged:
+                if dest == "-":
+                    sys.stdout.write(tmp.read_text(encoding="utf-8"))
+                    sys.stdout.flush()
+                else:
+                    mask = os.umask(0)
+                    os.umask(mask)
+                    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; give the usual permissions
+                    os.replace(tmp, dest)
+    finally:
+        for tmp, _ in staged:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    return [dest for dest in outputs if dest != "-"]
 
 
 if __name__ == "__main__":  # pragma: no cover

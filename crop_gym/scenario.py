@@ -17,12 +17,19 @@ Scenarios load from TOML, YAML or JSON files with the same field names, e.g.::
     [abnormal]
     profile = "mild"
     slow_gpu_frac = 0.1
+
+Every field is typed and range-checked (:data:`INT_FIELDS`, :data:`FLOAT_FIELDS`): an integer field
+takes an integer only (``true``, ``4.0`` and ``"4"`` are refused, even when integral), a number field
+takes an integer or a finite float (not a boolean), a text field a string; a value outside its range,
+an unknown field, a table where a value is expected (or the reverse) is refused with one line naming
+the file and the field. Files are read with :func:`crop_gym.io.read_mapping` (no duplicate keys, no
+YAML aliases, at most 1 MiB, regular files only).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -33,19 +40,107 @@ import numpy as np
 
 from crop_gym.candidates import candidate_placements
 from crop_gym.devices import PROFILES, AbnormalityProfile, get_profile
-from crop_gym.errors import ConfigError, check_range
+from crop_gym.errors import ConfigError
+from crop_gym.io import read_mapping
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
 from crop_gym.perf import PerfConfig
 from crop_gym.topology import PRESETS, Topology, make_topology
 
 __all__ = [
+    "FLOAT_FIELDS",
+    "INT_FIELDS",
     "SCENARIOS",
     "PlacementInstance",
     "Scenario",
     "ScenarioSampler",
     "get_scenario",
 ]
+
+
+#: Integer fields of a scenario and their allowed ranges (inclusive).
+INT_FIELDS: dict[str, tuple[int, int]] = {
+    "queue_size": (1, 100_000),
+    "max_job_gpus": (0, 1 << 20),
+    "max_candidates": (1, 10_000),
+}
+#: Number fields of a scenario and their allowed ranges (inclusive).
+FLOAT_FIELDS: dict[str, tuple[float, float]] = {
+    "background_load": (0.0, 0.95),
+    "overlap": (0.0, 1.0),
+    "observation_noise": (0.0, 10.0),
+}
+_STR_FIELDS = ("name", "cluster", "workload", "allreduce")
+#: Typed fields of an ``abnormal`` table (ranges beyond these are checked by the profile itself).
+_AB_FLOATS = (
+    "slow_gpu_frac",
+    "failed_gpu_frac",
+    "failprone_gpu_frac",
+    "degraded_link_frac",
+    "failprone_link_frac",
+    "onset_rate_per_gpu_hour",
+    "mean_abnormal_duration_s",
+)
+_AB_PAIRS = ("slow_factor", "gpu_fail_prob", "degradation", "link_fail_prob")
+_AB_MAX_GPUS = 1 << 20
+
+
+def _show(v: Any) -> str:
+    r = repr(v)
+    return r if len(r) <= 40 else r[:36] + "..."
+
+
+def _check_int(name: str, v: Any, lo: int, hi: int) -> int:
+    """``v`` if it is an ``int`` (not a ``bool``) in ``[lo, hi]``, else a one-line ConfigError."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise ConfigError(
+            f"{name}={_show(v)} must be an integer in [{lo}, {hi}] (got {type(v).__name__})"
+        )
+    if not lo <= v <= hi:
+        raise ConfigError(f"{name}={_show(v)} is outside its allowed range [{lo}, {hi}]")
+    return int(v)
+
+
+def _check_number(name: str, v: Any, lo: float | None = None, hi: float | None = None) -> float:
+    """``v`` if it is a finite ``int``/``float`` (not a ``bool``) in ``[lo, hi]``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ConfigError(f"{name}={_show(v)} must be a number (got {type(v).__name__})")
+    try:
+        x = float(v)
+    except OverflowError:  # an int beyond float range
+        x = math.inf
+    if not math.isfinite(x):
+        raise ConfigError(f"{name}={_show(v)} must be a finite number")
+    if (lo is not None and x < lo) or (hi is not None and x > hi):
+        lo_s = "-inf" if lo is None else f"{lo:g}"
+        hi_s = "inf" if hi is None else f"{hi:g}"
+        raise ConfigError(f"{name}={_show(v)} is outside its allowed range [{lo_s}, {hi_s}]")
+    return x
+
+
+def _abnormal_overrides(table: Mapping[Any, Any]) -> tuple[str, dict[str, Any]]:
+    """The base profile name and the typed overrides of an ``abnormal`` table."""
+    ab = dict(table)
+    base = ab.pop("profile", "none")
+    if not isinstance(base, str):
+        raise ConfigError(f"abnormal.profile={_show(base)} must be a profile name (a string)")
+    for key, v in ab.items():
+        where = f"abnormal.{key}"
+        if key == "name":
+            if not isinstance(v, str):
+                raise ConfigError(f"{where}={_show(v)} must be a string")
+        elif key in _AB_FLOATS:
+            ab[key] = _check_number(where, v)
+        elif key in _AB_PAIRS:
+            if isinstance(v, (str, bytes, Mapping)) or not isinstance(v, (list, tuple)):
+                raise ConfigError(f"{where}={_show(v)} must be a [low, high] pair of numbers")
+            if len(v) != 2:
+                raise ConfigError(f"{where} must be a [low, high] pair, got {len(v)} values")
+            ab[key] = (_check_number(f"{where}[0]", v[0]), _check_number(f"{where}[1]", v[1]))
+        elif key == "abnormal_gpus" and v is not None:
+            ab[key] = _check_int(where, v, 0, _AB_MAX_GPUS)
+        # unknown keys are refused by get_profile, naming them
+    return base, ab
 
 
 @dataclass(frozen=True)
@@ -84,20 +179,37 @@ class Scenario:
     observation_noise: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.cluster not in PRESETS:
-            raise ConfigError(
-                f"scenario {self.name}: cluster={self.cluster!r} is not a preset ({', '.join(PRESETS)})"
-            )
-        if not isinstance(self.abnormal, AbnormalityProfile):
-            raise ConfigError(f"scenario {self.name}: abnormal must be an AbnormalityProfile")
-        for name, lo in (("queue_size", 1), ("max_candidates", 1), ("max_job_gpus", 0)):
-            v = getattr(self, name)
-            if int(v) != v:
-                raise ConfigError(f"scenario {self.name}: {name}={v!r} must be an integer")
-            check_range(f"scenario {self.name}: {name}", v, lo)
-        check_range(f"scenario {self.name}: background_load", self.background_load, 0.0, 0.95)
-        check_range(f"scenario {self.name}: observation_noise", self.observation_noise, 0.0, 10.0)
-        PerfConfig(self.allreduce, self.overlap)  # validates both
+        label = f"scenario {_show(self.name) if not isinstance(self.name, str) else self.name}"
+        try:
+            for name in _STR_FIELDS:
+                v = getattr(self, name)
+                if not isinstance(v, str):
+                    raise ConfigError(f"{name}={_show(v)} must be a string")
+            if not self.workload:
+                raise ConfigError("workload='' must name a trace, a file or 'synthetic'")
+            if self.workload_format is not None:
+                from crop_gym.workloads.loader import FORMATS
+
+                if not isinstance(self.workload_format, str) or self.workload_format not in FORMATS:
+                    raise ConfigError(
+                        f"workload_format={_show(self.workload_format)} must be one of "
+                        f"{', '.join(FORMATS)} (or absent)"
+                    )
+            if self.cluster not in PRESETS:
+                raise ConfigError(
+                    f"cluster={self.cluster!r} is not a preset ({', '.join(PRESETS)})"
+                )
+            if not isinstance(self.abnormal, AbnormalityProfile):
+                raise ConfigError("abnormal must be an AbnormalityProfile")
+            if self.abnormal.abnormal_gpus is not None:
+                _check_int("abnormal.abnormal_gpus", self.abnormal.abnormal_gpus, 0, _AB_MAX_GPUS)
+            for name, (lo, hi) in INT_FIELDS.items():
+                object.__setattr__(self, name, _check_int(name, getattr(self, name), lo, hi))
+            for name, (flo, fhi) in FLOAT_FIELDS.items():
+                object.__setattr__(self, name, _check_number(name, getattr(self, name), flo, fhi))
+            PerfConfig(self.allreduce, self.overlap)  # validates both
+        except ConfigError as exc:
+            raise ConfigError(f"{label}: {exc}") from None
 
     @property
     def perf(self) -> PerfConfig:
@@ -127,24 +239,31 @@ class Scenario:
         Raises:
             ConfigError: Naming ``source`` and the field for an unknown or invalid field.
         """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source}: a scenario must be a table, got {type(data).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(map(str, data)) - known)
         if unknown:
             raise ConfigError(f"{source}: unknown field(s) {unknown}; fields: {sorted(known)}")
         kwargs = dict(data)
-        ab = kwargs.get("abnormal")
         try:
-            if isinstance(ab, str):
-                kwargs["abnormal"] = get_profile(ab)
-            elif isinstance(ab, Mapping):
-                ab = dict(ab)
-                base = ab.pop("profile", "none")
-                for key in ("slow_factor", "gpu_fail_prob", "degradation", "link_fail_prob"):
-                    if key in ab:
-                        ab[key] = tuple(ab[key])
-                kwargs["abnormal"] = get_profile(base, **ab)
-            elif ab is not None:
-                raise ConfigError(f"field 'abnormal' must be a profile name or a table, got {ab!r}")
+            for key, v in kwargs.items():
+                if key != "abnormal" and isinstance(v, (Mapping, list, tuple)):
+                    raise ConfigError(
+                        f"{key} must be a single value, got a {'table' if isinstance(v, Mapping) else 'list'}"
+                    )
+            if "abnormal" in kwargs:
+                ab = kwargs["abnormal"]
+                if isinstance(ab, str):
+                    kwargs["abnormal"] = get_profile(ab)
+                elif isinstance(ab, Mapping):
+                    base, overrides = _abnormal_overrides(ab)
+                    kwargs["abnormal"] = get_profile(base, **overrides)
+                elif not isinstance(ab, AbnormalityProfile):
+                    raise ConfigError(
+                        f"abnormal={_show(ab)} must be a profile name or a table "
+                        f"(got {type(ab).__name__})"
+                    )
             return cls(**kwargs)
         except (ConfigError, TypeError, ValueError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
@@ -154,34 +273,12 @@ class Scenario:
         """Load a scenario from a ``.toml``, ``.yaml``/``.yml`` or ``.json`` file.
 
         Raises:
-            ConfigError: For an unreadable file, a syntax error (with the parser's line) or an invalid
-                field (naming the file and the field).
+            ConfigError: For an unreadable or non-regular file, a syntax error (with the parser's
+                line), a duplicate key, a YAML alias, or an invalid field (naming the file and the
+                field).
         """
         p = Path(path)
-        text = p.read_text()
-        suffix = p.suffix.lower()
-        try:
-            if suffix == ".toml":
-                import tomllib
-
-                data = tomllib.loads(text)
-            elif suffix in (".yaml", ".yml"):
-                import yaml
-
-                data = yaml.safe_load(text)
-            elif suffix == ".json":
-                data = json.loads(text)
-            else:
-                raise ConfigError(
-                    f"{p}: unknown scenario file type {suffix!r} (use .toml, .yaml or .json)"
-                )
-        except ConfigError:
-            raise
-        except Exception as exc:  # parser errors carry the line number in their message
-            raise ConfigError(f"{p}: cannot parse: {exc}") from None
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{p}: the top level must be a table/mapping")
-        data = dict(data)
+        data = read_mapping(p, what="scenario")
         data.setdefault("name", p.stem)
         return cls.from_dict(data, source=str(p))
 

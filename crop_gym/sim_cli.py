@@ -6,13 +6,19 @@ Usage::
         [--abnormal none|mild|severe|testbed] [--jobs N] [--seed S] [--checkpoint-interval SECONDS]
         [--json PATH] [--csv PATH] [--plot PATH]
 
-Importing this module is cheap; the simulator, the workloads and ``baselines`` (for ``--policy``) are
-imported only when the command runs.
+``--json -`` (or ``--csv -``) writes to stdout, and the report then goes to stderr. Outputs are
+checked before the run (never an input, another output, a directory or a special file).
+
+Importing this module is cheap; the simulator, the workloads and the policies (looked up in
+:mod:`crop_gym.policies`) are imported only when the command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 __all__ = ["ELASTICFLOW_CLUSTERS", "default_cluster", "format_metrics", "register"]
@@ -45,6 +51,26 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if v < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
+    return v
+
+
+def _seed(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
+    return v
+
+
+def _hours(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected hours (a number > 0), got {text!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected hours, finite and > 0, got {text!r}")
     return v
 
 
@@ -98,7 +124,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--policy",
         default="crop",
-        help="placement policy (crop, first-fit, best-fit, ...; default crop)",
+        help="placement policy (crop, first-fit, best-fit, ...; an unknown name lists them; "
+        "default crop)",
     )
     p.add_argument(
         "--abnormal",
@@ -114,7 +141,10 @@ def register(subparsers: Any) -> None:
         help="simulate the first N jobs only",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="seed of the health timeline and the policy (default 0)"
+        "--seed",
+        type=_seed,
+        default=0,
+        help="seed of the health timeline and the policy, >= 0 (default 0)",
     )
     p.add_argument(
         "--checkpoint-interval",
@@ -156,7 +186,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-hours",
-        type=float,
+        type=_hours,
         default=None,
         metavar="H",
         help="stop after H simulated hours (jobs left unfinished are reported)",
@@ -166,8 +196,18 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="skip (and report) jobs larger than the cluster instead of refusing the trace",
     )
-    p.add_argument("--json", metavar="PATH", default=None, help="write the metrics as JSON")
-    p.add_argument("--csv", metavar="PATH", default=None, help="write per-job records as CSV")
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="write the metrics as JSON ('-': to stdout, the report then goes to stderr)",
+    )
+    p.add_argument(
+        "--csv",
+        metavar="PATH",
+        default=None,
+        help="write per-job records as CSV ('-': to stdout, the report then goes to stderr)",
+    )
     p.add_argument(
         "--plot",
         metavar="PATH",
@@ -218,26 +258,31 @@ def format_metrics(summary: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Execute ``crop-gym simulate``; returns the exit code."""
-    from crop_gym.errors import ConfigError
+    """Execute ``crop-gym simulate``; returns the exit code.
+
+    The policy is looked up in :mod:`crop_gym.policies` (which imports the ``baselines`` package by
+    name when a name is missing). Outputs are checked before the run and written together after it;
+    with ``--json -`` or ``--csv -`` the report goes to stderr.
+    """
+    from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
+    from crop_gym.io import check_outputs
     from crop_gym.perf import PerfConfig
+    from crop_gym.policies import make_policy
     from crop_gym.sim import SimConfig, Simulator
     from crop_gym.workloads.cli import parse_map
     from crop_gym.workloads.loader import load_workload
 
-    try:
-        from baselines.policy import make_policy
-    except ModuleNotFoundError as exc:  # pragma: no cover - baselines ship with the package
-        raise ConfigError(f"--policy needs the 'baselines' package: {exc}") from None
-
+    check_plot_path("--plot", args.plot)
+    check_outputs(
+        {"--json": args.json, "--csv": args.csv, "--plot": args.plot}, inputs=[args.trace]
+    )
+    check_input_file(args.trace, what="trace")
+    out = report_stream(args.json, args.csv)
     policy = make_policy(args.policy)
     model_map = parse_map(args.map)
-    try:
-        workload = load_workload(args.trace, format=args.format, model_map=model_map or None)
-    except (FileNotFoundError, ValueError):
-        raise
-    except OSError as exc:
-        raise ConfigError(f"{args.trace}: cannot read: {exc.strerror or exc}") from None
+    workload = load_workload(
+        args.trace, format=args.format, model_map=model_map or None, max_jobs=args.jobs
+    )
     jobs = workload.jobs[: args.jobs] if args.jobs is not None else workload.jobs
     cluster = args.cluster or default_cluster(workload.name)
     config = SimConfig(
@@ -257,24 +302,19 @@ def run(args: argparse.Namespace) -> int:
     sim.workload_name = workload.name + (f"[:{args.jobs}]" if args.jobs is not None else "")
     if sim.skipped:
         print(
-            f"skipping {len(sim.skipped)} job(s) larger than {cluster} ({sim.topology.num_gpus} GPUs)"
+            f"skipping {len(sim.skipped)} job(s) larger than {cluster} ({sim.topology.num_gpus} GPUs)",
+            file=out,
         )
     result = sim.run(policy, progress=not args.no_progress)
-    summary = result.summary()
-    outputs = []
-    try:
-        if args.json:
-            result.to_json(args.json)
-            outputs.append(args.json)
-        if args.csv:
-            result.to_csv(args.csv)
-            outputs.append(args.csv)
-        if args.plot:
-            result.plot(args.plot)
-            outputs.append(args.plot)
-    except OSError as exc:
-        raise ConfigError(f"cannot write {exc.filename}: {exc.strerror or exc}") from None
-    print(format_metrics(summary))
-    for path in outputs:
-        print(f"wrote {path}")
+    writers: dict[str, Callable[[Path], object]] = {}
+    if args.json is not None:
+        writers[args.json] = result.to_json
+    if args.csv is not None:
+        writers[args.csv] = result.to_csv
+    if args.plot is not None:
+        writers[args.plot] = result.plot
+    written = write_outputs(writers)
+    print(format_metrics(result.summary()), file=out)
+    for path in written:
+        print(f"wrote {path}", file=out)
     return 0

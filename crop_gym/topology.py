@@ -146,11 +146,24 @@ class Topology:
             name: Name of the topology.
 
         Raises:
-            TopologyError: If the graph is not a tree, a bandwidth is not positive and finite, a
-                latency is negative, a GPU is not a leaf or not directly under a server, a leaf is not
-                a GPU, or a speed is not positive. The message names the node or edge.
+            TopologyError: If a link is given twice (parallel edges of a ``MultiGraph`` or
+                ``MultiDiGraph``, or both ``u → v`` and ``v → u``), the graph is not a tree, a
+                bandwidth is not positive and finite, a latency is negative, a GPU is not a leaf or
+                not directly under a server, a leaf is not a GPU, or a speed is not positive. The
+                message names the node or edge.
         """
-        if graph.is_directed():
+        if graph.is_directed() or graph.is_multigraph():
+            # Parallel edges (a MultiGraph's, or u->v beside v->u) would collapse into the last
+            # one's bandwidth: refuse them rather than guess how to merge them.
+            seen: set[frozenset[Hashable]] = set()
+            for u, v in graph.edges():
+                pair = frozenset((u, v))
+                if pair in seen:
+                    raise TopologyError(
+                        f"edge ({u!r}, {v!r}) appears more than once (parallel edges); use one "
+                        "edge whose bandwidth is their sum"
+                    )
+                seen.add(pair)
             # Rebuild undirected with the same insertion order, so children keep their order.
             und: nx.Graph = nx.Graph()
             und.graph.update(graph.graph)

@@ -84,17 +84,19 @@ def test_cli_exact_on_testbed(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_cli_exact_refuses_large_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["compare", "--exact", "--seeds", "1"])
-    assert rc == 1
+    assert rc == 2
     err = capsys.readouterr().err
     assert "too large for the exact solver" in err and "limit 10^" in err and "testbed-8" in err
 
 
 def test_cli_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["compare", "--policies", "crop,nope", "--seeds", "1"]) == 1
+    assert main(["compare", "--policies", "crop,nope", "--seeds", "1"]) == 2
     assert "unknown policy 'nope'" in capsys.readouterr().err
-    assert main(["compare", "--seeds", "0"]) == 1
-    assert "seeds=0" in capsys.readouterr().err
-    assert main(["compare", "--scenario", "no-such-scenario"]) == 1
+    with pytest.raises(SystemExit) as exc:
+        main(["compare", "--seeds", "0"])
+    assert exc.value.code == 2
+    assert "--seeds: expected an integer >= 1, got 0" in capsys.readouterr().err
+    assert main(["compare", "--scenario", "no-such-scenario"]) == 2
     assert "unknown scenario" in capsys.readouterr().err
 
 

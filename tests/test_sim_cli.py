@@ -77,7 +77,7 @@ def test_simulate_refuses_oversized_jobs_with_a_clear_error(
         "40",
     ]
     rc = main([*args, "--policy", "first-fit", "--no-progress"])
-    assert rc == 1
+    assert rc == 2
     err = capsys.readouterr().err
     assert "more GPUs than the cluster testbed-8 has (8)" in err and "--skip-oversized" in err
     js = tmp_path / "m.json"
@@ -93,7 +93,7 @@ def test_simulate_refuses_oversized_jobs_with_a_clear_error(
 
 def test_simulate_rejects_unknown_policy(capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["simulate", "--trace", "elasticflow:cluster10", "--policy", "nope", "--no-progress"])
-    assert rc == 1
+    assert rc == 2
     assert "unknown policy" in capsys.readouterr().err
 
 

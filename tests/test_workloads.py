@@ -478,7 +478,7 @@ def test_cli_map_and_format(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     args = ["trace", str(path), "--format", "elasticflow", "--map", "resnet152=resnet50"]
     assert cli_main(args) == 0
     assert "resnet50" in capsys.readouterr().out
-    assert cli_main(["trace", str(path), "--map", "resnet152"]) == 1
+    assert cli_main(["trace", str(path), "--map", "resnet152"]) == 2
     assert "OLD=NEW" in capsys.readouterr().err
 
 

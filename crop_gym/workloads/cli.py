@@ -63,7 +63,12 @@ def register(subparsers: Any) -> None:
         metavar="OLD=NEW",
         help="map a model (Pollux: application) the zoo does not know to a known one; repeatable",
     )
-    p.add_argument("--json", metavar="PATH", default=None, help="also write the summary as JSON")
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="also write the summary as JSON ('-': to stdout, the summary table then goes to stderr)",
+    )
     p.add_argument("--list", action="store_true", help="list the bundled traces and exit")
     p.set_defaults(func=run)
 
@@ -72,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     """Execute ``crop-gym trace``; returns the exit code.
 
     Errors are raised as :class:`ValueError` subclasses with one-line messages; the ``crop-gym``
-    entry point prints them as ``crop-gym trace: error: ...`` and exits with status 1.
+    entry point prints them as ``crop-gym trace: error: ...`` and exits with status 2.
     """
     import json
 
@@ -80,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list:
         from crop_gym.workloads.registry import BUNDLED_TRACES
+
+        if args.spec or args.json is not None or args.format or args.map:
+            raise ConfigError("--list takes no trace, --json, --format or --map")
 
         width = max(len(name) for name in BUNDLED_TRACES)
         print(f"{'name':<{width}}  {'format':<11}  {'jobs':>7}  description")
@@ -89,24 +97,22 @@ def run(args: argparse.Namespace) -> int:
     if not args.spec:
         raise ConfigError("give a trace file or bundled trace name, or --list")
 
-    from crop_gym.io import atomic_write_text
+    from crop_gym.cli import check_input_file, report_stream, write_outputs
+    from crop_gym.io import atomic_write_text, check_outputs
     from crop_gym.workloads.loader import load_workload
     from crop_gym.workloads.summary import format_summary, summarize
 
+    check_outputs({"--json": args.json}, inputs=[args.spec])
+    check_input_file(args.spec, what="trace")
+    out = report_stream(args.json)
     model_map = parse_map(args.map)
-    try:
-        workload = load_workload(args.spec, format=args.format, model_map=model_map or None)
-    except (FileNotFoundError, ValueError):
-        raise
-    except OSError as exc:
-        raise ConfigError(f"{args.spec}: cannot read: {exc.strerror or exc}") from None
+    workload = load_workload(args.spec, format=args.format, model_map=model_map or None)
     summary = summarize(workload)
-    if args.json:
-        try:
-            atomic_write_text(args.json, json.dumps(summary, indent=2) + "\n")
-        except OSError as exc:
-            raise ConfigError(f"--json {args.json}: cannot write: {exc.strerror or exc}") from None
-    print(format_summary(summary))
-    if args.json:
-        print(f"\nwrote {args.json}")
+    text = json.dumps(summary, indent=2) + "\n"
+    written = []
+    if args.json is not None:
+        written = write_outputs({args.json: lambda p: atomic_write_text(p, text)})
+    print(format_summary(summary), file=out)
+    for path in written:
+        print(f"\nwrote {path}", file=out)
     return 0

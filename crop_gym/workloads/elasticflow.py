@@ -29,6 +29,12 @@ from pathlib import Path
 
 from crop_gym.jobs import MODEL_ZOO
 from crop_gym.workloads._table import (
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_ITERATIONS,
+    MAX_TIME_S,
+    check_batch_vs_gpus,
+    check_sorted,
     check_unique_ids,
     map_names,
     number_column,
@@ -57,6 +63,7 @@ def load_elasticflow(
     *,
     model_map: Mapping[str, str] | None = None,
     name: str | None = None,
+    max_jobs: int | None = None,
 ) -> Workload:
     """Load an ElasticFlow trace.
 
@@ -64,6 +71,8 @@ def load_elasticflow(
         path: The CSV file.
         model_map: ``{trace model: zoo model}`` for models the zoo does not know.
         name: Workload name (default: the file stem).
+        max_jobs: Read only the first ``max_jobs`` rows (the rest of the file is not read); they
+            must be sorted by ``submission_time``, as the ElasticFlow traces are.
 
     Returns:
         The workload, with per-job durations.
@@ -73,24 +82,37 @@ def load_elasticflow(
         ConfigError: If a ``model_map`` target is not in the model zoo.
         FileNotFoundError: If the file does not exist.
     """
-    table = read_table(path, ELASTICFLOW_COLUMNS)
+    table = read_table(path, ELASTICFLOW_COLUMNS, max_rows=max_jobs)
     job_ids = string_column(table, "job_id")
     check_unique_ids(table, job_ids, "job_id")
-    arrival = number_column(table, "submission_time", minimum=0, what="submit time")
-    iterations = number_column(table, "num_iteration", positive=True, what="iterations")
+    arrival = number_column(
+        table, "submission_time", minimum=0, maximum=MAX_TIME_S, what="submit time"
+    )
+    if max_jobs is not None and len(arrival) >= max_jobs:  # rows were left unread
+        check_sorted(table, arrival, "submission_time")
+    iterations = number_column(
+        table, "num_iteration", positive=True, maximum=MAX_ITERATIONS, what="iterations"
+    )
     models = map_names(
         table, "model_name", string_column(table, "model_name"), MODEL_ZOO, model_map
     )
-    deadline = number_column(table, "deadline", minimum=0, what="absolute deadline")
+    deadline = number_column(
+        table, "deadline", minimum=0, maximum=MAX_TIME_S, what="absolute deadline"
+    )
     late = deadline < arrival
     if late.any():
         i = int(late.argmax())
         raise table.error(
             f"deadline {deadline[i]:g} is before submission_time {arrival[i]:g}", i, "deadline"
         )
-    batch = number_column(table, "batch_size", integer=True, positive=True, what="global batch")
-    gpus = number_column(table, "num_gpu", integer=True, positive=True, what="GPUs per job")
-    duration = number_column(table, "duration", positive=True, what="run time")
+    batch = number_column(
+        table, "batch_size", integer=True, positive=True, maximum=MAX_BATCH, what="global batch"
+    )
+    gpus = number_column(
+        table, "num_gpu", integer=True, positive=True, maximum=MAX_GPUS, what="GPUs per job"
+    )
+    check_batch_vs_gpus(table, batch, gpus, "batch_size")
+    duration = number_column(table, "duration", positive=True, maximum=MAX_TIME_S, what="run time")
     return build_workload(
         name=name or Path(table.path).stem,
         source=table.path,

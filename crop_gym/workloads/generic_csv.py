@@ -30,6 +30,13 @@ import numpy as np
 from crop_gym.io import atomic_write_text
 from crop_gym.jobs import MODEL_ZOO
 from crop_gym.workloads._table import (
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_ITERATIONS,
+    MAX_TIME_S,
+    MAX_WEIGHT,
+    check_batch_vs_gpus,
+    check_sorted,
     check_unique_ids,
     map_names,
     number_column,
@@ -58,6 +65,7 @@ def load_generic_csv(
     *,
     model_map: Mapping[str, str] | None = None,
     name: str | None = None,
+    max_jobs: int | None = None,
 ) -> Workload:
     """Load a workload in the generic CSV format.
 
@@ -65,6 +73,8 @@ def load_generic_csv(
         path: The CSV file.
         model_map: ``{file model: zoo model}`` for models the zoo does not know.
         name: Workload name (default: the file stem).
+        max_jobs: Read only the first ``max_jobs`` rows (the rest of the file is not read); they
+            must be sorted by ``arrival_s``.
 
     Returns:
         The workload.
@@ -74,20 +84,33 @@ def load_generic_csv(
         ConfigError: If a ``model_map`` target is not in the model zoo.
         FileNotFoundError: If the file does not exist.
     """
-    table = read_table(path, GENERIC_COLUMNS)
+    table = read_table(path, GENERIC_COLUMNS, max_rows=max_jobs)
     job_ids = string_column(table, "job_id")
     check_unique_ids(table, job_ids, "job_id")
-    arrival = number_column(table, "arrival_s", minimum=0, what="arrival time")
+    arrival = number_column(table, "arrival_s", minimum=0, maximum=MAX_TIME_S, what="arrival time")
+    if max_jobs is not None and len(arrival) >= max_jobs:  # rows were left unread
+        check_sorted(table, arrival, "arrival_s")
     models = map_names(table, "model", string_column(table, "model"), MODEL_ZOO, model_map)
-    gpus = number_column(table, "num_gpus", integer=True, positive=True, what="GPUs per job")
-    batch = number_column(table, "batch_size", integer=True, positive=True, what="global batch")
-    iterations = number_column(table, "iterations", positive=True, what="iterations")
+    gpus = number_column(
+        table, "num_gpus", integer=True, positive=True, maximum=MAX_GPUS, what="GPUs per job"
+    )
+    batch = number_column(
+        table, "batch_size", integer=True, positive=True, maximum=MAX_BATCH, what="global batch"
+    )
+    check_batch_vs_gpus(table, batch, gpus, "batch_size")
+    iterations = number_column(
+        table, "iterations", positive=True, maximum=MAX_ITERATIONS, what="iterations"
+    )
     weight = None
     if table.has("weight"):
-        weight = number_column(table, "weight", positive=True, allow_empty=True, what="weight")
+        weight = number_column(
+            table, "weight", positive=True, maximum=MAX_WEIGHT, allow_empty=True, what="weight"
+        )
     deadline = None
     if table.has("deadline_s"):
-        deadline = number_column(table, "deadline_s", minimum=0, allow_empty=True, what="deadline")
+        deadline = number_column(
+            table, "deadline_s", minimum=0, maximum=MAX_TIME_S, allow_empty=True, what="deadline"
+        )
         late = deadline < arrival  # NaN compares False
         if late.any():
             i = int(late.argmax())
@@ -97,7 +120,12 @@ def load_generic_csv(
     duration = None
     if table.has("duration_s"):
         duration = number_column(
-            table, "duration_s", positive=True, allow_empty=True, what="run time"
+            table,
+            "duration_s",
+            positive=True,
+            maximum=MAX_TIME_S,
+            allow_empty=True,
+            what="run time",
         )
         if np.isnan(duration).all():
             duration = None

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import csv
 import os
 from collections.abc import Callable, Mapping
 from importlib import resources
 
 from crop_gym.errors import ConfigError, TraceFormatError
-from crop_gym.workloads._table import read_header
+from crop_gym.io import check_regular_input
+from crop_gym.workloads._table import check_max_jobs, read_header
 from crop_gym.workloads.elasticflow import ELASTICFLOW_COLUMNS, load_elasticflow
 from crop_gym.workloads.generic_csv import GENERIC_COLUMNS, load_generic_csv
 from crop_gym.workloads.pollux import POLLUX_COLUMNS, load_pollux
@@ -33,6 +35,42 @@ _SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+#: Longest header line :func:`detect_format` reads (bytes).
+_MAX_HEADER_BYTES = 1 << 20
+
+
+def _header_columns(path: str | os.PathLike[str]) -> tuple[str, ...]:
+    """The header's column names, whichever line ending the file uses (``\\n``, ``\\r\\n`` or ``\\r``).
+
+    :func:`read_header` reads up to the first ``\\n``; a header line that holds a ``\\r`` (``\\r\\n``,
+    or old Mac files ended by lone ``\\r``, where that "line" is the whole file) is cut at the ``\\r``
+    here instead, so :mod:`csv` never sees a line break inside an unquoted field.
+    """
+    label = os.fspath(path)
+    check_regular_input(label, what="trace")  # a FIFO or /dev/zero would block or never end
+    with open(label, "rb") as fh:
+        first = fh.readline(_MAX_HEADER_BYTES)
+    if b"\r" not in first:
+        return read_header(path)
+    line = first.split(b"\r", 1)[0]
+    try:
+        text = line.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(
+            f"not UTF-8 text (byte {exc.start})", path=label, line=1, field=None
+        ) from None
+    try:
+        cells = next(csv.reader([text]), [])
+    except csv.Error as exc:
+        raise TraceFormatError(
+            f"CSV syntax error: {exc}", path=label, line=1, field="header"
+        ) from None
+    header = tuple(cell.strip() for cell in cells)
+    if not any(header):
+        raise TraceFormatError("file is empty (no header)", path=label, line=1, field="header")
+    return header
+
+
 def detect_format(path: str | os.PathLike[str]) -> str:
     """Guess a file's format from its header.
 
@@ -43,7 +81,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     Raises:
         TraceFormatError: If the header matches no format (line 1, field ``header``).
     """
-    header = set(read_header(path))
+    header = set(_header_columns(path))
     for fmt, marker in (
         ("elasticflow", "submission_time"),
         ("pollux", "application"),
@@ -64,6 +102,7 @@ def load_workload(
     spec: str | os.PathLike[str],
     format: str | None = None,
     model_map: Mapping[str, str] | None = None,
+    max_jobs: int | None = None,
 ) -> Workload:
     """Load a workload from a file or a bundled trace.
 
@@ -75,17 +114,23 @@ def load_workload(
             header when ``None``.
         model_map: ``{trace name: known name}`` for models (applications, for Pollux) that the zoo
             does not know; an unknown name without a mapping is refused.
+        max_jobs: Load only the first ``max_jobs`` rows of the file, without reading the rest; those
+            rows must be in arrival order (a row arriving before the one above it is refused, naming
+            its line), so on a file sorted by arrival (every bundled trace is) this is the first
+            ``max_jobs`` jobs of the whole workload. ``None`` loads every row.
 
     Returns:
         The workload: jobs sorted by arrival, first arrival at 0.
 
     Raises:
         TraceFormatError: On malformed input, naming the file, line and field.
-        ConfigError: On an unknown format or a bad ``model_map`` target.
+        ConfigError: On an unknown format, a bad ``model_map`` target, a ``max_jobs`` that is not
+            an integer >= 1, or a path that is a directory, FIFO or device.
         FileNotFoundError: If ``spec`` is neither a file nor a bundled trace.
     """
     if format is not None and format not in FORMATS:
         raise ConfigError(f"unknown workload format {format!r}; use one of {', '.join(FORMATS)}")
+    check_max_jobs(max_jobs)
     path = os.fspath(spec)
     if not os.path.exists(path):
         trace = resolve_bundled(path)
@@ -95,8 +140,10 @@ def load_workload(
             )
         loader = FORMATS[format or trace.format]
         with resources.as_file(bundled_resource(trace)) as real:
-            workload: Workload = loader(real, model_map=model_map, name=trace.name)
+            workload: Workload = loader(
+                real, model_map=model_map, name=trace.name, max_jobs=max_jobs
+            )
         return workload
-    fmt = format or detect_format(path)
-    workload = FORMATS[fmt](path, model_map=model_map)
+    fmt = format or detect_format(path)  # refuses a directory, FIFO or device before reading
+    workload = FORMATS[fmt](path, model_map=model_map, max_jobs=max_jobs)
     return workload

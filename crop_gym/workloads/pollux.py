@@ -38,6 +38,11 @@ import numpy as np
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.jobs import get_model
 from crop_gym.workloads._table import (
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_TIME_S,
+    check_batch_vs_gpus,
+    check_sorted,
     check_unique_ids,
     map_names,
     number_column,
@@ -100,6 +105,7 @@ def load_pollux(
     model_map: Mapping[str, str] | None = None,
     applications: Mapping[str, PolluxApplication] | None = None,
     name: str | None = None,
+    max_jobs: int | None = None,
 ) -> Workload:
     """Load a Pollux workload file.
 
@@ -108,6 +114,8 @@ def load_pollux(
         model_map: ``{trace application: known application}`` for applications not in the table.
         applications: Application table (default :data:`POLLUX_APPLICATIONS`).
         name: Workload name (default: the file stem).
+        max_jobs: Read only the first ``max_jobs`` rows (the rest of the file is not read); they
+            must be sorted by ``time``.
 
     Returns:
         The workload (no durations: Pollux files have none).
@@ -120,10 +128,12 @@ def load_pollux(
     apps = dict(POLLUX_APPLICATIONS if applications is None else applications)
     if not apps:
         raise ConfigError("load_pollux: the application table is empty")
-    table = read_table(path, POLLUX_COLUMNS)
+    table = read_table(path, POLLUX_COLUMNS, max_rows=max_jobs)
     job_ids = string_column(table, "name")
     check_unique_ids(table, job_ids, "name")
-    arrival = number_column(table, "time", minimum=0, what="arrival time")
+    arrival = number_column(table, "time", minimum=0, maximum=MAX_TIME_S, what="arrival time")
+    if max_jobs is not None and len(arrival) >= max_jobs:  # rows were left unread
+        check_sorted(table, arrival, "time")
     app_names = map_names(
         table,
         "application",
@@ -132,8 +142,13 @@ def load_pollux(
         model_map,
         kind="application",
     )
-    gpus = number_column(table, "num_replicas", integer=True, positive=True, what="GPUs per job")
-    batch = number_column(table, "batch_size", integer=True, positive=True, what="global batch")
+    gpus = number_column(
+        table, "num_replicas", integer=True, positive=True, maximum=MAX_GPUS, what="GPUs per job"
+    )
+    batch = number_column(
+        table, "batch_size", integer=True, positive=True, maximum=MAX_BATCH, what="global batch"
+    )
+    check_batch_vs_gpus(table, batch, gpus, "batch_size")
     per_app = {
         a: (apps[a].model, apps[a].samples, apps[a].epochs) for a in dict.fromkeys(app_names)
     }
