@@ -43,8 +43,8 @@ from numpy.typing import NDArray
 
 from baselines.crop import crop_greedy
 from baselines.policy import Placement
-from crop_gym.envs.view import job_key
 from crop_gym.envs.placement import PlacementEnv
+from crop_gym.envs.view import job_key
 
 __all__ = ["CropExpert", "Transition", "expert_rollouts"]
 
