@@ -381,9 +381,9 @@ def equivalent_agreement(
                 snap = (
                     u.state.copy(),
                     list(u.pending),
-                    u.actions.decode(a),
-                    [s for s in u.actions.sets],
-                    u.actions.view,
+                    u.table.decode(a),
+                    list(u.table.sets),
+                    u.table.jobs,
                 )
             choices.append((a, snap))
             env.step(int(demos.actions[i]))
@@ -403,7 +403,7 @@ def equivalent_agreement(
             state.add(job, sets[q].gpus[c])
             rest = [j for j in pending if j.job_id != job.job_id]
             res = crop_greedy(
-                state, rest, robust=u.actions.robust, max_candidates=u.actions.max_candidates
+                state, rest, robust=u.robust_candidates, max_candidates=u.max_candidates
             )
             equiv += int(float(res.F) >= final_F - tol)
     return {"exact": exact / max(n, 1), "equivalent": equiv / max(n, 1), "states": n}

@@ -43,8 +43,8 @@ from numpy.typing import NDArray
 
 from baselines.crop import crop_greedy
 from baselines.policy import Placement
-from crop_gym.envs.actions import job_key
 from crop_gym.envs.placement import PlacementEnv
+from crop_gym.envs.view import job_key
 
 __all__ = ["CropExpert", "Transition", "expert_rollouts"]
 
@@ -81,7 +81,7 @@ class CropExpert:
                 f"CropExpert needs a PlacementEnv (candidate mode), got {type(base).__name__}"
             )
         self.env: PlacementEnv = base
-        self.robust = base.actions.robust if robust is None else bool(robust)
+        self.robust = base.robust_candidates if robust is None else bool(robust)
         self.lazy = lazy
         self.min_gain = min_gain
         self.rule = rule
@@ -98,7 +98,7 @@ class CropExpert:
             jobs,
             robust=self.robust,
             lazy=self.lazy,
-            max_candidates=env.actions.max_candidates,
+            max_candidates=env.max_candidates,
             min_gain=self.min_gain,
             max_rounds=max_rounds,
             rule=self.rule,
@@ -140,21 +140,21 @@ class CropExpert:
     def action(self) -> int:
         """CROP's action in the environment's current state (its stop action if CROP stops)."""
         env = self.env
-        acts = env.actions
+        table = env.table
         nxt = self._next_from_plan()
         if nxt is None:
-            return acts.stop_action
-        a = acts.index_of(nxt.job_id, nxt.gpus, nxt.job)
+            return table.stop_action
+        a = env.action_for(nxt.job_id, nxt.gpus, nxt.job)
         if a is not None:
             return a
         # CROP's job is outside the view: its best decision among the jobs the agent can place.
         self.fallbacks += 1
         self._plan_state = None  # the environment will leave the plan
-        restricted = self._crop(acts.view, 1)
+        restricted = self._crop(table.jobs, 1)
         if not restricted:
-            return acts.stop_action
-        a = acts.index_of(restricted[0].job_id, restricted[0].gpus, restricted[0].job)
-        return acts.stop_action if a is None else a
+            return table.stop_action
+        a = env.action_for(restricted[0].job_id, restricted[0].gpus, restricted[0].job)
+        return table.stop_action if a is None else a
 
     def __call__(self, obs: Any = None) -> int:
         """Same as :meth:`action` (the observation is not needed: the expert reads the state)."""

@@ -37,7 +37,7 @@ import gymnasium as gym
 import numpy as np
 
 import crop_gym
-import crop_gym.envs.actions as actions_mod
+import crop_gym.envs.view as view_mod
 from crop_gym.objective import ClusterState
 
 DEFAULT_IDS = (
@@ -141,11 +141,11 @@ def bench_env(env_id: str, steps: int, seed: int, breakdown: bool) -> dict[str, 
     if breakdown:
         add_t, cand_t = _Timer(), _Timer()
         orig_add = ClusterState.add
-        # The action table asks the generator through these two (neither calls the other).
-        orig_gen = {n: getattr(actions_mod, n) for n in ("candidate_placements", "candidate_sets")}
+        # The action table asks the generator through this one.
+        orig_gen = {n: getattr(view_mod, n) for n in ("candidate_sets",)}
         ClusterState.add = add_t.wrap(orig_add)  # type: ignore[method-assign]
         for n, fn in orig_gen.items():
-            setattr(actions_mod, n, cand_t.wrap(fn))
+            setattr(view_mod, n, cand_t.wrap(fn))
         try:
             env = gym.make(env_id)
             r = _run(env, steps, seed, [add_t, cand_t])
@@ -153,7 +153,7 @@ def bench_env(env_id: str, steps: int, seed: int, breakdown: bool) -> dict[str, 
         finally:
             ClusterState.add = orig_add  # type: ignore[method-assign]
             for n, fn in orig_gen.items():
-                setattr(actions_mod, n, fn)
+                setattr(view_mod, n, fn)
         out["share_add"] = add_t.total / r["step_time"]
         out["share_candidates"] = cand_t.total / r["step_time"]
     # Memory: a separate, traced run (tracemalloc slows everything down).

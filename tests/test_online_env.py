@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import crop_gym  # noqa: F401  (registers the IDs)
-from crop_gym.envs.online_env import ONLINE_FEATURES, OnlinePlacementEnv
+from crop_gym.envs.online import ONLINE_FEATURES, OnlinePlacementEnv
 
 ENV_ID = "crop_gym/OnlinePlacement-v0"
 

@@ -1,4 +1,5 @@
-"""Gymnasium environments: static placement (candidate and GPU mode) and their shared parts.
+"""Gymnasium environments: static placement (candidate and GPU mode), online placement, and their
+shared parts (the action table, the observation builder, the rewards, rendering).
 
 Classes are imported lazily so that ``import crop_gym`` (which registers the IDs) stays cheap.
 
@@ -15,18 +16,19 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from crop_gym.envs.actions import CandidateActions
-    from crop_gym.envs.features import (
+    from crop_gym.envs.gpu_placement import GPUPlacementEnv
+    from crop_gym.envs.observation import (
         CANDIDATE_FEATURES,
         GPU_FEATURES,
         JOB_FEATURES,
         SUMMARY_FEATURES,
         ObservationBuilder,
     )
-    from crop_gym.envs.gpu_placement import GPUPlacementEnv
+    from crop_gym.envs.online import OnlinePlacementEnv
     from crop_gym.envs.placement import PlacementEnv
     from crop_gym.envs.registration import ENV_IDS, register_envs
     from crop_gym.envs.render import ClusterRenderer
+    from crop_gym.envs.view import ActionTable, build_action_table
 
 __all__ = [
     "CANDIDATE_FEATURES",
@@ -34,23 +36,27 @@ __all__ = [
     "GPU_FEATURES",
     "JOB_FEATURES",
     "SUMMARY_FEATURES",
-    "CandidateActions",
+    "ActionTable",
     "ClusterRenderer",
     "GPUPlacementEnv",
     "ObservationBuilder",
+    "OnlinePlacementEnv",
     "PlacementEnv",
+    "build_action_table",
     "register_envs",
 ]
 
 _WHERE = {
-    "CANDIDATE_FEATURES": "features",
-    "GPU_FEATURES": "features",
-    "JOB_FEATURES": "features",
-    "SUMMARY_FEATURES": "features",
-    "CandidateActions": "actions",
-    "ObservationBuilder": "features",
+    "CANDIDATE_FEATURES": "observation",
+    "GPU_FEATURES": "observation",
+    "JOB_FEATURES": "observation",
+    "SUMMARY_FEATURES": "observation",
+    "ActionTable": "view",
+    "build_action_table": "view",
+    "ObservationBuilder": "observation",
     "ClusterRenderer": "render",
     "GPUPlacementEnv": "gpu_placement",
+    "OnlinePlacementEnv": "online",
     "PlacementEnv": "placement",
     "ENV_IDS": "registration",
     "register_envs": "registration",

@@ -1,16 +1,21 @@
-"""What the static placement environments share: scenario sampling, episode start, info, rendering.
+"""What every placement environment shares: argument checks, the episode guard, and the static envs'
+episode start, observation, info and rendering.
+
+:func:`check_count`, :func:`check_options` and :func:`check_render_mode` validate constructor
+arguments and reset options the same way in every environment (one :class:`ConfigError` naming the
+parameter and what is allowed). :class:`EpisodeGuard` makes ``step`` raise
+:class:`gymnasium.error.ResetNeeded` before the first ``reset`` and after an episode ended.
 
 :class:`StaticPlacementBase` holds the parts of :class:`~crop_gym.envs.placement.PlacementEnv`
 (candidate mode) and :class:`~crop_gym.envs.gpu_placement.GPUPlacementEnv` (GPU mode) that do not
-depend on the action space: the scenario and its sampler, argument checks, the start of an episode
-(a sampled or given instance, the observed health), the common ``info`` entries, the return so far
-and rendering. Subclasses build their action table and observation builder, then implement
-``reset``, ``step`` and ``action_masks``.
+depend on the action space: the scenario and its sampler, the start of an episode (a sampled or given
+instance and the observed health), the action table of the current state, the observation, the
+common ``info`` entries and rendering.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +23,24 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import CandidateActions
-from crop_gym.envs.features import ObservationBuilder
+from crop_gym.devices import Health
+from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
+from crop_gym.envs.view import ActionTable, build_action_table
 from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.state import ClusterState
 from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
 
-__all__ = ["DEFAULT_QUEUE_VIEW", "RENDER_MODES", "StaticPlacementBase", "check_render_mode"]
+__all__ = [
+    "DEFAULT_QUEUE_VIEW",
+    "RENDER_MODES",
+    "EpisodeGuard",
+    "StaticPlacementBase",
+    "check_count",
+    "check_options",
+    "check_render_mode",
+]
 
 Obs = dict[str, NDArray[np.float32]]
 
@@ -43,6 +57,58 @@ def check_render_mode(render_mode: str | None) -> str | None:
     return render_mode
 
 
+def check_count(name: str, value: Any, low: int = 1) -> int:
+    """``value`` as an ``int`` if it is an integer ``>= low`` (not a bool, not a float).
+
+    Raises:
+        ConfigError: Naming ``name`` and the allowed range otherwise.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
+    if value < low:
+        raise ConfigError(f"{name}={value!r} is outside its allowed range [{low}, inf)")
+    return int(value)
+
+
+def check_options(options: Mapping[str, Any] | None, allowed: Collection[str]) -> dict[str, Any]:
+    """``options`` as a dict (empty for ``None``), refusing keys outside ``allowed``.
+
+    Raises:
+        ConfigError: Naming the unknown key and the allowed ones.
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"options must be a dict, got {type(options).__name__}")
+    for key in options:
+        if key not in allowed:
+            raise ConfigError(f"unknown reset option {key!r}; allowed: {sorted(allowed) or 'none'}")
+    return dict(options)
+
+
+class EpisodeGuard:
+    """Tracks whether the episode is running: ``step`` is refused before ``reset`` and after the end."""
+
+    def __init__(self) -> None:
+        self._running = False
+
+    def start(self) -> None:
+        """A new episode has begun."""
+        self._running = True
+
+    def check(self) -> None:
+        """Raise :class:`gymnasium.error.ResetNeeded` unless an episode is running."""
+        if not self._running:
+            raise gym.error.ResetNeeded(
+                "the episode has ended (or never started): call reset() before step()"
+            )
+
+    def end_if(self, terminated: bool, truncated: bool) -> None:
+        """End the episode if it terminated or was truncated."""
+        if terminated or truncated:
+            self._running = False
+
+
 class StaticPlacementBase(gym.Env[Obs, np.int64]):
     """Base class of the static placement environments (one instance per episode).
 
@@ -51,6 +117,9 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
             file.
         queue_view: Largest queue view (``None``: :data:`DEFAULT_QUEUE_VIEW`); capped at the
             scenario's queue size.
+        max_candidates: Candidates per job (``None``: the scenario's).
+        robust_candidates: Let device health steer candidate choice.
+        group_identical_jobs: Identical pending jobs share a view slot.
         invalid_action: ``"noop"`` or ``"stop"``.
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
 
@@ -59,16 +128,20 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         scenario: The scenario.
         topology: The cluster.
         queue_view: The view size ``Q`` after capping.
+        max_candidates: ``C``.
         state: The cluster state of the current episode.
         pending: Pending jobs, in queue order.
+        table: The action table of the current state and pending jobs.
         placed: ``(job id, GPUs)`` of the jobs placed in this episode, in order.
         initial_F: F at the start of the episode.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}  # noqa: RUF012
 
+    #: Reset options every static environment accepts.
+    RESET_OPTIONS = ("instance",)
+
     #: Set by the subclass's constructor.
-    actions: CandidateActions
     features: ObservationBuilder
     max_steps: int
 
@@ -77,43 +150,48 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         scenario: Scenario | str | Path,
         *,
         queue_view: int | None,
+        max_candidates: int | None,
+        robust_candidates: bool,
+        group_identical_jobs: bool,
         invalid_action: str,
         render_mode: str | None,
     ) -> None:
-        self.sampler = ScenarioSampler(scenario)
-        self.scenario = self.sampler.scenario
-        self.topology = self.sampler.topology
         self.render_mode = check_render_mode(render_mode)
         if invalid_action not in ("noop", "stop"):
             raise ConfigError(f"invalid_action={invalid_action!r} must be 'noop' or 'stop'")
-        self.invalid_action = invalid_action
+        view = check_count("queue_view", DEFAULT_QUEUE_VIEW if queue_view is None else queue_view)
+        self.sampler = ScenarioSampler(scenario)
+        self.scenario = self.sampler.scenario
+        self.topology = self.sampler.topology
         sc = self.scenario
-        self.queue_view = min(
-            sc.queue_size, queue_view if queue_view is not None else DEFAULT_QUEUE_VIEW
-        )
-        if self.queue_view < 1:
-            raise ConfigError(f"queue_view={queue_view!r} must be >= 1")
+        cands = sc.max_candidates if max_candidates is None else max_candidates
+        self.max_candidates = check_count("max_candidates", cands)
+        self.robust_candidates = bool(robust_candidates)
+        self.group_identical_jobs = bool(group_identical_jobs)
+        self.invalid_action = invalid_action
+        self.queue_view = min(sc.queue_size, view)
         self._renderer = ClusterRenderer(self.topology)
+        self._guard = EpisodeGuard()
         self.state: ClusterState = ClusterState(self.topology, perf=sc.perf)
+        self.observed_health: Health = self.state.health
         self.pending: list[Job] = []
         self.placed: list[tuple[str, NDArray[np.int32]]] = []
         self.initial_F = 0.0
         self._queue_index: dict[str, int] = {}
         self._steps = 0
+        self.table = self._build_table()
 
     @staticmethod
     def _check_max_steps(max_steps: int | None, default: int) -> int:
-        steps = int(max_steps) if max_steps is not None else default
-        if steps < 1:
-            raise ConfigError(f"max_steps={max_steps!r} must be >= 1")
-        return steps
+        return check_count("max_steps", default if max_steps is None else max_steps)
 
     # ---------------------------------------------------------------- episodes
     def _start_episode(self, seed: int | None, options: dict[str, Any] | None) -> None:
         """Seed, then take ``options["instance"]`` (copied) or sample one; reset the episode's
-        bookkeeping and the caches, and draw the observed health."""
+        bookkeeping, draw the observed health and build the action table."""
+        opts = check_options(options, self.RESET_OPTIONS)
         gym.Env.reset(self, seed=seed)
-        inst = (options or {}).get("instance")
+        inst = opts.get("instance")
         if inst is None:
             inst = self.sampler.sample(self.np_random)
         elif not isinstance(inst, PlacementInstance):
@@ -134,10 +212,33 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         self.placed = []
         self.initial_F = self.state.F
         self._steps = 0
-        self.features.clear_jobs()
-        self.actions.forget_jobs()
-        self.features.set_health(
-            self.state.health.observe(self.np_random, self.scenario.observation_noise)
+        self.observed_health = self.state.health.observe(
+            self.np_random, self.scenario.observation_noise
+        )
+        self.table = self._build_table()
+        self._guard.start()
+
+    def _build_table(self) -> ActionTable:
+        """The action table of the current state and pending jobs."""
+        return build_action_table(
+            self.state,
+            self.pending,
+            num_slots=self.queue_view,
+            max_candidates=self.max_candidates,
+            robust=self.robust_candidates,
+            group_identical=self.group_identical_jobs,
+        )
+
+    def _observe(self, extra: NDArray[np.float64] | None = None) -> Obs:
+        """The observation of the current state (the one place that calls the builder)."""
+        return self.features.build(
+            self.state,
+            self.observed_health,
+            self.pending,
+            self.table,
+            self._steps,
+            self.max_steps,
+            extra=extra,
         )
 
     @property
@@ -148,6 +249,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
     def _base_info(self, mask: NDArray[np.bool_]) -> dict[str, Any]:
         """The ``info`` entries every static environment gives (``mask`` is copied)."""
         m = self.features.last_metrics  # computed by the observation builder for this state
+        assert m is not None
         return {
             "action_mask": mask.copy(),
             "F": m.F,

@@ -10,9 +10,10 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import CandidateActions, _as_index
 from crop_gym.envs.base import Obs, StaticPlacementBase
-from crop_gym.envs.features import ObservationBuilder
+from crop_gym.envs.observation import ObservationBuilder
+from crop_gym.envs.rewards import NO_TERMS, placement_terms, total
+from crop_gym.envs.view import action_index
 from crop_gym.jobs import Job
 from crop_gym.scenario import Scenario
 
@@ -39,9 +40,10 @@ class GPUPlacementEnv(StaticPlacementBase):
     **Action mask** ``action_masks()`` and ``info["action_mask"]``: ``bool[G + 1]``; GPU ``g`` is
     valid when it is free, usable and not yet picked for the head job; defer is always valid.
 
-    **Invalid actions** never raise: with ``invalid_action="noop"`` (default) nothing changes, the
-    reward is 0 and ``info["invalid_action"]`` is ``True``; with ``"stop"`` the episode also
-    terminates.
+    **Invalid actions** (masked, out of range, or not one integer: floats with a fraction, NaN,
+    strings, ``None``, arrays of several elements, and booleans) never raise: with
+    ``invalid_action="noop"`` (default) nothing changes, the reward is 0 and
+    ``info["invalid_action"]`` is ``True``; with ``"stop"`` the episode also terminates.
 
     **Observation** ``Dict`` of ``float32`` boxes in ``[0, 1]`` (tables flattened row-major to
     1-D unless ``table_layout=True``): ``"gpus"`` ``(G, 11)`` (the
@@ -53,10 +55,12 @@ class GPUPlacementEnv(StaticPlacementBase):
     and ``"gain"`` ``(1,)`` in ``[-1, 1]``: that ΔF divided by the largest job size.
 
     **Reward**: ΔF when a job is placed, else 0; the return is ``F(end) - F(start)``.
-    ``info["reward_terms"]`` splits it into ``own_value`` and ``interference``.
+    ``info["reward_terms"]`` splits it into ``own_value`` and ``interference``
+    (:mod:`crop_gym.envs.rewards`).
 
     **Episode end**: *terminated* when no pending job fits (including an empty queue) or on an
-    invalid action under ``invalid_action="stop"``; *truncated* after ``max_steps`` steps.
+    invalid action under ``invalid_action="stop"``; *truncated* after ``max_steps`` steps. After
+    the end, ``step`` raises :class:`gymnasium.error.ResetNeeded` until ``reset`` is called.
 
     **Info**: as candidate mode (``action_mask``, ``F``, ``F_start``, ``metrics``, ``pending``,
     ``invalid_action``, ``reward_terms``, ``placed``) plus ``head`` (the head job's id or ``None``)
@@ -65,18 +69,23 @@ class GPUPlacementEnv(StaticPlacementBase):
     **Arguments**:
         scenario: Scenario, built-in scenario name or scenario file (default ``"default"``).
         privileged: Add ``"hint"`` and ``"gain"`` (see above).
-        queue_view: Rows of the ``"queue"`` key (default 64, capped at ``K``).
-        max_steps: Step cap (default ``2 * (K + K * max_job_gpus)``, never reached by valid play).
+        queue_view: Rows of the ``"queue"`` key, an integer >= 1 (default 64, capped at ``K``).
+        max_steps: Step cap, an integer >= 1 (default ``2 * (K + K * max_job_gpus)``, never
+            reached by valid play).
         table_layout: Return the tables ``"gpus"``, ``"candidates"`` and ``"queue"`` as 2-D
             ``(rows, columns)`` arrays (for custom per-row policies) instead of row-major 1-D
             vectors (default; what SB3's checker and ``MultiInputPolicy`` expect).
         invalid_action: ``"noop"`` or ``"stop"``.
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
 
-    **Reset options**: ``{"instance": PlacementInstance}`` plays a given instance.
+    **Reset options**: ``{"instance": PlacementInstance}`` plays a given instance; other keys are
+    refused (:class:`~crop_gym.errors.ConfigError`).
 
     **Version history**:
         v0: Initial version.
+        v0 (core rebuild): ``step`` after the end raises ``ResetNeeded``; booleans are invalid
+        actions (``True`` used to pick GPU 1); non-integer ``queue_view`` / ``max_steps`` and
+        unknown reset options are refused.
     """
 
     def __init__(
@@ -91,18 +100,23 @@ class GPUPlacementEnv(StaticPlacementBase):
         render_mode: str | None = None,
     ) -> None:
         super().__init__(
-            scenario, queue_view=queue_view, invalid_action=invalid_action, render_mode=render_mode
+            scenario,
+            queue_view=queue_view,
+            max_candidates=None,
+            robust_candidates=True,
+            group_identical_jobs=False,
+            invalid_action=invalid_action,
+            render_mode=render_mode,
         )
         sc, topo = self.scenario, self.topology
-        q = self.queue_view
         limit = sc.job_size_limit
         self.max_steps = self._check_max_steps(max_steps, 2 * sc.queue_size * (limit + 1))
         self.privileged = bool(privileged)
-        self.actions = CandidateActions(q, sc.max_candidates, robust=True, group_identical=False)
         self.features = ObservationBuilder(
             topo,
-            self.actions,
             sc.perf,
+            num_slots=self.queue_view,
+            max_candidates=self.max_candidates,
             queue_size=sc.queue_size,
             max_job_gpus=limit,
             gpu_extra=("chosen",),
@@ -119,112 +133,109 @@ class GPUPlacementEnv(StaticPlacementBase):
             obs_spaces["gain"] = spaces.Box(-1.0, 1.0, (1,), np.float32)
         self.observation_space = spaces.Dict(obs_spaces)  # type: ignore[assignment]
         self._mask = np.zeros(G + 1, dtype=bool)
-        self._chosen_col = len(self.features.gpu_features) - 1
-        self._head = np.zeros(len(HEAD_FEATURES), dtype=np.float32)
-        self._hint = np.zeros(G, dtype=np.float32)
-        self._gain = np.zeros(1, dtype=np.float32)
         self.chosen: list[int] = []
         self.dropped: list[str] = []
 
     # ------------------------------------------------------------------ API
     @property
     def head(self) -> Job | None:
-        """The job whose GPUs are being picked (``None`` when the episode is over)."""
-        view = self.actions.view
-        return view[0] if view else None
+        """The job whose GPUs are being picked (``None`` when nothing fits)."""
+        jobs = self.table.jobs
+        return jobs[0] if jobs else None
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new instance (or on ``options["instance"]``)."""
         self._start_episode(seed, options)
-        self.chosen = []
         self.dropped = []
-        self._new_head()
+        self._new_head(rebuild=False)
         return self._obs(), self._info()
 
     def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
         """Pick one GPU for the head job, or defer it."""
+        self._guard.check()
         self._steps += 1
-        a = _as_index(action)
-        reward = own = 0.0
+        a = action_index(action)
+        terms = dict(NO_TERMS)
         invalid = False
         placed: str | None = None
-        terminated = False
         head = self.head
-        if a is not None and 0 <= a < len(self._mask) and self._mask[a] and head is not None:
+        if a is not None and 0 <= a < len(self._mask) and self._mask[a]:
             if a == self.defer_action:
-                del self.pending[self.actions.positions[0]]
-                self.dropped.append(head.job_id)
-                self._new_head()
+                if head is not None:
+                    del self.pending[self.table.positions[0]]
+                    self.dropped.append(head.job_id)
+                    self._new_head()
             else:
+                assert head is not None  # (GPUs are masked when there is no head job)
                 self.chosen.append(a)
                 self._mask[a] = False
-                self.features.gpu_buffer[a, self._chosen_col] = 1.0
                 if len(self.chosen) == head.num_gpus:
-                    gpus = np.sort(np.asarray(self.chosen, dtype=np.int32))
-                    reward = self.state.add(head, gpus)
-                    own = self.state.job_record(head.job_id)["value"]
-                    del self.pending[self.actions.positions[0]]
-                    self.placed.append((head.job_id, gpus))
+                    terms = self._place(head)
                     placed = head.job_id
-                    self._new_head()
-            terminated = self.head is None
-        elif a == self.defer_action:  # defer after the end: harmless
             terminated = self.head is None
         else:
             invalid = True
             terminated = self.invalid_action == "stop" or self.head is None
         truncated = not terminated and self._steps >= self.max_steps
+        self._guard.end_if(terminated, truncated)
         obs = self._obs()
         info = self._info()
         info["invalid_action"] = invalid
-        info["reward_terms"] = {"own_value": own, "interference": reward - own}
+        info["reward_terms"] = terms
         info["placed"] = placed
-        return obs, reward, terminated, truncated, info
+        return obs, total(terms), terminated, truncated, info
 
     def action_masks(self) -> NDArray[np.bool_]:
         """Valid actions, ``bool[G + 1]``."""
         return self._mask.copy()
 
     # -------------------------------------------------------------- internals
-    def _new_head(self) -> None:
-        """Rebuild the view after the queue or the state changed; reset the picks and the mask."""
+    def _place(self, head: Job) -> dict[str, float]:
+        """Place the head job on the picked GPUs; return the reward terms."""
+        gpus = np.sort(np.asarray(self.chosen, dtype=np.int32))
+        facts = self.state.facts_for(gpus)
+        terms = placement_terms(self.state.gains(head, facts), 0)
+        self.state.add(head, gpus, facts=facts)
+        del self.pending[self.table.positions[0]]
+        self.placed.append((head.job_id, self.state.placement(head.job_id)))
+        self._new_head()
+        return terms
+
+    def _new_head(self, rebuild: bool = True) -> None:
+        """Rebuild the table after the queue or the state changed; reset the picks and the mask."""
+        if rebuild:
+            self.table = self._build_table()
         self.chosen = []
-        self.actions.build(self.state, self.pending)
-        self.features.gpu_buffer[:, self._chosen_col] = 0.0
         mask = self._mask
         mask[:-1] = self.state.free_mask if self.head is not None else False
         mask[-1] = True
-        if self.privileged:
-            self._hint.fill(0.0)
-            self._gain.fill(0.0)
-            head = self.head
-            cs = self.actions.sets[0]
-            if head is not None and cs is not None and len(cs):
-                gains = np.array([self.state.gain(head, g) for g in cs.gpus])
-                best = int(np.argmax(gains))
-                self._hint[cs.gpus[best]] = 1.0
-                self._gain[0] = np.clip(gains[best] / self.features.max_job_gpus, -1.0, 1.0)
+
+    def _privileged(self) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        """``hint`` (the GPUs of the head job's candidate with the highest ΔF) and ``gain``."""
+        hint = np.zeros(self.topology.num_gpus, dtype=np.float32)
+        gain = np.zeros(1, dtype=np.float32)
+        t = self.table
+        if self.head is not None:
+            gains = t.gains.total[t.row_slot == 0]
+            best = int(np.argmax(gains))
+            hint[t.gpus(0, best)] = 1.0
+            gain[0] = np.clip(gains[best] / self.features.max_job_gpus, -1.0, 1.0)
+        return hint, gain
 
     def _obs(self) -> Obs:
-        obs = self.features.build(
-            self.state, self.pending, step=self._steps, max_steps=self.max_steps
-        )
+        chosen = np.zeros((self.topology.num_gpus, 1))
+        chosen[self.chosen, 0] = 1.0
+        obs = self._observe(extra=chosen)
         head = self.head
-        h = self._head
-        h.fill(0.0)
+        h = np.zeros(len(HEAD_FEATURES), dtype=np.float32)
         if head is not None:
-            row = self.features.queue_buffer[0]
-            h[0] = 1.0
-            h[1] = row[1]
-            h[2] = len(self.chosen) / head.num_gpus
-            h[3] = row[2]
-            h[4] = row[3]
-        obs["head"] = h.copy()
+            row = self.features.rows(obs, "queue")[0]
+            h[:] = (1.0, row[1], len(self.chosen) / head.num_gpus, row[2], row[3])
+        obs["head"] = h
         if self.privileged:
-            obs["hint"] = self._hint.copy()
-            obs["gain"] = self._gain.copy()
+            obs["hint"], obs["gain"] = self._privileged()
         return obs
 
     def _info(self) -> dict[str, Any]:

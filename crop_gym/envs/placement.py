@@ -8,10 +8,10 @@ from typing import Any, Literal, SupportsFloat
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import CandidateActions
 from crop_gym.envs.base import Obs, StaticPlacementBase
-from crop_gym.envs.features import ObservationBuilder
-from crop_gym.errors import ConfigError
+from crop_gym.envs.observation import ObservationBuilder
+from crop_gym.envs.rewards import NO_TERMS, placement_terms, total
+from crop_gym.envs.view import action_space
 from crop_gym.scenario import Scenario
 
 __all__ = ["PlacementEnv"]
@@ -23,7 +23,7 @@ class PlacementEnv(StaticPlacementBase):
     Each episode is one static placement problem drawn from a scenario: a cluster (topology, abnormal
     devices, background jobs already running) and a queue of ``K`` pending jobs. At every step the
     agent places one pending job on one of its candidate placements — the compact GPU sets CROP
-    considers, from :func:`crop_gym.candidates.candidate_placements` — or stops. The reward is the
+    considers, from :func:`crop_gym.candidates.candidate_sets` — or stops. The reward is the
     change of the objective F (expected effective GPUs, DESIGN §2.5), so the undiscounted return is
     ``F(end) - F(start)``, the same number CROP, the baselines and the exact optimum report.
 
@@ -35,19 +35,23 @@ class PlacementEnv(StaticPlacementBase):
     its own slot). Each slot has ``C`` rows, one per candidate, padded. Action ``a = q * C + c``
     places view job ``q`` on its candidate ``c``; action ``Q * C`` is **stop**.
     ``Q = min(K, queue_view)``, ``C = max_candidates``. After a placement the job leaves the queue
-    and the view and candidates are rebuilt for the new state.
+    and the view and candidates are rebuilt for the new state (:attr:`table`, an
+    :class:`~crop_gym.envs.view.ActionTable` per state; :meth:`action_for` finds the action of a
+    given job and GPU set).
 
     **Action mask** ``action_masks()`` (used by sb3-contrib's ``MaskablePPO``) and
     ``info["action_mask"]``: ``bool[Q * C + 1]``; a row is valid when its view slot holds a job
     and the job has that many candidates. Stop is always valid, so the mask is never empty.
 
-    **Invalid actions** (masked, out of range or not an integer) never raise. With
-    ``invalid_action="noop"`` (default) the state is unchanged, the reward is 0, the step counts
-    toward the step cap and ``info["invalid_action"]`` is ``True``; with ``"stop"`` the episode
-    also terminates, as if stop had been chosen.
+    **Invalid actions** (masked, out of range, or not one integer: floats with a fraction, NaN,
+    strings, ``None``, arrays of several elements, and booleans — ``True`` is not action 1) never
+    raise. With ``invalid_action="noop"`` (default) the state is unchanged, the reward is 0, the
+    step counts toward the step cap and ``info["invalid_action"]`` is ``True``; with ``"stop"`` the
+    episode also terminates, as if stop had been chosen. An integral float such as ``3.0`` is
+    action 3.
 
     **Observation** ``Dict`` of ``float32`` boxes, every value in ``[0, 1]`` (SB3
-    ``MultiInputPolicy`` ready; columns in :mod:`crop_gym.envs.features` and docs/ENVS.md). The
+    ``MultiInputPolicy`` ready; columns in :mod:`crop_gym.envs.observation` and docs/ENVS.md). The
     tables below are flattened row-major to 1-D (``obs["candidates"].reshape(Q * C, 17)`` recovers
     the rows) unless ``table_layout=True``:
 
@@ -70,11 +74,13 @@ class PlacementEnv(StaticPlacementBase):
     **Reward** ``ΔF`` of the placement (0 for stop and invalid actions), in GPU units; it can be
     negative when the new job slows running ones more than it adds. ``info["reward_terms"]``
     splits it into ``own_value`` (the new job's value ``w·k·η·s``) and ``interference`` (the change
-    of the other jobs' values), which sum to the reward.
+    of the other jobs' values), which sum to the reward (:mod:`crop_gym.envs.rewards`; both are read
+    from the action table's gains of the chosen row).
 
     **Episode end**: *terminated* on stop, on an invalid action under ``invalid_action="stop"``,
     when no pending job has a candidate left (including an empty queue); *truncated*
-    after ``max_steps`` steps. An instance with nothing placeable starts with only stop valid.
+    after ``max_steps`` steps. An instance with nothing placeable starts with only stop valid. After
+    the end, ``step`` raises :class:`gymnasium.error.ResetNeeded` until ``reset`` is called.
 
     **Info** (reset and step): ``action_mask``, ``F`` (current objective), ``F_start``,
     ``metrics`` (jobs placed, busy GPUs, utilisation, communication overhead), ``pending`` (jobs
@@ -84,14 +90,17 @@ class PlacementEnv(StaticPlacementBase):
     **Arguments**:
         scenario: A :class:`~crop_gym.scenario.Scenario`, a built-in scenario name (see
             ``crop_gym.scenario.SCENARIOS``) or a scenario file. Default ``"default"``.
-        privileged: Add the exact marginal gains ``"gain"`` to the observation (slower: one ΔF
-            evaluation per row and step).
-        queue_view: Largest view size ``Q`` (default 64; capped at the queue size ``K``).
-        max_candidates: Candidates per job ``C`` (default: the scenario's ``max_candidates``, as CROP).
+        privileged: Add the exact marginal gains ``"gain"`` to the observation (the action table
+            evaluates them for every state anyway).
+        queue_view: Largest view size ``Q``, an integer >= 1 (default 64; capped at the queue size
+            ``K``).
+        max_candidates: Candidates per job ``C``, an integer >= 1 (default: the scenario's
+            ``max_candidates``, as CROP).
         robust_candidates: Let device health steer candidate choice (CROP's default). ``False`` is the
             "without robustness" ablation.
         group_identical_jobs: Identical pending jobs share a view slot (default ``True``).
-        max_steps: Step cap (default ``2 * K``; a run of valid actions never reaches it).
+        max_steps: Step cap, an integer >= 1 (default ``2 * K``; a run of valid actions never
+            reaches it).
         table_layout: Return the tables ``"gpus"``, ``"candidates"`` and ``"queue"`` as 2-D
             ``(rows, columns)`` arrays (for custom per-row policies) instead of row-major 1-D
             vectors (default; what SB3's checker and ``MultiInputPolicy`` expect).
@@ -99,10 +108,16 @@ class PlacementEnv(StaticPlacementBase):
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
 
     **Reset options**: ``{"instance": PlacementInstance}`` plays a given instance (its state is
-    copied) instead of sampling one, e.g. to compare with CROP on the same problem.
+    copied) instead of sampling one, e.g. to compare with CROP on the same problem. Other keys are
+    refused (:class:`~crop_gym.errors.ConfigError`), as are non-integer or boolean ``queue_view``,
+    ``max_candidates`` and ``max_steps``.
 
     **Version history**:
         v0: Initial version.
+        v0 (core rebuild): ``step`` after the end raises ``ResetNeeded`` (it used to return a
+        reward and ``terminated=False``); booleans are invalid actions (``True`` used to be action
+        1); non-integer counts (``queue_view=2.5`` used to become 2) and unknown reset options are
+        refused. Rewards, masks and observations are unchanged.
     """
 
     def __init__(
@@ -120,30 +135,29 @@ class PlacementEnv(StaticPlacementBase):
         render_mode: str | None = None,
     ) -> None:
         super().__init__(
-            scenario, queue_view=queue_view, invalid_action=invalid_action, render_mode=render_mode
+            scenario,
+            queue_view=queue_view,
+            max_candidates=max_candidates,
+            robust_candidates=robust_candidates,
+            group_identical_jobs=group_identical_jobs,
+            invalid_action=invalid_action,
+            render_mode=render_mode,
         )
         sc = self.scenario
-        q = self.queue_view
-        c = sc.max_candidates if max_candidates is None else max_candidates
-        if c < 1:
-            raise ConfigError(f"max_candidates={max_candidates!r} must be >= 1")
         self.max_steps = self._check_max_steps(max_steps, 2 * sc.queue_size)
-        self.actions = CandidateActions(
-            q, c, robust=robust_candidates, group_identical=group_identical_jobs
-        )
+        self.privileged = bool(privileged)
         self.features = ObservationBuilder(
             self.topology,
-            self.actions,
             sc.perf,
+            num_slots=self.queue_view,
+            max_candidates=self.max_candidates,
             queue_size=sc.queue_size,
             max_job_gpus=sc.job_size_limit,
-            privileged=privileged,
+            privileged=self.privileged,
             table_layout=table_layout,
         )
-        self.privileged = bool(privileged)
-        self.action_space = self.actions.space
+        self.action_space = action_space(self.queue_view, self.max_candidates)
         self.observation_space = self.features.observation_space  # type: ignore[assignment]
-        self._done = True
 
     # ------------------------------------------------------------------ API
     def reset(
@@ -151,64 +165,62 @@ class PlacementEnv(StaticPlacementBase):
     ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new instance (or on ``options["instance"]``)."""
         self._start_episode(seed, options)
-        self.actions.build(self.state, self.pending)
-        self._done = False
-        obs = self.features.build(self.state, self.pending, step=0, max_steps=self.max_steps)
-        return obs, self._info()
+        return self._observe(), self._info()
 
     def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
         """Place one (job, candidate) pair, or stop."""
+        self._guard.check()
         self._steps += 1
-        acts = self.actions
-        decoded = acts.decode(action)
-        reward = 0.0
-        own = 0.0
+        table = self.table
+        decoded = table.decode(action)
+        terms = dict(NO_TERMS)
         invalid = False
         placed: str | None = None
         terminated = False
         if decoded is not None:
             q, c = decoded
-            job = acts.view[q]
-            # A row of a table built for this very state is a valid placement: skip the checks.
-            reward = self.state.add(
-                job, acts.gpu_key(q, c), validate=not acts.is_current(self.state)
-            )
-            own = self.state.job_value(job.job_id)
-            del self.pending[acts.positions[q]]
+            job, row = table.jobs[q], table.row_of(q, c)
+            terms = placement_terms(table.gains, row)
+            self.state.add(job, table.gpus(q, c), facts=table.facts.take(row))
+            del self.pending[table.positions[q]]
             self.placed.append((job.job_id, self.state.placement(job.job_id)))
             placed = job.job_id
-            acts.build(self.state, self.pending)
-            terminated = not acts.has_placement
-        elif acts.is_stop(action):
+            self.table = self._build_table()
+            terminated = not self.table.has_placement
+        elif table.is_stop(action):
             terminated = True
         else:
             invalid = True
             terminated = self.invalid_action == "stop"
         truncated = not terminated and self._steps >= self.max_steps
-        self._done = terminated or truncated
-        obs = self.features.build(
-            self.state, self.pending, step=self._steps, max_steps=self.max_steps
-        )
+        self._guard.end_if(terminated, truncated)
+        obs = self._observe()
         info = self._info()
         info["invalid_action"] = invalid
-        info["reward_terms"] = {"own_value": own, "interference": reward - own}
+        info["reward_terms"] = terms
         info["placed"] = placed
-        return obs, reward, terminated, truncated, info
+        return obs, total(terms), terminated, truncated, info
 
     def action_masks(self) -> NDArray[np.bool_]:
         """Valid actions, ``bool[Q * C + 1]`` (sb3-contrib's ``MaskablePPO`` calls this)."""
-        return self.actions.mask.copy()
+        return self.table.mask.copy()
 
-    def action_for(self, job_id: str, gpus: NDArray[np.integer[Any]]) -> int | None:
-        """The action placing ``job_id`` on exactly ``gpus`` now, or ``None`` if it is not offered."""
-        return self.actions.index_of(job_id, gpus)
+    def action_for(
+        self, job_id: str, gpus: NDArray[np.integer[Any]], job: Any = None
+    ) -> int | None:
+        """The action placing ``job_id`` on exactly ``gpus`` now, or ``None`` if it is not offered.
+
+        With ``job`` given, a view job identical to it (same model, size, batch and weight) also
+        matches (see :meth:`ActionTable.index_of`).
+        """
+        return self.table.index_of(job_id, gpus, job)
 
     def _info(self) -> dict[str, Any]:
-        return self._base_info(self.actions.mask)
+        return self._base_info(self.table.mask)
 
     # ---------------------------------------------------------------- render
     def _header(self) -> list[str]:
-        view = ", ".join(f"{j.job_id}:{j.model}x{j.num_gpus}" for j in self.actions.view[:8])
+        view = ", ".join(f"{j.job_id}:{j.model}x{j.num_gpus}" for j in self.table.jobs[:8])
         more = len(self.pending) - min(len(self.pending), 8)
         return [
             self._status_line(),

@@ -67,7 +67,7 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
         "the 8-GPU testbed in GPU mode (small enough to teach with)",
     ),
     f"{NAMESPACE}/OnlinePlacement-v0": (
-        "crop_gym.envs.online_env:OnlinePlacementEnv",
+        "crop_gym.envs.online:OnlinePlacementEnv",
         {},
         "online: 32-job windows of ElasticFlow cluster10 (10x arrival rate) on leafspine-64, mild abnormalities; stop advances time",
     ),

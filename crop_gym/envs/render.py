@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.objective import ClusterState
+from crop_gym.model.state import ClusterState
 from crop_gym.topology import Topology
 
 __all__ = ["ANSI_LEGEND", "ClusterRenderer"]

@@ -10,14 +10,21 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.devices import AbnormalityProfile, Health, get_profile
-from crop_gym.envs.actions import CandidateActions
-from crop_gym.envs.base import RENDER_MODES, check_render_mode
-from crop_gym.envs.features import ObservationBuilder
+from crop_gym.devices import AbnormalityProfile, get_profile
+from crop_gym.envs.base import (
+    RENDER_MODES,
+    EpisodeGuard,
+    check_count,
+    check_options,
+    check_render_mode,
+)
+from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
+from crop_gym.envs.rewards import HOUR, online_reward
+from crop_gym.envs.view import ActionTable, action_space, build_action_table
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.jobs import Job
-from crop_gym.perf import PerfConfig
+from crop_gym.model.timing import PerfConfig
 from crop_gym.sim import SimConfig, SimulationError, Simulator
 from crop_gym.topology import Topology, make_topology
 
@@ -34,8 +41,6 @@ ONLINE_FEATURES: tuple[str, ...] = (
     "mean_wait",  # mean waiting time of the queued jobs w, as w / (w + 1 h)
     "next_arrival",  # time to the next arrival d, as d / (d + 1 h) (1 when none is left)
 )
-
-_HOUR = 3600.0
 
 
 class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
@@ -54,8 +59,9 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
     (reward 0) and the table is rebuilt. **Stop** advances simulated time to the next event (an
     arrival, a completion, a health event); with ``skip_idle`` (default) it keeps advancing while
     nothing can be placed, so every step offers a real decision. Masks: ``action_masks()`` and
-    ``info["action_mask"]``; stop is always valid. Invalid actions never raise: nothing happens,
-    ``info["invalid_action"]`` is ``True``.
+    ``info["action_mask"]``; stop is always valid. Invalid actions (masked, out of range, or not one
+    integer: floats with a fraction, NaN, strings, ``None``, arrays of several elements, and
+    booleans) never raise: nothing happens, the reward is 0, ``info["invalid_action"]`` is ``True``.
 
     **Reward** (given on stop, for the simulated interval it advanced over):
 
@@ -68,6 +74,8 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
       divided by ``window_jobs``; the undiscounted return is minus the mean JCT in hours of a
       finished episode (Little's law).
 
+    Both are :func:`crop_gym.envs.rewards.online_reward`.
+
     **Observation**: the static environment's keys — ``"gpus"`` ``(G, 11)`` (its 10 columns plus
     ``job_remaining``: remaining run time ``r`` of the job on the GPU at its current speed, as
     ``r / (r + 1 h)``), ``"candidates"`` ``(Q*C, 17)``, ``"queue"`` ``(Q, 7)``, ``"summary"``
@@ -75,7 +83,8 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
     ``privileged=True``. All ``float32`` in ``[0, 1]`` (``gain`` in ``[-1, 1]``), tables flattened.
 
     **Episode end**: *terminated* when every job of the window has completed; *truncated* at the
-    simulated ``horizon_hours`` or after ``max_steps`` steps.
+    simulated ``horizon_hours`` or after ``max_steps`` steps. After the end, ``step`` raises
+    :class:`gymnasium.error.ResetNeeded` until ``reset`` is called.
 
     **Info**: ``action_mask``, ``time_s``, ``F``, ``queued``, ``running``, ``completed``,
     ``invalid_action``, ``placed``, ``interval_s`` (simulated seconds advanced by this step),
@@ -86,23 +95,29 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         trace: Bundled trace name or file (default ``"elasticflow:cluster10"``).
         cluster: Topology preset or object (default ``"leafspine-64"``).
         profile: Abnormality profile (default ``"mild"``).
-        window_jobs: Jobs per episode (default 32).
+        window_jobs: Jobs per episode, an integer >= 1 (default 32).
         arrival_scale: Factor on inter-arrival times (default 0.1: ten times the trace's rate, which
             loads the 64-GPU cluster to roughly 60-80 %).
         horizon_hours: Simulated-time limit of an episode (default 24).
-        queue_view: ``Q`` (default 8).
-        max_candidates: ``C`` (default 8).
+        queue_view: ``Q``, an integer >= 1 (default 8).
+        max_candidates: ``C``, an integer >= 1 (default 8).
         reward: ``"effective"`` or ``"jct"``.
         skip_idle: Let stop advance until something can be placed (default ``True``).
-        max_steps: Step cap (default ``20 * window_jobs``).
+        max_steps: Step cap, an integer >= 1 (default ``20 * window_jobs``).
         privileged: Add the exact marginal gains ``"gain"``.
         robust_candidates: Let device health steer candidate choice.
         sim_config: Simulator options (checkpointing, failures, ...); its ``max_time_s`` is set from
             ``horizon_hours``.
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
 
+    **Reset options**: ``{"jobs": [Job, ...]}`` plays the given jobs instead of a drawn window;
+    other keys are refused (:class:`~crop_gym.errors.ConfigError`).
+
     **Version history**:
         v0: Initial version.
+        v0 (core rebuild): ``step`` after the end raises ``ResetNeeded`` (it used to return
+        reward 0); booleans are invalid actions; non-integer or boolean ``window_jobs``,
+        ``queue_view``, ``max_candidates`` and ``max_steps`` and unknown reset options are refused.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}  # noqa: RUF012
@@ -131,11 +146,12 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         check_render_mode(render_mode)
         if reward not in ("effective", "jct"):
             raise ConfigError(f"reward={reward!r} must be 'effective' or 'jct'")
-        check_range("window_jobs", window_jobs, 1)
+        window = check_count("window_jobs", window_jobs)
         check_range("arrival_scale", arrival_scale, 0.0, low_inclusive=False)
         check_range("horizon_hours", horizon_hours, 0.0, low_inclusive=False)
-        check_range("queue_view", queue_view, 1)
-        check_range("max_candidates", max_candidates, 1)
+        self.queue_view = check_count("queue_view", queue_view)
+        self.max_candidates = check_count("max_candidates", max_candidates)
+        self.robust_candidates = bool(robust_candidates)
         self.render_mode = render_mode
         self.topology = make_topology(cluster) if isinstance(cluster, str) else cluster
         self.profile = get_profile(profile)
@@ -146,26 +162,25 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         self.skipped_jobs = len(workload.jobs) - len(self._pool)
         if len(self._pool) < 1:
             raise ConfigError(f"no job of {trace!r} fits on {self.topology.name} ({G} GPUs)")
-        self.window_jobs = min(int(window_jobs), len(self._pool))
+        self.window_jobs = min(window, len(self._pool))
         self.arrival_scale = float(arrival_scale)
-        self.horizon_s = float(horizon_hours) * _HOUR
+        self.horizon_s = float(horizon_hours) * HOUR
         self.reward_mode = reward
         self.skip_idle = bool(skip_idle)
-        self.max_steps = int(max_steps) if max_steps is not None else 20 * self.window_jobs
-        check_range("max_steps", self.max_steps, 1)
+        self.max_steps = check_count(
+            "max_steps", 20 * self.window_jobs if max_steps is None else max_steps
+        )
         base = sim_config if sim_config is not None else SimConfig()
         self.sim_config = dataclasses.replace(
             base, max_time_s=self.horizon_s, record_timeline=False
         )
         self.perf: PerfConfig = self.sim_config.perf
         max_k = max(j.num_gpus for j in self._pool)
-        self.actions = CandidateActions(
-            int(queue_view), int(max_candidates), robust=robust_candidates
-        )
         self.features = ObservationBuilder(
             self.topology,
-            self.actions,
             self.perf,
+            num_slots=self.queue_view,
+            max_candidates=self.max_candidates,
             queue_size=self.window_jobs,
             max_job_gpus=max_k,
             privileged=privileged,
@@ -174,10 +189,11 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         obs_spaces = dict(self.features.observation_space.spaces)
         obs_spaces["online"] = spaces.Box(0.0, 1.0, (len(ONLINE_FEATURES),), np.float32)
         self.observation_space = spaces.Dict(obs_spaces)  # type: ignore[assignment]
-        self.action_space = self.actions.space
+        self.action_space = action_space(self.queue_view, self.max_candidates)
         self._renderer = ClusterRenderer(self.topology)
+        self._guard = EpisodeGuard()
         self.sim: Simulator | None = None
-        self._obs_health: Health | None = None
+        self.table: ActionTable | None = None
         self._steps = 0
         self._episode_jobs: dict[str, int] = {}
 
@@ -198,23 +214,32 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
             raise gym.error.ResetNeeded("call reset() before step()")
         return self.sim
 
+    @property
+    def _table(self) -> ActionTable:
+        if self.table is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        return self.table
+
     def _rebuild(self) -> None:
         sim = self._sim
-        self.actions.build(sim.state, sim.queue)
+        self.table = build_action_table(
+            sim.state,
+            sim.queue,
+            num_slots=self.queue_view,
+            max_candidates=self.max_candidates,
+            robust=self.robust_candidates,
+        )
 
     def _observe(self) -> Obs:
         sim = self._sim
         state = sim.state
-        if state.health is not self._obs_health:
-            self.features.set_health(state.health)
-            self._obs_health = state.health
-        gb = self.features.gpu_buffer
-        col = gb.shape[1] - 1
-        gb[:, col] = 0.0
+        extra = np.zeros((self.topology.num_gpus, 1))
         if state.jobs:
             rem = sim.remaining_time_by_gpu()
-            gb[:, col] = rem / (rem + _HOUR)
-        obs = self.features.build(state, sim.queue, step=self._steps, max_steps=self.max_steps)
+            extra[:, 0] = rem / (rem + HOUR)
+        obs = self.features.build(
+            state, state.health, sim.queue, self._table, self._steps, self.max_steps, extra=extra
+        )
         obs["online"] = self._online_features()
         return obs
 
@@ -228,15 +253,15 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         f[3] = min(sim.completed / n, 1.0)
         if sim.queue_length:
             wait = float(np.mean([sim.now - j.arrival for j in sim.queue]))
-            f[4] = wait / (wait + _HOUR)
+            f[4] = wait / (wait + HOUR)
         nxt = sim.next_arrival_time()
-        f[5] = 1.0 if not np.isfinite(nxt) else (nxt - sim.now) / (nxt - sim.now + _HOUR)
+        f[5] = 1.0 if not np.isfinite(nxt) else (nxt - sim.now) / (nxt - sim.now + HOUR)
         return np.clip(f, 0.0, 1.0)
 
     def _info(self) -> dict[str, Any]:
         sim = self._sim
         return {
-            "action_mask": self.actions.mask.copy(),
+            "action_mask": self._table.mask.copy(),
             "time_s": sim.now,
             "F": sim.state.F,
             "queued": sim.queue_length,
@@ -253,25 +278,30 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         Options:
             ``{"jobs": [Job, ...]}`` plays the given jobs instead of a drawn window.
         """
+        jobs = check_options(options, ("jobs",)).get("jobs")
+        if jobs is not None and (
+            isinstance(jobs, (str, bytes))
+            or not all(isinstance(j, Job) for j in jobs)
+            or len(jobs) == 0
+        ):
+            raise ConfigError("options['jobs'] must be a non-empty sequence of Job")
         super().reset(seed=seed)
-        jobs = (options or {}).get("jobs")
         if jobs is None:
             jobs = self._draw_window()
         sim_seed = int(self.np_random.integers(2**63 - 1))
         self.sim = Simulator(
             jobs, self.topology, profile=self.profile, config=self.sim_config, seed=sim_seed
         )
-        self._obs_health = None
         self._steps = 0
         self._episode_jobs = {j.job_id: i for i, j in enumerate(self.sim.jobs)}
-        self.features.clear_jobs()
         self._rebuild()
+        self._guard.start()
         interval, area, _in_system = 0.0, 0.0, 0.0
-        if self.skip_idle and not self.actions.has_placement and not self._finished():
+        if self.skip_idle and not self._table.has_placement and not self._finished():
             interval, area, _ = self._advance(until_decision=True)
         obs = self._observe()
         info = self._info()
-        info.update(interval_s=interval, effective_gpu_hours=area / _HOUR)
+        info.update(interval_s=interval, effective_gpu_hours=area / HOUR)
         return obs, info
 
     def _finished(self) -> bool:
@@ -297,43 +327,48 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
                 break
             in_system += n_sys * (sim.now - before)
             self._rebuild()
-            if not until_decision or self.actions.has_placement:
+            if not until_decision or self._table.has_placement:
                 break
         return sim.now - t0, area, in_system
 
     def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
         """Place one (job, candidate) pair, or stop (advance simulated time)."""
+        self._guard.check()
         sim = self._sim
         self._steps += 1
-        acts = self.actions
-        decoded = acts.decode(action)
+        table = self._table
+        decoded = table.decode(action)
         invalid = False
         placed: str | None = None
         interval, area, in_system = 0.0, 0.0, 0.0
         if decoded is not None:
             q, c = decoded
-            job = acts.view[q]
-            sim.place(job, acts.gpus(q, c))
+            job = table.jobs[q]
+            sim.place(job, table.gpus(q, c))
             placed = job.job_id
             self._rebuild()
-        elif acts.is_stop(action):
+        elif table.is_stop(action):
             if not sim.done:
                 interval, area, in_system = self._advance(until_decision=self.skip_idle)
         else:
             invalid = True
-        if self.reward_mode == "effective":
-            reward = area / (self.topology.num_gpus * _HOUR)
-        else:
-            reward = -in_system / _HOUR / self.window_jobs
+        reward = online_reward(
+            self.reward_mode,
+            area=area,
+            in_system=in_system,
+            num_gpus=self.topology.num_gpus,
+            window_jobs=self.window_jobs,
+        )
         terminated = sim.done and not sim.truncated
         truncated = not terminated and (sim.truncated or self._steps >= self.max_steps)
+        self._guard.end_if(terminated, truncated)
         obs = self._observe()
         info = self._info()
         info.update(
             invalid_action=invalid,
             placed=placed,
             interval_s=interval,
-            effective_gpu_hours=area / _HOUR,
+            effective_gpu_hours=area / HOUR,
         )
         if terminated or truncated:
             info["sim_metrics"] = sim.result(policy_name="agent").summary()
@@ -341,18 +376,18 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
 
     def action_masks(self) -> NDArray[np.bool_]:
         """Valid actions, ``bool[Q * C + 1]`` (sb3-contrib's ``MaskablePPO`` calls this)."""
-        return self.actions.mask.copy()
+        return self._table.mask.copy()
 
     def action_for(self, job_id: str, gpus: NDArray[np.integer[Any]]) -> int | None:
         """The action placing ``job_id`` on exactly ``gpus`` now, or ``None`` if it is not offered."""
-        return self.actions.index_of(job_id, gpus)
+        return self._table.index_of(job_id, gpus)
 
     # ------------------------------------------------------------------ render
     def _header(self) -> list[str]:
         sim = self._sim
-        view = ", ".join(f"{j.job_id}:{j.model}x{j.num_gpus}" for j in self.actions.view[:8])
+        view = ", ".join(f"{j.job_id}:{j.model}x{j.num_gpus}" for j in self._table.jobs[:8])
         return [
-            f"online {self.trace_name} ({self.topology.name})  t={sim.now / _HOUR:.2f}h  step {self._steps}  "
+            f"online {self.trace_name} ({self.topology.name})  t={sim.now / HOUR:.2f}h  step {self._steps}  "
             f"F={sim.state.F:.2f}  free={sim.state.num_free}/{self.topology.num_gpus}",
             f"queued {sim.queue_length}  running {sim.running}  done {sim.completed}/{len(sim.jobs)}: {view}",
         ]

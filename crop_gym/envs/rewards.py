@@ -1,0 +1,63 @@
+"""The rewards of the placement environments, as named terms computed in one place.
+
+Static environments (candidate and GPU mode) reward a placement with its change of the objective
+``ΔF``, split into two terms that sum to it (:func:`placement_terms`):
+
+* ``own_value``: the new job's value ``w·k·s·η`` (with its rings added to the link loads);
+* ``interference``: the change of the placed jobs' values (``≤ 0``: sharing a link only slows them).
+
+Stop, defer and invalid actions give both terms 0. The reward is :func:`total` of the terms, and the
+environment reports the terms in ``info["reward_terms"]``.
+
+The online environment's rewards (:func:`online_reward`) are rates over the simulated interval a
+step advanced over.
+"""
+
+from __future__ import annotations
+
+from crop_gym.model.state import Gains
+
+__all__ = ["HOUR", "NO_TERMS", "online_reward", "placement_terms", "total"]
+
+#: Seconds per hour (the online rewards' time unit).
+HOUR = 3600.0
+
+#: The terms of a step that places nothing.
+NO_TERMS: dict[str, float] = {"own_value": 0.0, "interference": 0.0}
+
+
+def placement_terms(gains: Gains | None, row: int | None) -> dict[str, float]:
+    """The reward terms of placing row ``row`` of ``gains`` (``None``: nothing placed).
+
+    Args:
+        gains: :meth:`~crop_gym.model.state.ClusterState.gains` of the alternatives, computed in
+            the state before the placement (e.g. :attr:`ActionTable.gains`).
+        row: The chosen row.
+    """
+    if gains is None or row is None:
+        return dict(NO_TERMS)
+    return {"own_value": float(gains.own[row]), "interference": float(gains.interference[row])}
+
+
+def total(terms: dict[str, float]) -> float:
+    """The reward: the sum of the terms (for the static environments, ``ΔF``)."""
+    return terms["own_value"] + terms["interference"]
+
+
+def online_reward(
+    mode: str, *, area: float, in_system: float, num_gpus: int, window_jobs: int
+) -> float:
+    """The online environment's reward for one step.
+
+    Args:
+        mode: ``"effective"``: effective GPU-hours ``∫ F dt`` over the interval, per cluster GPU
+            (cluster-hours of fully effective use); ``"jct"``: minus the job-hours spent in the
+            system over the interval, per window job (the return is minus the mean JCT in hours).
+        area: ``∫ F dt`` over the interval (GPU-seconds).
+        in_system: ``∫ (queued + running) dt`` over the interval (job-seconds).
+        num_gpus: GPUs of the cluster.
+        window_jobs: Jobs of the episode.
+    """
+    if mode == "effective":
+        return area / (num_gpus * HOUR)
+    return -in_system / HOUR / window_jobs
