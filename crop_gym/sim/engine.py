@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.devices import AbnormalityProfile, get_profile
-from crop_gym.errors import ConfigError
+from crop_gym.errors import ConfigError, check_int
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState, ideal_time
 from crop_gym.sim.config import SimConfig, SimulationError
@@ -85,6 +85,18 @@ class Simulator:
         seed: int | None = 0,
         scripted_failures: Sequence[ScriptedFailure] = (),
     ) -> None:
+        if config is not None and not isinstance(config, SimConfig):
+            raise ConfigError(f"config must be a SimConfig, got {type(config).__name__}")
+        if not isinstance(topology, Topology | str):
+            raise ConfigError(
+                f"topology must be a Topology or a preset name, got {type(topology).__name__}"
+            )
+        if not isinstance(profile, AbnormalityProfile | str):
+            raise ConfigError(
+                f"profile must be an AbnormalityProfile or a name, got {type(profile).__name__}"
+            )
+        if seed is not None:
+            seed = check_int("seed", seed, 0)
         self.config = config if config is not None else SimConfig()
         self.topology = make_topology(topology) if isinstance(topology, str) else topology
         self.profile = get_profile(profile)
@@ -153,6 +165,7 @@ class Simulator:
         self._n_done = 0
         self._dirty = True
         self._stall = 0
+        self._idle_declines = 0
         self.truncated = False
 
         # Integrals over time.
@@ -168,6 +181,10 @@ class Simulator:
         self._timeline: list[tuple[float, float, float, float, int, int]] = []
         self._wall = 0.0
         self._policy_wall = 0.0
+        # Health events at time 0 (scripted failures, zero-length draws) apply before the arrivals
+        # at time 0, as at every other instant.
+        if self.health_process.next_time() <= 0.0:
+            self._handle_health(self.health_process.pop(0.0))
         self._admit(0.0)
 
     # ------------------------------------------------------------------ slots
@@ -477,17 +494,32 @@ class Simulator:
 
         Raises:
             SimulationError: If jobs are queued, nothing runs, no arrival is pending and no event can
-                ever change that (a policy that never places), or the simulation is over.
+                ever change that (a policy that never places), if :attr:`SimConfig.max_events`
+                events have been processed, or if the simulation is over.
         """
         if self.done:
             raise SimulationError("the simulation is over")
+        cfg = self.config
+        if self.events >= cfg.max_events:
+            raise SimulationError(
+                f"t={self.now:.6g}s: stopped after SimConfig.max_events={cfg.max_events} events "
+                f"with {len(self.jobs) - self._n_done} job(s) unfinished: events come faster than "
+                "simulated time advances (raise failure_horizon_s or mean_abnormal_duration_s, "
+                "lower onset_rate_per_gpu_hour, set max_time_s, or raise max_events)"
+            )
         t_next = self.next_event_time()
         idle = self._running == 0 and self._arr_ptr == len(self.jobs) and bool(self._queue)
         if idle and not self.health_process.failed.any():
             self._stall += 1
         else:
             self._stall = 0
-        if math.isinf(t_next) or self._stall > self.config.stall_events:
+        if not idle:
+            self._idle_declines = 0
+        if (
+            math.isinf(t_next)
+            or self._stall > cfg.stall_events
+            or self._idle_declines > cfg.stall_events
+        ):
             ids = ", ".join(self.jobs[i].job_id for i in self._queue[:5])
             raise SimulationError(
                 f"t={self.now:.1f}s: {len(self._queue)} job(s) stay queued on an idle cluster and "
@@ -544,6 +576,14 @@ class Simulator:
         self._policy_wall += time.perf_counter() - t0
         for p in placements:
             self.place(p.job, p.gpus)
+        if placements:
+            self._idle_declines = 0
+        elif (
+            self._running == 0
+            and self._arr_ptr == len(self.jobs)
+            and min(j.num_gpus for j in view) <= self.state.num_free
+        ):
+            self._idle_declines += 1  # an idle cluster, a job that fits, and nothing placed
         return len(placements)
 
     def run(
