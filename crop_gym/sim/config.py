@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from crop_gym.devices import AbnormalityProfile
 from crop_gym.errors import ConfigError, CropGymError, check_bool, check_int, check_real
 from crop_gym.perf import PerfConfig
+from crop_gym.topology import Topology
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",
@@ -17,13 +19,15 @@ __all__ = [
     "QUEUE_VIEWS",
     "SimConfig",
     "SimulationError",
+    "check_simulator_args",
 ]
 
 #: What the placement policy is shown of the queue (see :attr:`SimConfig.queue_view`).
 QUEUE_VIEWS: tuple[str, ...] = ("fitting", "all")
 
-#: Smallest failure horizon ``H``: with π ≤ 0.999 a device fails at most ``-ln(0.001) / H`` times
-#: per second on average, i.e. at most about 415 times per simulated hour at this minimum.
+#: Smallest failure horizon ``H``: a device's π (a chronic and an episode π ≤ 0.999 combined) is at
+#: most ``1 - 0.001²``, so it fails at most ``-ln(1e-6) / H`` times per second on average, i.e. at
+#: most about 830 times per simulated hour at this minimum.
 MIN_FAILURE_HORIZON_S = 60.0
 #: Smallest mean repair time of a failed GPU.
 MIN_REPAIR_S = 1.0
@@ -150,3 +154,26 @@ class SimConfig:
             )
         for name, value in values.items():  # normalised: plain float / int / bool
             object.__setattr__(self, name, value)
+
+
+def check_simulator_args(
+    config: object, topology: object, profile: object, seed: object
+) -> int | None:
+    """Check the types of :class:`~crop_gym.sim.Simulator`'s arguments; return the seed.
+
+    Raises:
+        ConfigError: One line naming the argument: ``config`` not a :class:`SimConfig` (or
+            ``None``), ``topology`` not a Topology or a preset name, ``profile`` not an
+            AbnormalityProfile or a name, ``seed`` not ``None`` or an integer >= 0.
+    """
+    if config is not None and not isinstance(config, SimConfig):
+        raise ConfigError(f"config must be a SimConfig, got {type(config).__name__}")
+    if not isinstance(topology, Topology | str):
+        raise ConfigError(
+            f"topology must be a Topology or a preset name, got {type(topology).__name__}"
+        )
+    if not isinstance(profile, AbnormalityProfile | str):
+        raise ConfigError(
+            f"profile must be an AbnormalityProfile or a name, got {type(profile).__name__}"
+        )
+    return None if seed is None else check_int("seed", seed, 0)
