@@ -22,10 +22,22 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.errors import ConfigError, check_range
+from crop_gym.errors import ConfigError, check_range, check_real
 from crop_gym.topology import Topology
 
-__all__ = ["PROFILES", "AbnormalityProfile", "Health", "get_profile"]
+__all__ = [
+    "MAX_ONSET_RATE_PER_GPU_HOUR",
+    "MIN_ABNORMAL_DURATION_S",
+    "PROFILES",
+    "AbnormalityProfile",
+    "Health",
+    "get_profile",
+]
+
+#: Largest :attr:`AbnormalityProfile.onset_rate_per_gpu_hour`: one onset per device-minute.
+MAX_ONSET_RATE_PER_GPU_HOUR = 60.0
+#: Smallest :attr:`AbnormalityProfile.mean_abnormal_duration_s`.
+MIN_ABNORMAL_DURATION_S = 1.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,8 +147,10 @@ class AbnormalityProfile:
         failprone_link_frac: Fraction of links (above the GPUs) that are failure-prone.
         link_fail_prob: Range of π for failure-prone links.
         abnormal_gpus: If not ``None``, exactly this many slow GPUs instead of ``slow_gpu_frac``.
-        onset_rate_per_gpu_hour: Online simulator: rate at which a healthy GPU turns abnormal.
-        mean_abnormal_duration_s: Online simulator: mean duration of an abnormal episode.
+        onset_rate_per_gpu_hour: Online simulator: rate at which a healthy GPU turns abnormal, in
+            ``[0, 60]`` (:data:`MAX_ONSET_RATE_PER_GPU_HOUR`).
+        mean_abnormal_duration_s: Online simulator: mean duration of an abnormal episode, in
+            ``[1, inf]`` seconds (``inf``: episodes never end).
     """
 
     name: str = "custom"
@@ -173,13 +187,21 @@ class AbnormalityProfile:
         _check_interval(f"{self.name}.link_fail_prob", self.link_fail_prob, 0.0, 0.999)
         if self.abnormal_gpus is not None:
             check_range(f"{self.name}.abnormal_gpus", self.abnormal_gpus, 0)
-        check_range(f"{self.name}.onset_rate_per_gpu_hour", self.onset_rate_per_gpu_hour, 0.0)
-        check_range(
+        # Rates bound the simulator's event rate (docs/SIMULATOR.md, "Bounded work").
+        rate = check_real(
+            f"{self.name}.onset_rate_per_gpu_hour",
+            self.onset_rate_per_gpu_hour,
+            0.0,
+            MAX_ONSET_RATE_PER_GPU_HOUR,
+        )
+        duration = check_real(
             f"{self.name}.mean_abnormal_duration_s",
             self.mean_abnormal_duration_s,
-            0.0,
-            low_inclusive=False,
+            MIN_ABNORMAL_DURATION_S,
+            float("inf"),
         )
+        object.__setattr__(self, "onset_rate_per_gpu_hour", rate)
+        object.__setattr__(self, "mean_abnormal_duration_s", duration)
 
     def sample(self, topology: Topology, rng: np.random.Generator) -> Health:
         """Draw a :class:`Health` for ``topology``.

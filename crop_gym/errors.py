@@ -6,7 +6,19 @@ line and field for data files, or the parameter and its allowed range for argume
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "CropGymError", "TopologyError", "TraceFormatError"]
+import math
+import numbers
+
+__all__ = [
+    "ConfigError",
+    "CropGymError",
+    "TopologyError",
+    "TraceFormatError",
+    "check_bool",
+    "check_int",
+    "check_range",
+    "check_real",
+]
 
 
 class CropGymError(Exception):
@@ -69,8 +81,60 @@ def check_range(
     if high is not None:
         ok = ok and (value <= high if high_inclusive else value < high)
     if not ok:
-        lo = "-inf" if low is None else f"{low:g}"
-        hi = "inf" if high is None else f"{high:g}"
-        lb = "[" if low_inclusive else "("
-        rb = "]" if high_inclusive else ")"
-        raise ConfigError(f"{name}={value!r} is outside its allowed range {lb}{lo}, {hi}{rb}")
+        span = _interval(low, high, low_inclusive, high_inclusive)
+        raise ConfigError(f"{name}={value!r} is outside its allowed range {span}")
+
+
+def _interval(
+    low: float | None, high: float | None, low_inclusive: bool, high_inclusive: bool
+) -> str:
+    lo = "-inf" if low is None else f"{low:g}"
+    hi = "inf" if high is None else f"{high:g}"
+    return f"{'[' if low_inclusive else '('}{lo}, {hi}{']' if high_inclusive else ')'}"
+
+
+def _is_bool(value: object) -> bool:
+    """Python and numpy booleans (numpy's are not registered as numbers, but be explicit)."""
+    return isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b"
+
+
+def check_real(
+    name: str,
+    value: object,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_inclusive: bool = True,
+    high_inclusive: bool = True,
+) -> float:
+    """:func:`check_range` for a value that must be a real number; returns it as a ``float``.
+
+    Booleans, strings and other non-numbers are refused (``True`` is not ``1.0`` here), as is NaN.
+    """
+    if _is_bool(value) or not isinstance(value, numbers.Real):
+        span = _interval(low, high, low_inclusive, high_inclusive)
+        raise ConfigError(f"{name}={value!r} must be a number in {span}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond the float range
+        number = math.copysign(math.inf, int(value))  # type: ignore[call-overload]
+    check_range(name, number, low, high, low_inclusive=low_inclusive, high_inclusive=high_inclusive)
+    return number
+
+
+def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
+    """:func:`check_range` for a value that must be an integer (not a bool, not a float such as
+    ``3.0``); returns it as an ``int``."""
+    if _is_bool(value) or not isinstance(value, numbers.Integral):
+        raise ConfigError(
+            f"{name}={value!r} must be an integer in {_interval(low, high, True, True)}"
+        )
+    check_range(name, int(value), low, high)
+    return int(value)
+
+
+def check_bool(name: str, value: object) -> bool:
+    """Refuse anything but ``True`` / ``False`` (numbers such as ``0`` or ``1`` included)."""
+    if not _is_bool(value):
+        raise ConfigError(f"{name}={value!r} must be True or False")
+    return bool(value)

@@ -169,12 +169,12 @@ def test_failure_costs_exactly_the_work_since_the_last_checkpoint() -> None:
     assert res.metrics["lost_gpu_hours"] == pytest.approx(
         8 * (t_fail - last_ckpt) / 3600.0, rel=1e-12
     )
-    assert sim._lost_work[0] == pytest.approx(lost_work, rel=1e-9)
+    assert sim.ledger.lost_work[0] == pytest.approx(lost_work, rel=1e-9)
     # It restarts at once on another server from the checkpoint (same speed: another whole server).
     remaining = 60000.0 - last_ckpt / T
     assert res.records["finish_s"][0] == pytest.approx(t_fail + remaining * T, rel=1e-12)
     assert res.records["restarts"][0] == 1
-    assert sim._executed[0] - sim._lost_work[0] == pytest.approx(60000.0, rel=1e-12)
+    assert sim.ledger.executed[0] - sim.ledger.lost_work[0] == pytest.approx(60000.0, rel=1e-12)
 
 
 def test_failure_without_checkpoints_loses_everything() -> None:
@@ -184,7 +184,7 @@ def test_failure_without_checkpoints_loses_everything() -> None:
     sim = Simulator([job], topo, config=cfg, seed=0, scripted_failures=[(300.0, 0, 100.0)])
     res = sim.run(Scripted({"a": [0, 1, 2, 3]}))
     T = res.records["ideal_run_s"][0] / 5000.0
-    assert sim._lost_work[0] == pytest.approx(300.0 / T, rel=1e-9)
+    assert sim.ledger.lost_work[0] == pytest.approx(300.0 / T, rel=1e-9)
     assert res.records["finish_s"][0] == pytest.approx(300.0 + 5000.0 * T, rel=1e-9)
 
 
@@ -213,9 +213,11 @@ def test_conservation_and_invariants(profile: str) -> None:
     ids = list(res.records["job_id"])
     assert sorted(ids) == sorted(j.job_id for j in jobs)
     work = np.array([j.iterations for j in sim.jobs])
-    np.testing.assert_allclose(sim._executed - sim._lost_work, work, rtol=1e-9)
+    np.testing.assert_allclose(sim.ledger.executed - sim.ledger.lost_work, work, rtol=1e-9)
     # GPU-time conservation: ∫ busy dt equals Σ k × time running.
-    assert sim.int_busy == pytest.approx(float((sim._k * sim._run_time).sum()), rel=1e-9)
+    assert sim.int_busy == pytest.approx(
+        float((sim.ledger.k * sim.ledger.run_time).sum()), rel=1e-9
+    )
     assert 0 <= res.metrics["mean_utilization"] <= 1
     assert res.metrics["mean_effective_gpus"] <= res.metrics["mean_throughput_gpus"] + 1e-9
     assert (res.records["jct_s"] >= res.records["queueing_s"] - 1e-6).all()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from crop_gym.sim.config import QUEUE_VIEWS, SimConfig, SimulationError
 from crop_gym.sim.engine import Simulator, simulate
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
+from crop_gym.sim.ledger import JobLedger, SlotTable
 from crop_gym.sim.protocol import PlacementLike, PlacementPolicy
 from crop_gym.sim.result import RECORD_COLUMNS, SimResult
 
@@ -21,6 +22,7 @@ __all__ = [
     "RECORD_COLUMNS",
     "HealthChange",
     "HealthProcess",
+    "JobLedger",
     "PlacementLike",
     "PlacementPolicy",
     "ScriptedFailure",
@@ -28,5 +30,6 @@ __all__ = [
     "SimResult",
     "SimulationError",
     "Simulator",
+    "SlotTable",
     "simulate",
 ]

@@ -2,16 +2,44 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from crop_gym.errors import ConfigError, CropGymError, check_range
+from crop_gym.devices import AbnormalityProfile
+from crop_gym.errors import ConfigError, CropGymError, check_bool, check_int, check_real
 from crop_gym.perf import PerfConfig
+from crop_gym.topology import Topology
 
-__all__ = ["QUEUE_VIEWS", "SimConfig", "SimulationError"]
+__all__ = [
+    "DEFAULT_MAX_EVENTS",
+    "MAX_COUNT",
+    "MAX_SECONDS",
+    "MIN_CHECKPOINT_INTERVAL_S",
+    "MIN_FAILURE_HORIZON_S",
+    "MIN_REPAIR_S",
+    "QUEUE_VIEWS",
+    "SimConfig",
+    "SimulationError",
+    "check_simulator_args",
+]
 
 #: What the placement policy is shown of the queue (see :attr:`SimConfig.queue_view`).
 QUEUE_VIEWS: tuple[str, ...] = ("fitting", "all")
+
+#: Smallest failure horizon ``H``: a device's π (a chronic and an episode π ≤ 0.999 combined) is at
+#: most ``1 - 0.001²``, so it fails at most ``-ln(1e-6) / H`` times per second on average, i.e. at
+#: most about 830 times per simulated hour at this minimum.
+MIN_FAILURE_HORIZON_S = 60.0
+#: Smallest mean repair time of a failed GPU.
+MIN_REPAIR_S = 1.0
+#: Smallest checkpoint interval.
+MIN_CHECKPOINT_INTERVAL_S = 1.0
+#: Largest finite duration accepted by any time field (about 31,700 years).
+MAX_SECONDS = 1e12
+#: Largest value of the event counters' limits.
+MAX_COUNT = 10**10
+#: Default :attr:`SimConfig.max_events`: far above any bundled trace (cluster04 in full is about
+#: 29,000 events) and reached only by event rates that leave simulated time nearly standing still.
+DEFAULT_MAX_EVENTS = 10_000_000
 
 
 class SimulationError(CropGymError, ValueError):
@@ -49,7 +77,18 @@ class SimConfig:
             instead of refusing the workload.
         record_timeline: Keep the per-event time series (utilisation, F, queue) for plots.
         stall_events: Raise :class:`SimulationError` after this many consecutive events during which
-            nothing runs, no arrival is pending and jobs stay queued (a policy that never places).
+            nothing runs, no arrival is pending and jobs stay queued (a policy that never places),
+            or after this many consecutive policy calls on such an idle cluster that place
+            nothing although a queued job fits.
+        max_events: Raise :class:`SimulationError` when the simulation reaches this many events
+            without finishing: a guarantee of bounded work whatever the rates.
+
+    Ranges (each checked in ``__post_init__``; a value outside raises
+    :class:`~crop_gym.errors.ConfigError` naming the field and its range; booleans are not accepted
+    as numbers nor numbers as booleans): ``checkpoint_interval_s`` in ``[1, inf]``;
+    ``failure_horizon_s`` in ``[60, 1e12]``; ``mean_repair_s`` in ``[1, 1e12]``; ``max_time_s``
+    ``None`` or in ``(0, 1e12]``; ``max_queue_view`` ``None`` or an integer in ``[1, 1e10]``;
+    ``stall_events`` and ``max_events`` integers in ``[1, 1e10]``; the flags ``True``/``False``.
     """
 
     perf: PerfConfig = field(default_factory=PerfConfig)
@@ -66,31 +105,75 @@ class SimConfig:
     skip_oversized: bool = False
     record_timeline: bool = True
     stall_events: int = 1000
+    max_events: int = DEFAULT_MAX_EVENTS
 
     def __post_init__(self) -> None:
         if not isinstance(self.perf, PerfConfig):
             raise ConfigError(
                 f"SimConfig.perf must be a PerfConfig, got {type(self.perf).__name__}"
             )
-        check_range(
-            "SimConfig.checkpoint_interval_s", self.checkpoint_interval_s, 0.0, low_inclusive=False
-        )
-        check_range("SimConfig.failure_horizon_s", self.failure_horizon_s, 0.0, low_inclusive=False)
-        if not math.isfinite(self.failure_horizon_s):
-            raise ConfigError("SimConfig.failure_horizon_s must be finite")
-        check_range("SimConfig.mean_repair_s", self.mean_repair_s, 0.0, low_inclusive=False)
-        if not math.isfinite(self.mean_repair_s):
-            raise ConfigError("SimConfig.mean_repair_s must be finite")
-        if self.queue_view not in QUEUE_VIEWS:
+        values: dict[str, object] = {
+            "checkpoint_interval_s": check_real(
+                "SimConfig.checkpoint_interval_s",
+                self.checkpoint_interval_s,
+                MIN_CHECKPOINT_INTERVAL_S,
+                float("inf"),
+            ),
+            "failure_horizon_s": check_real(
+                "SimConfig.failure_horizon_s",
+                self.failure_horizon_s,
+                MIN_FAILURE_HORIZON_S,
+                MAX_SECONDS,
+            ),
+            "mean_repair_s": check_real(
+                "SimConfig.mean_repair_s", self.mean_repair_s, MIN_REPAIR_S, MAX_SECONDS
+            ),
+            "stall_events": check_int("SimConfig.stall_events", self.stall_events, 1, MAX_COUNT),
+            "max_events": check_int("SimConfig.max_events", self.max_events, 1, MAX_COUNT),
+        }
+        for name in (
+            "transient_abnormalities",
+            "chronic_abnormalities",
+            "gpu_failures",
+            "link_failures",
+            "skip_oversized",
+            "record_timeline",
+        ):
+            values[name] = check_bool(f"SimConfig.{name}", getattr(self, name))
+        if not isinstance(self.queue_view, str) or self.queue_view not in QUEUE_VIEWS:
             raise ConfigError(
-                f"SimConfig.queue_view={self.queue_view!r} is not one of {', '.join(QUEUE_VIEWS)}"
+                f"SimConfig.queue_view={self.queue_view!r} must be one of {', '.join(QUEUE_VIEWS)}"
             )
         if self.max_queue_view is not None:
-            if int(self.max_queue_view) != self.max_queue_view:
-                raise ConfigError(
-                    f"SimConfig.max_queue_view={self.max_queue_view!r} must be an integer"
-                )
-            check_range("SimConfig.max_queue_view", self.max_queue_view, 1)
+            values["max_queue_view"] = check_int(
+                "SimConfig.max_queue_view", self.max_queue_view, 1, MAX_COUNT
+            )
         if self.max_time_s is not None:
-            check_range("SimConfig.max_time_s", self.max_time_s, 0.0, low_inclusive=False)
-        check_range("SimConfig.stall_events", self.stall_events, 1)
+            values["max_time_s"] = check_real(
+                "SimConfig.max_time_s", self.max_time_s, 0.0, MAX_SECONDS, low_inclusive=False
+            )
+        for name, value in values.items():  # normalised: plain float / int / bool
+            object.__setattr__(self, name, value)
+
+
+def check_simulator_args(
+    config: object, topology: object, profile: object, seed: object
+) -> int | None:
+    """Check the types of :class:`~crop_gym.sim.Simulator`'s arguments; return the seed.
+
+    Raises:
+        ConfigError: One line naming the argument: ``config`` not a :class:`SimConfig` (or
+            ``None``), ``topology`` not a Topology or a preset name, ``profile`` not an
+            AbnormalityProfile or a name, ``seed`` not ``None`` or an integer >= 0.
+    """
+    if config is not None and not isinstance(config, SimConfig):
+        raise ConfigError(f"config must be a SimConfig, got {type(config).__name__}")
+    if not isinstance(topology, Topology | str):
+        raise ConfigError(
+            f"topology must be a Topology or a preset name, got {type(topology).__name__}"
+        )
+    if not isinstance(profile, AbnormalityProfile | str):
+        raise ConfigError(
+            f"profile must be an AbnormalityProfile or a name, got {type(profile).__name__}"
+        )
+    return None if seed is None else check_int("seed", seed, 0)

@@ -4,10 +4,10 @@ Events are job arrivals (from a workload), job completions, and device-health ev
 onsets and recoveries, GPU and link failures, repairs; see :mod:`crop_gym.sim.health`). Between two
 events every running job trains at the constant speed ``1 / T_j`` iterations per second, where
 ``T_j`` is its iteration time in the current :class:`~crop_gym.objective.ClusterState` (which
-accounts for contention on shared links and for device health). Progress is integrated **exactly**:
-a job keeps ``(t_upd, remaining work at t_upd, T)``; whenever ``T`` changes (an add, a removal or a
-health change) it is rebased to the current time, and its completion time is
-``t_upd + remaining × T``. There is no time step.
+accounts for contention on shared links and for device health). Progress is integrated **exactly**
+(:class:`~crop_gym.sim.ledger.SlotTable`); there is no time step. Events at one instant are taken
+in the order completions, health events, arrivals (time 0 included); then the policy is asked.
+Work is bounded (docs/SIMULATOR.md, "Bounded work"): validated rates, and ``max_events``.
 
 A failure (of a GPU the job holds, or of a link its ring crosses) stops the job: it loses the work
 done since its last checkpoint (checkpoints every ``checkpoint_interval_s`` of wall-clock time since
@@ -42,17 +42,16 @@ from crop_gym.devices import AbnormalityProfile, get_profile
 from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState, ideal_time
-from crop_gym.sim.config import SimConfig, SimulationError
+from crop_gym.sim.config import SimConfig, SimulationError, check_simulator_args
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
+from crop_gym.sim.ledger import DONE, QUEUED, RUNNING, JobLedger, SlotTable
+from crop_gym.sim.progress import SimProgress
 from crop_gym.sim.protocol import PlacementPolicy
 from crop_gym.sim.result import SimResult
 from crop_gym.topology import Topology, make_topology
 from crop_gym.workloads.workload import Workload
 
 __all__ = ["Simulator", "simulate"]
-
-# Job status codes.
-_FUTURE, _QUEUED, _RUNNING, _DONE = 0, 1, 2, 3
 
 
 class Simulator:
@@ -73,6 +72,7 @@ class Simulator:
     Raises:
         SimulationError: If a job needs more GPUs than the cluster has (unless
             ``config.skip_oversized``), or job ids repeat.
+        ConfigError: For an argument of the wrong type, a bad seed or scripted failure.
     """
 
     def __init__(
@@ -85,6 +85,7 @@ class Simulator:
         seed: int | None = 0,
         scripted_failures: Sequence[ScriptedFailure] = (),
     ) -> None:
+        seed = check_simulator_args(config, topology, profile, seed)
         self.config = config if config is not None else SimConfig()
         self.topology = make_topology(topology) if isinstance(topology, str) else topology
         self.profile = get_profile(profile)
@@ -104,7 +105,6 @@ class Simulator:
             )
         self.skipped: tuple[Job, ...] = tuple(big)
         self.jobs: tuple[Job, ...] = tuple(j for j in all_jobs if j.num_gpus <= G)
-        n = len(self.jobs)
         self._index = {j.job_id: i for i, j in enumerate(self.jobs)}
         ss = np.random.SeedSequence(seed)
         health_seq, policy_seq = ss.spawn(2)
@@ -118,32 +118,11 @@ class Simulator:
         )
         self.state = ClusterState(self.topology, self.health_process.health(), self.config.perf)
 
-        # Per-job arrays.
-        self._k = np.fromiter((j.num_gpus for j in self.jobs), np.int64, n)
-        self._work = np.fromiter((j.iterations for j in self.jobs), np.float64, n)
-        self._arrival = np.fromiter((j.arrival for j in self.jobs), np.float64, n)
-        self._tstar = np.fromiter(
-            (ideal_time(self.topology, j, self.config.perf) for j in self.jobs), np.float64, n
-        )
-        self._status = np.zeros(n, dtype=np.int8)
-        self._start = np.full(n, np.nan)
-        self._finish = np.full(n, np.nan)
-        self._restarts = np.zeros(n, dtype=np.int64)
-        self._queued_since = np.zeros(n)
-        self._queue_time = np.zeros(n)
-        self._run_time = np.zeros(n)
-        self._rem_saved = self._work.copy()
-        self._executed = np.zeros(n)
-        self._lost_work = np.zeros(n)
-        self._lost_gpu_s = np.zeros(n)
-        self._servers = np.zeros(n, dtype=np.int64)
-        self._place_count = np.zeros(n, dtype=np.int64)
-        self._sum_servers = np.zeros(n, dtype=np.int64)
-
-        # Per-slot arrays (slots of ``self.state``).
-        self._cap = 0
-        self._grow(64)
-
+        tstar = [ideal_time(self.topology, j, self.config.perf) for j in self.jobs]
+        #: Per-job records (public: :class:`SimResult` reads them).
+        self.ledger = JobLedger.build(self.jobs, tstar)
+        #: Exact progress of the running jobs, by slot of :attr:`state`.
+        self.slots = SlotTable(self.config.checkpoint_interval_s)
         self.now = 0.0
         self._arr_ptr = 0
         self._queue: list[int] = []
@@ -153,6 +132,7 @@ class Simulator:
         self._n_done = 0
         self._dirty = True
         self._stall = 0
+        self._idle_declines = 0
         self.truncated = False
 
         # Integrals over time.
@@ -165,95 +145,47 @@ class Simulator:
         self.job_failures = 0
         self.job_failures_gpu = 0
         self.job_failures_link = 0
-        self._timeline: list[tuple[float, float, float, float, int, int]] = []
-        self._wall = 0.0
-        self._policy_wall = 0.0
+        #: ``(t, busy, F, throughput, queued, running)`` at every event (``record_timeline``).
+        self.timeline_rows: list[tuple[float, float, float, float, int, int]] = []
+        self.wall_s = 0.0  # wall-clock seconds in :meth:`run`, of which in the policy:
+        self.policy_wall_s = 0.0
+        # Health events at time 0 (scripted failures, zero-length draws) apply before the arrivals
+        # at time 0, as at every other instant.
+        if self.health_process.next_time() <= 0.0:
+            self._handle_health(self.health_process.pop(0.0))
         self._admit(0.0)
 
-    # ------------------------------------------------------------------ slots
-    _SLOT_ARRAYS: tuple[tuple[str, float, Any], ...] = (
-        ("_s_job", -1, np.int64),
-        ("_s_active", False, np.bool_),
-        ("_s_rem", 0.0, np.float64),
-        ("_s_tupd", 0.0, np.float64),
-        ("_s_T", 1.0, np.float64),
-        ("_s_seg", 0.0, np.float64),
-        ("_s_ckrem", 0.0, np.float64),
-        ("_s_k", 0.0, np.float64),
-        ("_s_tstar", 0.0, np.float64),
-    )
-    # Per-slot state of the running jobs, indexed like the ClusterState's slots.
-    _s_job: NDArray[np.int64]  # job index (-1: free slot)
-    _s_active: NDArray[np.bool_]
-    _s_rem: NDArray[np.float64]  # remaining iterations at _s_tupd
-    _s_tupd: NDArray[np.float64]  # time of the last rebase
-    _s_T: NDArray[np.float64]  # iteration time since _s_tupd
-    _s_seg: NDArray[np.float64]  # (re)start time of the current run (checkpoint clock)
-    _s_ckrem: NDArray[np.float64]  # remaining iterations at the last checkpoint <= _s_tupd
-    _s_k: NDArray[np.float64]
-    _s_tstar: NDArray[np.float64]
-
-    def _grow(self, cap: int) -> None:
-        old = self._cap
-        if cap <= old:
-            return
-        for name, fill, dtype in self._SLOT_ARRAYS:
-            new = np.full(cap, fill, dtype=dtype)
-            if old:
-                new[:old] = getattr(self, name)
-            setattr(self, name, new)
-        self._cap = cap
-
-    def _active_slots(self) -> NDArray[np.intp]:
-        return np.flatnonzero(self._s_active)
-
-    def _last_checkpoint(self, seg: Any, t: float) -> Any:
-        """Time of the latest checkpoint at or before ``t`` of segments started at ``seg``."""
-        interval = self.config.checkpoint_interval_s
-        if not math.isfinite(interval):
-            return seg
-        return seg + np.floor((t - seg) / interval) * interval
-
-    def _rebase(self, slots: NDArray[np.intp], t: float) -> None:
-        """Bring the progress of ``slots`` up to time ``t`` at their current speed."""
-        if not len(slots):
-            return
-        tupd = self._s_tupd[slots]
-        T = self._s_T[slots]
-        rem = self._s_rem[slots]
-        c = self._last_checkpoint(self._s_seg[slots], t)
-        upd = c > tupd
-        if np.any(upd):
-            self._s_ckrem[slots[upd]] = np.maximum(rem[upd] - (c[upd] - tupd[upd]) / T[upd], 0.0)
-        new = np.maximum(rem - (t - tupd) / T, 0.0)
-        self._executed[self._s_job[slots]] += rem - new
-        self._s_rem[slots] = new
-        self._s_tupd[slots] = t
-
+    # --------------------------------------------------------------- progress
     def _sync(self) -> None:
         """Rebase the running jobs whose iteration time changed, and adopt the new times."""
-        act = self._active_slots()
+        sl = self.slots
+        act = sl.active_slots()
         if not len(act):
             return
         Tnow = self.state.slot_iteration_times[act]
-        ch = act[Tnow != self._s_T[act]]
+        ch = act[Tnow != sl.iter_time[act]]
         if len(ch):
-            self._rebase(ch, self.now)
-            self._s_T[ch] = self.state.slot_iteration_times[ch]
+            self._rebase(ch)
+            sl.iter_time[ch] = self.state.slot_iteration_times[ch]
+
+    def _rebase(self, slots: NDArray[np.intp]) -> None:
+        """Bring the progress of ``slots`` up to now at their current speed."""
+        if len(slots):
+            self.ledger.executed[self.slots.job[slots]] += self.slots.rebase(slots, self.now)
 
     # ------------------------------------------------------------------ queue
     def _enqueue(self, i: int) -> None:
         bisect.insort(self._queue, i)
-        k = int(self._k[i])
+        k = int(self.ledger.k[i])
         self._k_count[k] = self._k_count.get(k, 0) + 1
-        self._status[i] = _QUEUED
-        self._queued_since[i] = self.now
+        self.ledger.status[i] = QUEUED
+        self.ledger.queued_since[i] = self.now
         self._dirty = True
 
     def _dequeue(self, i: int) -> None:
         pos = bisect.bisect_left(self._queue, i)
         del self._queue[pos]
-        k = int(self._k[i])
+        k = int(self.ledger.k[i])
         c = self._k_count[k] - 1
         if c:
             self._k_count[k] = c
@@ -262,7 +194,7 @@ class Simulator:
 
     def _admit(self, t: float) -> None:
         n = len(self.jobs)
-        while self._arr_ptr < n and self._arrival[self._arr_ptr] <= t:
+        while self._arr_ptr < n and self.ledger.arrival[self._arr_ptr] <= t:
             self._enqueue(self._arr_ptr)
             self._arr_ptr += 1
 
@@ -300,13 +232,13 @@ class Simulator:
     def remaining_work(self, job_id: str) -> float:
         """Iterations ``job_id`` still has to train (as of now)."""
         i = self._index[job_id]
-        if self._status[i] == _RUNNING:
+        if self.ledger.status[i] == RUNNING:
             self._sync()
             s = self.state.jobs[job_id]
-            return max(float(self._s_rem[s] - (self.now - self._s_tupd[s]) / self._s_T[s]), 0.0)
-        if self._status[i] == _DONE:
+            return float(self.slots.remaining(s, self.now))
+        if self.ledger.status[i] == DONE:
             return 0.0
-        return float(self._rem_saved[i])
+        return float(self.ledger.rem_saved[i])
 
     def remaining_time_by_gpu(self) -> NDArray[np.float64]:
         """Per GPU, the remaining run time (s) of the job holding it at its current speed; 0 if free."""
@@ -316,21 +248,24 @@ class Simulator:
         busy = owner >= 0
         if busy.any():
             s = owner[busy]
-            T = self._s_T[s]
-            rem = np.maximum(self._s_rem[s] - (self.now - self._s_tupd[s]) / T, 0.0)
-            out[busy] = rem * T
+            out[busy] = self.slots.remaining(s, self.now) * self.slots.iter_time[s]
         return out
 
     def throughput(self) -> float:
         """``Σ k_j η_j`` over the running jobs now: effective GPUs without the survival term."""
-        act = self._active_slots()
+        act = self.slots.active_slots()
         if not len(act):
             return 0.0
-        return float((self._s_k[act] * np.minimum(1.0, self._s_tstar[act] / self._s_T[act])).sum())
+        sl = self.slots
+        return float((sl.k[act] * np.minimum(1.0, sl.tstar[act] / sl.iter_time[act])).sum())
 
     def next_arrival_time(self) -> float:
         """Arrival time of the next job still to arrive (``inf`` if none)."""
-        return float(self._arrival[self._arr_ptr]) if self._arr_ptr < len(self.jobs) else math.inf
+        return (
+            float(self.ledger.arrival[self._arr_ptr])
+            if self._arr_ptr < len(self.jobs)
+            else math.inf
+        )
 
     def pending(self) -> list[Job]:
         """The queue as the policy sees it (:attr:`SimConfig.queue_view`, :attr:`SimConfig.max_queue_view`)."""
@@ -338,7 +273,7 @@ class Simulator:
             return []
         q = np.fromiter(self._queue, np.int64, len(self._queue))
         if self.config.queue_view == "fitting":
-            q = q[self._k[q] <= self.state.num_free]
+            q = q[self.ledger.k[q] <= self.state.num_free]
         if self.config.max_queue_view is not None:
             q = q[: self.config.max_queue_view]
         return [self.jobs[i] for i in q.tolist()]
@@ -363,7 +298,7 @@ class Simulator:
         """
         jid = job if isinstance(job, str) else job.job_id
         i = self._index.get(jid)
-        if i is None or self._status[i] != _QUEUED:
+        if i is None or self.ledger.status[i] != QUEUED:
             raise SimulationError(f"t={self.now:.3f}s: job {jid!r} is not in the queue")
         the_job = self.jobs[i]
         try:
@@ -373,61 +308,61 @@ class Simulator:
                 f"t={self.now:.3f}s: invalid placement of job {jid}: {exc}"
             ) from exc
         s = self.state.jobs[jid]
-        if s >= self._cap:
-            self._grow(max(2 * self._cap, s + 1))
+        if s >= self.slots.capacity:
+            self.slots.grow(max(2 * self.slots.capacity, s + 1))
         self._dequeue(i)
-        self._status[i] = _RUNNING
-        self._queue_time[i] += self.now - self._queued_since[i]
-        if np.isnan(self._start[i]):
-            self._start[i] = self.now
+        self.ledger.status[i] = RUNNING
+        self.ledger.queue_time[i] += self.now - self.ledger.queued_since[i]
+        if np.isnan(self.ledger.start[i]):
+            self.ledger.start[i] = self.now
         nsrv = len(self.topology.servers_of(self.state.placement(jid)))
-        self._servers[i] = nsrv
-        self._sum_servers[i] += nsrv
-        self._place_count[i] += 1
-        self._s_job[s] = i
-        self._s_active[s] = True
-        self._s_rem[s] = self._rem_saved[i]
-        self._s_ckrem[s] = self._rem_saved[i]
-        self._s_tupd[s] = self.now
-        self._s_seg[s] = self.now
-        self._s_T[s] = self.state.slot_iteration_times[s]
-        self._s_k[s] = self._k[i]
-        self._s_tstar[s] = self._tstar[i]
-        self._busy += int(self._k[i])
+        self.ledger.servers[i] = nsrv
+        self.ledger.sum_servers[i] += nsrv
+        self.ledger.place_count[i] += 1
+        self.slots.job[s] = i
+        self.slots.active[s] = True
+        self.slots.rem[s] = self.ledger.rem_saved[i]
+        self.slots.ckrem[s] = self.ledger.rem_saved[i]
+        self.slots.tupd[s] = self.now
+        self.slots.seg[s] = self.now
+        self.slots.iter_time[s] = self.state.slot_iteration_times[s]
+        self.slots.k[s] = self.ledger.k[i]
+        self.slots.tstar[s] = self.ledger.tstar[i]
+        self._busy += int(self.ledger.k[i])
         self._running += 1
         return delta
 
     def _release(self, s: int) -> int:
-        i = int(self._s_job[s])
-        self._s_active[s] = False
-        self._s_job[s] = -1
-        self._run_time[i] += self.now - self._s_seg[s]
+        i = int(self.slots.job[s])
+        self.slots.active[s] = False
+        self.slots.job[s] = -1
+        self.ledger.run_time[i] += self.now - self.slots.seg[s]
         self.state.remove(self.jobs[i].job_id)
-        self._busy -= int(self._k[i])
+        self._busy -= int(self.ledger.k[i])
         self._running -= 1
         self._dirty = True
         return i
 
     def _complete(self, s: int) -> None:
-        i = int(self._s_job[s])
-        self._executed[i] += self._s_rem[s]
-        self._s_rem[s] = 0.0
+        i = int(self.slots.job[s])
+        self.ledger.executed[i] += self.slots.rem[s]
+        self.slots.rem[s] = 0.0
         self._release(s)
-        self._status[i] = _DONE
-        self._finish[i] = self.now
+        self.ledger.status[i] = DONE
+        self.ledger.finish[i] = self.now
         self._n_done += 1
 
     def _kill(self, s: int) -> None:
         """Stop the job in slot ``s`` after a failure: it loses the work since its last checkpoint."""
         slots = np.array([s], dtype=np.intp)
-        self._rebase(slots, self.now)
-        c = float(self._last_checkpoint(self._s_seg[s], self.now))
-        i = int(self._s_job[s])
-        self._lost_work[i] += self._s_ckrem[s] - self._s_rem[s]
-        self._lost_gpu_s[i] += self._k[i] * (self.now - c)
-        self._rem_saved[i] = self._s_ckrem[s]
+        self._rebase(slots)
+        c = float(self.slots.last_checkpoint(self.slots.seg[s], self.now))
+        i = int(self.slots.job[s])
+        self.ledger.lost_work[i] += self.slots.ckrem[s] - self.slots.rem[s]
+        self.ledger.lost_gpu_s[i] += self.ledger.k[i] * (self.now - c)
+        self.ledger.rem_saved[i] = self.slots.ckrem[s]
         self._release(s)
-        self._restarts[i] += 1
+        self.ledger.restarts[i] += 1
         self.job_failures += 1
         self._enqueue(i)
 
@@ -438,27 +373,23 @@ class Simulator:
             if s >= 0:
                 self._kill(s)
                 self.job_failures_gpu += 1
-        if change.failed_links:
-            topo = self.topology
-            for e in change.failed_links:
-                for jid in list(self.state.jobs):
-                    if e in topo.spanned_links(self.state.placement(jid)):
-                        self._kill(self.state.jobs[jid])
-                        self.job_failures_link += 1
+        for e in change.failed_links:
+            for jid in list(self.state.jobs):
+                if e in self.topology.spanned_links(self.state.placement(jid)):
+                    self._kill(self.state.jobs[jid])
+                    self.job_failures_link += 1
         if change.health_changed:
             self.state.set_health(self.health_process.health())
-            self._dirty = True
-        if change.repaired_gpus:
-            self._dirty = True
+            self._dirty = True  # repairs are health changes too
 
     # ----------------------------------------------------------------- events
     def next_event_time(self) -> float:
         """Time of the next event (arrival, completion, health event or the time limit)."""
         self._sync()
-        t = self._arrival[self._arr_ptr] if self._arr_ptr < len(self.jobs) else math.inf
-        act = self._active_slots()
+        t = self.ledger.arrival[self._arr_ptr] if self._arr_ptr < len(self.jobs) else math.inf
+        act = self.slots.active_slots()
         if len(act):
-            fin = self._s_tupd[act] + self._s_rem[act] * self._s_T[act]
+            fin = self.slots.finish_times(act)
             t = min(t, float(fin.min()))
         t = min(t, self.health_process.next_time())
         if self.config.max_time_s is not None:
@@ -473,17 +404,32 @@ class Simulator:
 
         Raises:
             SimulationError: If jobs are queued, nothing runs, no arrival is pending and no event can
-                ever change that (a policy that never places), or the simulation is over.
+                ever change that (a policy that never places), if :attr:`SimConfig.max_events`
+                events have been processed, or if the simulation is over.
         """
         if self.done:
             raise SimulationError("the simulation is over")
+        cfg = self.config
+        if self.events >= cfg.max_events:
+            raise SimulationError(
+                f"t={self.now:.6g}s: stopped after SimConfig.max_events={cfg.max_events} events "
+                f"with {len(self.jobs) - self._n_done} job(s) unfinished: events come faster than "
+                "simulated time advances (raise failure_horizon_s or mean_abnormal_duration_s, "
+                "lower onset_rate_per_gpu_hour, set max_time_s, or raise max_events)"
+            )
         t_next = self.next_event_time()
         idle = self._running == 0 and self._arr_ptr == len(self.jobs) and bool(self._queue)
         if idle and not self.health_process.failed.any():
             self._stall += 1
         else:
             self._stall = 0
-        if math.isinf(t_next) or self._stall > self.config.stall_events:
+        if not idle:
+            self._idle_declines = 0
+        if (
+            math.isinf(t_next)
+            or self._stall > cfg.stall_events
+            or self._idle_declines > cfg.stall_events
+        ):
             ids = ", ".join(self.jobs[i].job_id for i in self._queue[:5])
             raise SimulationError(
                 f"t={self.now:.1f}s: {len(self._queue)} job(s) stay queued on an idle cluster and "
@@ -503,14 +449,14 @@ class Simulator:
         else:
             thr = 0.0
         if self.config.record_timeline:
-            self._timeline.append(
+            self.timeline_rows.append(
                 (self.now, float(self._busy), F, thr, len(self._queue), self._running)
             )
         self.now = t_next
         # 1. Completions.
-        act = self._active_slots()
+        act = self.slots.active_slots()
         if len(act):
-            fin = self._s_tupd[act] + self._s_rem[act] * self._s_T[act]
+            fin = self.slots.finish_times(act)
             for s in act[fin <= t_next]:
                 self._complete(int(s))
         # 2. Health.
@@ -537,9 +483,17 @@ class Simulator:
         self.policy_calls += 1
         t0 = time.perf_counter()
         placements = policy.place(self.state, view, self.policy_rng)
-        self._policy_wall += time.perf_counter() - t0
+        self.policy_wall_s += time.perf_counter() - t0
         for p in placements:
             self.place(p.job, p.gpus)
+        if placements:
+            self._idle_declines = 0
+        elif (
+            self._running == 0
+            and self._arr_ptr == len(self.jobs)
+            and min(j.num_gpus for j in view) <= self.state.num_free
+        ):
+            self._idle_declines += 1  # an idle cluster, a job that fits, and nothing placed
         return len(placements)
 
     def run(
@@ -557,14 +511,7 @@ class Simulator:
             hook: Called after every event and every decision (e.g. to check invariants in tests).
         """
         t0 = time.perf_counter()
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            horizon_h = float(self._arrival[-1]) / 3600.0 if len(self.jobs) else 0.0
-            bar = tqdm(
-                total=round(max(horizon_h, 1e-3), 2), unit="h", desc="simulated", dynamic_ncols=True
-            )
+        bar = SimProgress(self, progress)
         try:
             while not self.done:
                 if self.needs_decision():
@@ -574,23 +521,10 @@ class Simulator:
                 self.advance()
                 if hook is not None:
                     hook(self)
-                if bar is not None and self.events % 64 == 0:
-                    h = round(self.now / 3600.0, 2)
-                    if h > bar.total:
-                        bar.total = h
-                    bar.set_postfix(
-                        done=self._n_done,
-                        queued=len(self._queue),
-                        running=self._running,
-                        refresh=False,
-                    )
-                    bar.update(h - bar.n)  # redraws at most every ``mininterval``
+                bar.update(self)
         finally:
-            if bar is not None:
-                bar.n = round(self.now / 3600.0, 2)
-                bar.total = max(bar.total, bar.n)
-                bar.close()
-        self._wall += time.perf_counter() - t0
+            bar.close(self)
+        self.wall_s += time.perf_counter() - t0
         return self.result(policy_name=getattr(policy, "name", type(policy).__name__))
 
     # ---------------------------------------------------------------- results
@@ -607,7 +541,7 @@ class Simulator:
                 seen[g] = jid
             if not np.all(owner[gpus] == s):
                 errs.append(f"gpu_owner disagrees with the placement of {jid}")
-            if not self._s_active[s] or self.jobs[int(self._s_job[s])].job_id != jid:
+            if not self.slots.active[s] or self.jobs[int(self.slots.job[s])].job_id != jid:
                 errs.append(f"slot {s} of {jid} is not tracked")
         if int((owner >= 0).sum()) != len(seen):
             errs.append("gpu_owner marks GPUs that no placed job holds")
@@ -617,11 +551,11 @@ class Simulator:
             errs.append(f"busy count {self._busy} != {len(seen)} held GPUs")
         if self._running != len(self.state.jobs):
             errs.append("running count disagrees with the cluster state")
-        counts = np.bincount(self._status, minlength=4)
+        counts = np.bincount(self.ledger.status, minlength=4)
         if (
-            counts[_QUEUED] != len(self._queue)
-            or counts[_RUNNING] != self._running
-            or counts[_DONE] != self._n_done
+            counts[QUEUED] != len(self._queue)
+            or counts[RUNNING] != self._running
+            or counts[DONE] != self._n_done
         ):
             errs.append("job status counts disagree with queue/running/done")
         return errs

@@ -26,6 +26,10 @@ The model (docs/SIMULATOR.md explains it at length):
   unusable until it is repaired after an exponential time of mean ``mean_repair_s``. A link failure
   is a transient fault: every job whose ring crosses it crashes, the link stays usable.
 * **Scripted failures** ``(time, gpu[, repair_s])`` can be added (tests, replaying a failure log).
+
+Every event that an event at time ``t`` schedules (the next onset, a failure clock, a repair, a
+recovery) lies strictly after ``t`` (at least one float step), so the events of one instant are
+finitely many, and :attr:`HealthProcess.max_events_per_hour` bounds their mean rate.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.devices import AbnormalityProfile, Health
-from crop_gym.errors import ConfigError
-from crop_gym.sim.config import SimConfig
+from crop_gym.errors import ConfigError, check_int, check_real
+from crop_gym.sim.config import MAX_SECONDS, SimConfig
 from crop_gym.topology import Topology
 
 __all__ = ["HealthChange", "HealthProcess", "ScriptedFailure"]
@@ -52,6 +56,12 @@ ScriptedFailure = tuple[float, int] | tuple[float, int, float]
 _ONSET_GPU, _ONSET_LINK, _RECOVER_GPU, _RECOVER_LINK, _FAIL_GPU, _FAIL_LINK, _REPAIR, _SCRIPTED = (
     range(8)
 )
+
+
+def _later(t: float, dt: float) -> float:
+    """``t + dt``, but at least the next float after ``t`` (an event never reschedules itself at
+    its own instant, whatever the rounding)."""
+    return max(t + dt, math.nextafter(t, math.inf))
 
 
 @dataclass
@@ -82,6 +92,19 @@ class HealthChange:
     def health_changed(self) -> bool:
         """Whether the :class:`~crop_gym.devices.Health` differs from before."""
         return bool(self.changed_gpus or self.changed_links)
+
+
+def _check_scripted(k: int, item: object, num_gpus: int) -> tuple[float, int, float | None]:
+    """Validate the ``k``-th scripted failure; return ``(time_s, gpu, repair_s or None)``."""
+    where = f"scripted failure #{k} {item!r}"
+    if not isinstance(item, tuple | list) or len(item) not in (2, 3):
+        raise ConfigError(f"{where}: expected (time_s, gpu[, repair_s])")
+    t = check_real(f"{where}: time_s", item[0], 0.0, MAX_SECONDS)
+    gpu = check_int(f"{where}: gpu", item[1], 0, num_gpus - 1)
+    repair = None
+    if len(item) == 3:
+        repair = check_real(f"{where}: repair_s", item[2], 0.0, math.inf, low_inclusive=False)
+    return t, gpu, repair
 
 
 class HealthProcess:
@@ -177,19 +200,31 @@ class HealthProcess:
         for i in np.flatnonzero(self.pi_link > 0):
             self._arm_link(int(i), 0.0)
         self._scripted_repair: list[float | None] = []
-        for item in scripted_failures:
-            if len(item) not in (2, 3):
-                raise ConfigError(f"scripted failure {item!r}: expected (time_s, gpu[, repair_s])")
-            t, gpu = float(item[0]), int(item[1])
-            repair = float(item[2]) if len(item) == 3 else None
-            if not (0 <= gpu < g) or not (t >= 0 and math.isfinite(t)):
-                raise ConfigError(
-                    f"scripted failure {item!r}: time must be >= 0 and gpu in [0, {g - 1}]"
-                )
-            if repair is not None and not repair > 0:
-                raise ConfigError(f"scripted failure {item!r}: repair_s must be > 0")
+        for k, item in enumerate(scripted_failures):
+            t, gpu, repair = _check_scripted(k, item, g)
             self._push(t, _SCRIPTED, gpu, len(self._scripted_repair))
             self._scripted_repair.append(repair)
+
+    @property
+    def max_events_per_hour(self) -> float:
+        """An upper bound of the mean number of health events per simulated hour.
+
+        ``3 r (G + L) + 2 λ_G G + λ_L L`` with ``r`` the onset rate per device-hour (onset attempts,
+        their recoveries and the repairs of "failed" onsets), ``G`` GPUs, ``L`` eligible links and
+        ``λ`` the largest failure hazard per hour (a chronic and an episode π combined, each at most
+        the top of the profile's range; a GPU failure is followed by one repair). Initial episodes,
+        GPUs failed at time 0 and scripted failures add a fixed number of events on top.
+        """
+        g, nl = self.topology.num_gpus, len(self._eligible_links)
+        r = (self._onset_rate_g + self._onset_rate_l) * 3600.0
+        h = self.config.failure_horizon_s / 3600.0
+
+        def lam(hi: float, on: bool) -> float:  # π ≤ 1 - (1 - hi)^2
+            return 2.0 * -math.log1p(-hi) / h if on else 0.0
+
+        lam_g = lam(self.profile.gpu_fail_prob[1], self.config.gpu_failures)
+        lam_l = lam(self.profile.link_fail_prob[1], self.config.link_failures)
+        return 3.0 * r + 2.0 * lam_g * g + lam_l * nl
 
     # ----------------------------------------------------------------- helpers
     def _gpu_kind_weights(self) -> NDArray[np.float64]:
@@ -212,18 +247,18 @@ class HealthProcess:
         pi = self.pi_gpu[i]
         if pi > 0 and not self.failed[i] and self.config.gpu_failures:
             lam = -math.log1p(-pi) / self.config.failure_horizon_s
-            self._push(
-                now + self.rng.exponential(1.0 / lam), _FAIL_GPU, i, int(self._fail_ver_g[i])
-            )
+            if lam > 0:  # else the hazard underflowed: the GPU never fails
+                dt = self.rng.exponential(1.0 / lam)
+                self._push(_later(now, dt), _FAIL_GPU, i, int(self._fail_ver_g[i]))
 
     def _arm_link(self, e: int, now: float) -> None:
         self._fail_ver_l[e] += 1
         pi = self.pi_link[e]
         if pi > 0 and self.config.link_failures:
             lam = -math.log1p(-pi) / self.config.failure_horizon_s
-            self._push(
-                now + self.rng.exponential(1.0 / lam), _FAIL_LINK, e, int(self._fail_ver_l[e])
-            )
+            if lam > 0:
+                dt = self.rng.exponential(1.0 / lam)
+                self._push(_later(now, dt), _FAIL_LINK, e, int(self._fail_ver_l[e]))
 
     def _stale(self, kind: int, idx: int, ver: int) -> bool:
         if kind == _FAIL_GPU:
@@ -261,7 +296,7 @@ class HealthProcess:
         change.failed_gpus.append(i)
         change.changed_gpus.add(i)
         rep = self.rng.exponential(self.config.mean_repair_s) if repair_s is None else repair_s
-        self._push(now + rep, _REPAIR, i, 0)
+        self._push(_later(now, rep), _REPAIR, i, 0)
 
     def pop(self, until: float) -> HealthChange:
         """Process every event at or before ``until`` (in time order) and report what changed."""
@@ -271,7 +306,7 @@ class HealthProcess:
         while self.next_time() <= until:
             t, _, kind, idx, ver = heapq.heappop(self._heap)
             if kind == _ONSET_GPU:
-                self._push(t + rng.exponential(1.0 / self._onset_rate_g), _ONSET_GPU, 0, 0)
+                self._push(_later(t, rng.exponential(1.0 / self._onset_rate_g)), _ONSET_GPU, 0, 0)
                 i = int(rng.integers(self.topology.num_gpus))
                 w = self._gpu_kind_weights()
                 which = int(rng.choice(3, p=w / w.sum()))
@@ -291,9 +326,11 @@ class HealthProcess:
                 change.onsets += 1
                 change.changed_gpus.add(i)
                 self._ep_ver_g[i] += 1
-                self._push(t + rng.exponential(mean_d), _RECOVER_GPU, i, int(self._ep_ver_g[i]))
+                self._push(
+                    _later(t, rng.exponential(mean_d)), _RECOVER_GPU, i, int(self._ep_ver_g[i])
+                )
             elif kind == _ONSET_LINK:
-                self._push(t + rng.exponential(1.0 / self._onset_rate_l), _ONSET_LINK, 0, 0)
+                self._push(_later(t, rng.exponential(1.0 / self._onset_rate_l)), _ONSET_LINK, 0, 0)
                 e = int(self._eligible_links[rng.integers(len(self._eligible_links))])
                 w = self._link_kind_weights()
                 which = int(rng.choice(2, p=w / w.sum()))
@@ -310,7 +347,9 @@ class HealthProcess:
                 change.onsets += 1
                 change.changed_links.add(e)
                 self._ep_ver_l[e] += 1
-                self._push(t + rng.exponential(mean_d), _RECOVER_LINK, e, int(self._ep_ver_l[e]))
+                self._push(
+                    _later(t, rng.exponential(mean_d)), _RECOVER_LINK, e, int(self._ep_ver_l[e])
+                )
             elif kind == _RECOVER_GPU:
                 self._ep_ver_g[idx] += 1
                 had_pi = self._pig_e[idx] > 0

@@ -47,6 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.io import atomic_write_bytes, atomic_write_text
+from crop_gym.sim.ledger import QUEUED
 
 if TYPE_CHECKING:
     from crop_gym.sim.engine import Simulator
@@ -113,26 +114,26 @@ class SimResult:
         jobs = sim.jobs
         n = len(jobs)
         G = sim.topology.num_gpus
-        finish = sim._finish
+        finish = sim.ledger.finish
         done = ~np.isnan(finish)
-        arrival = sim._arrival
+        arrival = sim.ledger.arrival
         jct = finish - arrival
         jct_done = jct[done]
-        queueing = sim._queue_time.copy()
+        queueing = sim.ledger.queue_time.copy()
         # Jobs still queued at the end: count their waiting so far.
-        queued = sim._status == 1
-        queueing[queued] += sim.now - sim._queued_since[queued]
-        ideal_run = sim._work * sim._tstar
+        queued = sim.ledger.status == QUEUED
+        queueing[queued] += sim.now - sim.ledger.queued_since[queued]
+        ideal_run = sim.ledger.work * sim.ledger.tstar
         # Jobs still running at the end: count their current run so far.
-        run_time = sim._run_time.copy()
-        act = np.flatnonzero(sim._s_active)
-        run_time[sim._s_job[act]] += sim.now - sim._s_seg[act]
+        run_time = sim.ledger.run_time.copy()
+        act = sim.slots.active_slots()
+        run_time[sim.slots.job[act]] += sim.now - sim.slots.seg[act]
         makespan = float(finish[done].max()) if done.any() else float(sim.now)
         if sim.truncated:
             makespan = float(sim.now)
         horizon = makespan if makespan > 0 else math.nan
         busy_int = sim.int_busy
-        lost_gpu_s = float(sim._lost_gpu_s.sum())
+        lost_gpu_s = float(sim.ledger.lost_gpu_s.sum())
         metrics: dict[str, Any] = {
             "jobs_total": n,
             "jobs_completed": int(done.sum()),
@@ -149,45 +150,47 @@ class SimResult:
             "mean_utilization": busy_int / (G * horizon),
             "mean_effective_gpus": sim.int_F / horizon,
             "mean_throughput_gpus": sim.int_thr / horizon,
-            "goodput_gpus": float((sim._k * ideal_run)[done].sum()) / horizon,
+            "goodput_gpus": float((sim.ledger.k * ideal_run)[done].sum()) / horizon,
             "mean_efficiency": sim.int_thr / busy_int if busy_int > 0 else math.nan,
             "comm_overhead": sim.int_comm / busy_int if busy_int > 0 else math.nan,
             "mean_slowdown": float((run_time[done] / ideal_run[done]).mean())
             if done.any()
             else math.nan,
-            "restarts": int(sim._restarts.sum()),
+            "restarts": int(sim.ledger.restarts.sum()),
             "lost_gpu_hours": lost_gpu_s / 3600.0,
-            "lost_work_frac": float(sim._lost_work.sum() / sim._work.sum()) if n else 0.0,
+            "lost_work_frac": float(sim.ledger.lost_work.sum() / sim.ledger.work.sum())
+            if n
+            else 0.0,
             "gpu_hours_busy": busy_int / 3600.0,
             **counters,
             "truncated": bool(sim.truncated),
-            "wall_s": sim._wall,
-            "policy_wall_s": sim._policy_wall,
-            "events_per_s": counters["events"] / sim._wall if sim._wall > 0 else math.nan,
+            "wall_s": sim.wall_s,
+            "policy_wall_s": sim.policy_wall_s,
+            "events_per_s": counters["events"] / sim.wall_s if sim.wall_s > 0 else math.nan,
         }
         records: dict[str, NDArray[Any]] = {
             "job_id": np.array([j.job_id for j in jobs], dtype=object),
             "model": np.array([j.model for j in jobs], dtype=object),
-            "num_gpus": sim._k.copy(),
-            "iterations": sim._work.copy(),
+            "num_gpus": sim.ledger.k.copy(),
+            "iterations": sim.ledger.work.copy(),
             "arrival_s": arrival.copy(),
-            "start_s": sim._start.copy(),
+            "start_s": sim.ledger.start.copy(),
             "finish_s": finish.copy(),
             "jct_s": jct,
             "queueing_s": queueing,
             "run_s": run_time,
             "ideal_run_s": ideal_run,
-            "restarts": sim._restarts.copy(),
-            "lost_gpu_hours": sim._lost_gpu_s / 3600.0,
-            "servers": sim._servers.copy(),
+            "restarts": sim.ledger.restarts.copy(),
+            "lost_gpu_hours": sim.ledger.lost_gpu_s / 3600.0,
+            "servers": sim.ledger.servers.copy(),
             "mean_servers": np.divide(
-                sim._sum_servers,
-                sim._place_count,
+                sim.ledger.sum_servers,
+                sim.ledger.place_count,
                 out=np.full(n, np.nan),
-                where=sim._place_count > 0,
+                where=sim.ledger.place_count > 0,
             ),
         }
-        tl = np.array(sim._timeline, dtype=np.float64).reshape(-1, 6)
+        tl = np.array(sim.timeline_rows, dtype=np.float64).reshape(-1, 6)
         if len(tl) or sim.now > 0:
             tl = np.vstack(
                 [
@@ -195,11 +198,11 @@ class SimResult:
                     [
                         [
                             sim.now,
-                            float(sim._busy),
+                            float(sim.busy_gpus),
                             sim.state.F,
                             sim.throughput(),
-                            len(sim._queue),
-                            sim._running,
+                            sim.queue_length,
+                            sim.running,
                         ]
                     ],
                 ]
