@@ -57,11 +57,11 @@ def main() -> None:
     rem, add = [], []
     for j in jobs:
         gpus = st.placement(j.job_id)
-        stats = st.stats_for(gpus)
+        facts = st.facts_for(gpus)
         t0 = time.perf_counter()
         st.remove(j.job_id)
         t1 = time.perf_counter()
-        st.add(j, gpus, stats)
+        st.add(j, gpus, facts=facts)
         t2 = time.perf_counter()
         rem.append(t1 - t0)
         add.append(t2 - t1)
@@ -69,7 +69,7 @@ def main() -> None:
         f"incremental remove: mean {np.mean(rem) * 1e3:.3f} ms, p95 {np.percentile(rem, 95) * 1e3:.3f} ms (target <= 0.2 ms)"
     )
     print(
-        f"incremental add (stats given): mean {np.mean(add) * 1e3:.3f} ms, p95 {np.percentile(add, 95) * 1e3:.3f} ms"
+        f"incremental add (facts given): mean {np.mean(add) * 1e3:.3f} ms, p95 {np.percentile(add, 95) * 1e3:.3f} ms"
     )
     add_full = []
     for j in jobs:
@@ -79,7 +79,7 @@ def main() -> None:
         st.add(j, gpus)
         add_full.append(time.perf_counter() - t0)
     print(
-        f"incremental add (incl. placement stats): mean {np.mean(add_full) * 1e3:.3f} ms (target <= 0.2 ms)"
+        f"incremental add (incl. placement facts): mean {np.mean(add_full) * 1e3:.3f} ms (target <= 0.2 ms)"
     )
     gains = [timeit(lambda j=j: st.gain(j, st.placement(j.job_id)), 20) for j in jobs[:50]]
     print(f"gain (ΔF without mutation): mean {np.mean(gains) * 1e3:.3f} ms")

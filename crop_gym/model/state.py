@@ -13,7 +13,7 @@ against.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -25,6 +25,7 @@ from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
 from crop_gym.model.timing import (
+    FACT_COLUMNS,
     PerfConfig,
     PlacementFacts,
     ideal_time,
@@ -92,94 +93,84 @@ class Gains:
         return out
 
 
+#: The columns of :attr:`PlacedJobs.data` after the placement facts' (:data:`FACT_COLUMNS`).
+JOB_COLUMNS: tuple[str, ...] = ("grad_bytes", "compute", "tstar", "weight")
+#: The model outputs, the last columns of :attr:`PlacedJobs.data`.
+OUTPUT_COLUMNS: tuple[str, ...] = ("T", "C", "eta", "value")
+_NF, _NJ = len(FACT_COLUMNS), len(JOB_COLUMNS)
+_OUT = _NF + _NJ  # first output column
+
+
 @dataclass
 class PlacedJobs:
-    """The placed jobs as per-slot arrays (``active`` marks the used rows; the rest are stale).
+    """The placed jobs as one named array per slot (``active`` marks the used rows).
 
     Attributes:
         active: ``bool[S]``.
-        facts: The placement facts of each slot (``PlacementFacts`` with ``S`` rows; its
-            ``inter_links`` are ``int32[S, W]``, root-padded, all padding on a free slot).
-        grad_bytes: ``float64[S]`` gradient bytes ``M``.
-        compute: ``float64[S]`` reference compute time ``t_c``.
-        tstar: ``float64[S]`` ideal time ``T*``.
-        weight: ``float64[S]`` job weight ``w``.
-        T: ``float64[S]`` current iteration time.
-        C: ``float64[S]`` current all-reduce time.
-        eta: ``float64[S]`` current η.
-        value: ``float64[S]`` current value (0 on a free slot).
+        data: ``float64[S, 16]``: the placement facts (:data:`FACT_COLUMNS`), the job's constants
+            (:data:`JOB_COLUMNS`: gradient bytes ``M``, reference compute time ``t_c``, ideal time
+            ``T*``, weight ``w``) and its current outputs (:data:`OUTPUT_COLUMNS`: ``T``, ``C``,
+            ``η``, value); rows of free slots are stale, except value, which is 0.
+        links: ``int32[S, W]`` each slot's inter-server links, root-padded (all padding when free).
     """
 
     active: NDArray[np.bool_]
-    facts: PlacementFacts
-    grad_bytes: FloatArray
-    compute: FloatArray
-    tstar: FloatArray
-    weight: FloatArray
-    T: FloatArray
-    C: FloatArray
-    eta: FloatArray
-    value: FloatArray
+    data: FloatArray
+    links: NDArray[np.int32]
 
     @classmethod
     def empty(cls, slots: int, width: int) -> PlacedJobs:
         """A table of ``slots`` free rows whose link rows hold ``width`` links."""
-        z = np.zeros
-
-        def f() -> FloatArray:
-            return z(slots)
-
-        facts = PlacementFacts(
-            k=z(slots, dtype=np.int64),
-            g=z(slots, dtype=np.int64),
-            s=z(slots, dtype=np.int64),
-            b_intra=f(),
-            a_intra=f(),
-            a_inter=f(),
-            slowdown=f(),
-            survival=f(),
-            inter_links=z((slots, width), dtype=np.int32),
+        return cls(
+            np.zeros(slots, dtype=bool),
+            np.zeros((slots, _OUT + len(OUTPUT_COLUMNS))),
+            np.zeros((slots, width), dtype=np.int32),
         )
-        return cls(z(slots, dtype=bool), facts, f(), f(), f(), f(), f(), f(), f(), f())
 
     @property
     def slots(self) -> int:
         return len(self.active)
 
+    def facts(self, rows: Any) -> PlacementFacts:
+        """The placement facts of slot ``rows``."""
+        return PlacementFacts(self.data[rows, :_NF], self.links[rows])
+
+    def column(self, name: str) -> FloatArray:
+        """A column of :attr:`data` by name (a view: every slot)."""
+        names = (*FACT_COLUMNS, *JOB_COLUMNS, *OUTPUT_COLUMNS)
+        out: FloatArray = self.data[:, names.index(name)]
+        return out
+
+    T = property(lambda self: self.data[:, _OUT], doc="``float64[S]`` iteration times.")
+    C = property(lambda self: self.data[:, _OUT + 1], doc="``float64[S]`` all-reduce times.")
+    eta = property(lambda self: self.data[:, _OUT + 2], doc="``float64[S]`` η.")
+    value = property(lambda self: self.data[:, _OUT + 3], doc="``float64[S]`` values.")
+    k = property(lambda self: self.data[:, 0], doc="``float64[S]`` GPUs.")
+    survival = property(lambda self: self.data[:, 7], doc="``float64[S]`` survival.")
+    tstar = property(lambda self: self.data[:, _NF + 2], doc="``float64[S]`` ideal times.")
+
     def resized(self, slots: int, width: int) -> PlacedJobs:
-        """A copy with at least ``slots`` rows and ``width`` link columns (new rows free)."""
+        """A copy with ``slots`` rows and ``width`` link columns (new rows free)."""
         new = PlacedJobs.empty(slots, width)
-        n, w = self.facts.inter_links.shape
-        for name in (
-            "active",
-            "grad_bytes",
-            "compute",
-            "tstar",
-            "weight",
-            "T",
-            "C",
-            "eta",
-            "value",
-        ):
-            getattr(new, name)[:n] = getattr(self, name)
-        for fd in fields(PlacementFacts):
-            if fd.name != "inter_links":
-                getattr(new.facts, fd.name)[:n] = getattr(self.facts, fd.name)
-        new.facts.inter_links[:n, :w] = self.facts.inter_links
+        n, w = self.links.shape
+        new.active[:n] = self.active
+        new.data[:n] = self.data
+        new.links[:n, :w] = self.links
         return new
 
     def copy(self) -> PlacedJobs:
         """An independent copy."""
-        return self.resized(*self.facts.inter_links.shape)
+        return PlacedJobs(self.active.copy(), self.data.copy(), self.links.copy())
 
-    def write_facts(self, slot: int, facts: PlacementFacts, row: int = 0) -> None:
-        """Store row ``row`` of ``facts`` in ``slot`` (the link row must be wide enough)."""
-        for fd in fields(PlacementFacts):
-            if fd.name != "inter_links":
-                getattr(self.facts, fd.name)[slot] = getattr(facts, fd.name)[row]
+    def write(self, slot: int, facts: PlacementFacts, row: int, job: Job, tstar: float) -> None:
+        """Store a job placed with row ``row`` of ``facts`` in ``slot`` (the link row must be wide
+        enough); its outputs are computed by the caller."""
+        self.data[slot, :_NF] = facts.values[row]
+        self.data[slot, _NF:_OUT] = (job.grad_bytes, job.compute_time, tstar, job.weight)
+        self.data[slot, _OUT + 3] = 0.0
         links = facts.inter_links[row]
-        self.facts.inter_links[slot] = 0
-        self.facts.inter_links[slot, : len(links)] = links
+        self.links[slot] = 0
+        self.links[slot, : len(links)] = links
 
 
 class ClusterState:
@@ -284,7 +275,7 @@ class ClusterState:
     @property
     def slot_num_gpus(self) -> NDArray[np.int64]:
         """Read-only ``k_j`` per slot."""
-        return _readonly(self._table.facts.k)
+        return _readonly(self._table.k)
 
     def placed_jobs(self) -> list[Job]:
         """The placed jobs, in slot order."""
@@ -303,7 +294,7 @@ class ClusterState:
             T=float(t.T[s]),
             C=float(t.C[s]),
             eta=float(t.eta[s]),
-            survival=float(t.facts.survival[s]),
+            survival=float(t.survival[s]),
             value=float(t.value[s]),
             T_star=float(t.tstar[s]),
         )
@@ -325,13 +316,13 @@ class ClusterState:
         """Summary metrics of the current state."""
         t = self._table
         rows = np.flatnonzero(t.active)
-        busy = int(t.facts.k[rows].sum())
+        busy = int(t.k[rows].sum())
         return ClusterMetrics(
             F=self._F,
             jobs_placed=len(self._jobs),
             gpus_busy=busy,
             utilization=busy / self.topology.num_gpus,
-            comm_overhead=comm_share(t.facts.k[rows].astype(np.float64), t.C[rows], t.T[rows]),
+            comm_overhead=comm_share(t.k[rows], t.C[rows], t.T[rows]),
         )
 
     def facts_for(self, gpus: NDArray[np.integer[Any]] | Sequence[int]) -> PlacementFacts:
@@ -342,13 +333,13 @@ class ClusterState:
     def _times(self, rows: NDArray[np.intp]) -> None:
         """Re-evaluate slot ``rows`` under the current link loads."""
         t = self._table
-        facts = t.facts.take(rows)
+        d = t.data[rows]
+        facts = PlacementFacts(d[:, :_NF], t.links[rows])
         b_inter = inter_bandwidth(self._eff_bw, self._load, facts.inter_links)
-        times = job_times(
-            self.perf, t.grad_bytes[rows], t.compute[rows], t.tstar[rows], facts, b_inter
-        )
-        t.T[rows], t.C[rows], t.eta[rows] = times.T, times.C, times.eta
-        t.value[rows] = job_value(t.weight[rows], facts.k, facts.survival, times.eta)
+        M, tc, tstar, w = d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], d[:, _NF + 3]
+        times = job_times(self.perf, M, tc, tstar, facts, b_inter)
+        value = job_value(w, facts.k, facts.survival, times.eta)
+        t.data[rows, _OUT:] = np.column_stack((times.T, times.C, times.eta, value))
 
     def _reevaluate(self, rows: NDArray[np.intp]) -> float:
         """Re-evaluate ``rows``; return the change of their summed value."""
@@ -362,13 +353,13 @@ class ClusterState:
         on = np.zeros(self.topology.num_nodes, dtype=bool)
         on[links] = True
         on[0] = False
-        return np.flatnonzero(on[t.facts.inter_links].any(axis=1) & t.active)
+        return np.flatnonzero(on[t.links].any(axis=1) & t.active)
 
     def evaluate(self) -> float:
         """Recompute link loads, every job's time and value, and F from scratch; return F."""
         t = self._table
         rows = np.flatnonzero(t.active)
-        load = np.bincount(t.facts.inter_links[rows].ravel(), minlength=self.topology.num_nodes)
+        load = np.bincount(t.links[rows].ravel(), minlength=self.topology.num_nodes)
         load[0] = 0
         self._load[:] = load
         if len(rows):
@@ -422,19 +413,22 @@ class ClusterState:
         own_t = job_times(self.perf, grad_bytes, compute, tstar, facts, b_own)
         own = job_value(weight, facts.k, facts.survival, own_t.eta)
         interference = np.zeros(len(facts))
-        rows = np.flatnonzero(t.active & (t.facts.inter_links[:, 0] > 0))
-        if len(rows) and links.shape[1]:
+        if links.shape[1] and (links > 0).any():
             # on[r, e]: candidate r's rings cross link e (one more job there).
-            on = np.zeros((len(facts), self.topology.num_nodes), dtype=bool)
-            on[np.arange(len(facts))[:, None], links] = True
+            R = len(facts)
+            on = np.zeros((R, self.topology.num_nodes), dtype=bool)
+            on[np.arange(R)[:, None], links] = True
             on[:, 0] = False
-            jl = t.facts.inter_links[rows]  # [J, W]
-            hit = on[:, jl]  # [R, J, W]
-            b = inter_bandwidth(eff, load[jl] + hit, jl)  # [R, J]
-            jf = t.facts.take(rows)
-            times = job_times(self.perf, t.grad_bytes[rows], t.compute[rows], t.tstar[rows], jf, b)
-            new = job_value(t.weight[rows], jf.k, jf.survival, times.eta)
-            interference = np.where(hit.any(axis=2), new - t.value[rows], 0.0).sum(axis=1)
+            rows = np.flatnonzero(on.any(axis=0)[t.links].any(axis=1) & t.active)
+            if len(rows):
+                d, jl = t.data[rows], t.links[rows]  # [J, 16], [J, W]
+                hit = on[:, jl]  # [R, J, W]
+                b = inter_bandwidth(eff, load[jl] + hit, jl)  # [R, J]
+                jf = PlacementFacts(d[:, :_NF], jl)
+                times = job_times(self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], jf, b)
+                new = job_value(d[:, _NF + 3], jf.k, jf.survival, times.eta)
+                change = np.where(hit.any(axis=2), new - d[:, _OUT + 3], 0.0)
+                interference = change.sum(axis=1)
         return Gains(own=own, interference=interference, eta=own_t.eta, comm=own_t.C, b_inter=b_own)
 
     def gain(
@@ -494,10 +488,7 @@ class ClusterState:
         f = facts if facts is not None else self.facts_for(p)
         s = self._free_slot(f.inter_links.shape[1])
         t = self._table
-        t.write_facts(s, f)
-        t.grad_bytes[s], t.compute[s] = job.grad_bytes, job.compute_time
-        t.tstar[s], t.weight[s] = self.ideal_time(job), job.weight
-        t.value[s] = 0.0
+        t.write(s, f, 0, job, self.ideal_time(job))
         t.active[s] = True
         self._jobs[job.job_id] = s
         self._slot_job[s], self._slot_gpus[s] = job, p
@@ -516,7 +507,7 @@ class ClusterState:
         """A free slot whose link row holds ``width`` links (the table grows if needed)."""
         t = self._table
         free = np.flatnonzero(~t.active)
-        cols = t.facts.inter_links.shape[1]
+        cols = t.links.shape[1]
         if len(free) == 0 or width > cols:
             slots = t.slots if len(free) else 2 * t.slots
             self._table = t.resized(slots, max(cols, width))
@@ -538,13 +529,13 @@ class ClusterState:
         gpus = self._slot_gpus[s]
         assert gpus is not None
         self._owner[gpus] = -1
-        links = t.facts.inter_links[s]
+        links = t.links[s]
         links = links[links > 0]
         self._load[links] -= 1
         t.active[s] = False
         t.value[s] = 0.0
         delta = self._reevaluate(self._sharing(links)) - old
-        t.facts.inter_links[s] = 0
+        t.links[s] = 0
         self._slot_job[s], self._slot_gpus[s] = None, None
         self._F += delta
         self.version += 1
@@ -573,10 +564,11 @@ class ClusterState:
         if slots:
             facts = placement_facts(self.topology, health, [self._slot_gpus[s] for s in slots])
             width = facts.inter_links.shape[1]
-            if width > self._table.facts.inter_links.shape[1]:
+            if width > self._table.links.shape[1]:
                 self._table = self._table.resized(self._table.slots, width)
-            for i, s in enumerate(slots):
-                self._table.write_facts(s, facts, i)
+            self._table.data[slots, :_NF] = facts.values
+            self._table.links[slots] = 0
+            self._table.links[slots, :width] = facts.inter_links
         self.version += 1
         self.evaluate()
 

@@ -46,6 +46,7 @@ from crop_gym.topology import Topology
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
+    "FACT_COLUMNS",
     "JobTimes",
     "PerfConfig",
     "PlacementFacts",
@@ -208,49 +209,56 @@ def job_times(
 
 
 # ----------------------------------------------------------------------------- placement facts
+#: The columns of :attr:`PlacementFacts.values`, in order.
+FACT_COLUMNS: tuple[str, ...] = (
+    "k",  # GPUs
+    "g",  # most GPUs on one server
+    "s",  # servers spanned
+    "b_intra",  # bottleneck ρ·B over the spanned GPU links (inf if none)
+    "a_intra",  # largest latency over the spanned GPU links (0 if none)
+    "a_inter",  # largest latency over the spanned inter-server links (0 if none)
+    "slowdown",  # max σ_g / speed_g over the placement
+    "survival",  # probability that no GPU or spanned link of the placement fails
+)
+
+
 @dataclass(frozen=True, slots=True)
 class PlacementFacts:
     """Contention-independent facts of ``R`` placements (named arrays, row ``r`` = placement ``r``).
 
     Attributes:
-        k: ``int64[R]`` GPUs.
-        g: ``int64[R]`` most GPUs on one server.
-        s: ``int64[R]`` servers spanned.
-        b_intra: ``float64[R]`` bottleneck ``ρ·B`` over the spanned GPU links (``inf`` if none).
-        a_intra: ``float64[R]`` largest latency over the spanned GPU links (0 if none).
-        a_inter: ``float64[R]`` largest latency over the spanned inter-server links (0 if none).
-        slowdown: ``float64[R]`` ``max σ_g / speed_g`` over the placement.
-        survival: ``float64[R]`` probability that no GPU or spanned link of the placement fails.
-        inter_links: ``int32[R, W]`` spanned inter-server links, sorted, root-padded (node 0).
+        values: ``float64[R, 8]``, one column per name of :data:`FACT_COLUMNS` (read them as
+            ``facts.k``, ``facts.survival``, ...; counts are exact in float64).
+        inter_links: ``int32[R, W]`` spanned inter-server links, largest first, root-padded
+            (node 0, whose bandwidth is infinite).
     """
 
-    k: IntArray
-    g: IntArray
-    s: IntArray
-    b_intra: FloatArray
-    a_intra: FloatArray
-    a_inter: FloatArray
-    slowdown: FloatArray
-    survival: FloatArray
+    values: FloatArray
     inter_links: NDArray[np.int32]
 
+    @classmethod
+    def of(cls, inter_links: NDArray[np.int32], **columns: Any) -> PlacementFacts:
+        """Facts from one array per column of :data:`FACT_COLUMNS` (all of them, by name)."""
+        values = np.column_stack([np.asarray(columns[c], dtype=np.float64) for c in FACT_COLUMNS])
+        return cls(values.reshape(len(inter_links), len(FACT_COLUMNS)), inter_links)
+
     def __len__(self) -> int:
-        return len(self.k)
+        return len(self.values)
 
     def take(self, rows: Any) -> PlacementFacts:
         """The facts of ``rows`` (an index array, a slice or an int for one row)."""
-        idx = np.atleast_1d(np.arange(len(self))[rows])
-        return PlacementFacts(
-            k=self.k[idx],
-            g=self.g[idx],
-            s=self.s[idx],
-            b_intra=self.b_intra[idx],
-            a_intra=self.a_intra[idx],
-            a_inter=self.a_inter[idx],
-            slowdown=self.slowdown[idx],
-            survival=self.survival[idx],
-            inter_links=self.inter_links[idx],
-        )
+        if isinstance(rows, (int, np.integer)):
+            rows = [rows]
+        return PlacementFacts(self.values[rows], self.inter_links[rows])
+
+    k = property(lambda self: self.values[:, 0], doc="``float64[R]`` GPUs.")
+    g = property(lambda self: self.values[:, 1], doc="``float64[R]`` most GPUs on one server.")
+    s = property(lambda self: self.values[:, 2], doc="``float64[R]`` servers spanned.")
+    b_intra = property(lambda self: self.values[:, 3], doc="``float64[R]`` GPU-link bottleneck.")
+    a_intra = property(lambda self: self.values[:, 4], doc="``float64[R]`` GPU-link latency.")
+    a_inter = property(lambda self: self.values[:, 5], doc="``float64[R]`` inter-link latency.")
+    slowdown = property(lambda self: self.values[:, 6], doc="``float64[R]`` max σ/speed.")
+    survival = property(lambda self: self.values[:, 7], doc="``float64[R]`` survival.")
 
 
 def placement_facts(
@@ -292,16 +300,16 @@ def placement_facts(
     valid = np.arange(kmax) < k[:, None]
     if R == 0 or kmax == 0:
         z = np.zeros(R)
-        return PlacementFacts(
-            k,
-            k.copy(),
-            k.copy(),
-            z + np.inf,
-            z,
-            z.copy(),
-            z + 1.0,
-            z + 1.0,
+        return PlacementFacts.of(
             np.zeros((R, 0), dtype=np.int32),
+            k=k,
+            g=k,
+            s=k,
+            b_intra=z + np.inf,
+            a_intra=z,
+            a_inter=z,
+            slowdown=z + 1,
+            survival=z + 1,
         )
 
     # Servers spanned, and the most GPUs on one server (rows are sorted: a server is a run).
@@ -336,7 +344,8 @@ def placement_facts(
     width = int(inter.sum(axis=1).max(initial=0))
     # Largest first, root-padded.
     inter_links = -np.sort(-np.where(inter, a, 0), axis=1)[:, :width]
-    return PlacementFacts(
+    return PlacementFacts.of(
+        inter_links.astype(np.int32),
         k=k,
         g=g,
         s=s,
@@ -345,7 +354,6 @@ def placement_facts(
         a_inter=a_inter,
         slowdown=slowdown,
         survival=gpu_ok * link_ok,
-        inter_links=inter_links.astype(np.int32),
     )
 
 
