@@ -45,6 +45,7 @@ __all__ = [
     "read_metadata",
     "resolve_model_path",
     "save_checkpoint",
+    "update_metadata",
 ]
 
 #: Name of the metadata member inside a checkpoint zip.
@@ -144,6 +145,31 @@ def save_checkpoint(
             dst.writestr(META_NAME, meta_text)
 
     return atomic_write(dest, write)
+
+
+def update_metadata(src: str | Path, dest: str | Path, **fields: Any) -> Path:
+    """Copy a checkpoint with ``fields`` added to its metadata; every other member byte for byte.
+
+    Args:
+        src: A checkpoint ``.zip``.
+        dest: Destination (may be ``src``: written atomically).
+        **fields: Metadata fields to add or replace (JSON-ready).
+    """
+    path = Path(src)
+    meta = read_metadata(path)
+    meta.update(to_jsonable(fields))
+    meta_text = json.dumps(meta, indent=2)
+    with _open_zip(path) as z:
+        members = [(i, _read_member(z, path, i.filename, MAX_WEIGHTS_BYTES)) for i in z.infolist()]
+
+    def write(tmp: Path) -> None:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
+            for info, raw in members:
+                if info.filename != META_NAME:
+                    dst.writestr(info, raw)
+            dst.writestr(META_NAME, meta_text)
+
+    return atomic_write(Path(dest), write)
 
 
 def export_checkpoint(

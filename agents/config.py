@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from crop_gym.errors import ConfigError
-from crop_gym.io import read_mapping
+from crop_gym.io import parse_mapping, read_mapping
 
 __all__ = [
     "ALGOS",
@@ -52,6 +52,8 @@ __all__ = [
     "config_path",
     "linear_schedule",
     "load_config",
+    "parse_config_text",
+    "read_config_file",
     "train_seed",
 ]
 
@@ -106,8 +108,8 @@ _RANGES: dict[str, tuple[float, float]] = {
     "torch_threads": (1, 256),
     "reward_scale": (1e-9, 1e9),
     "learning_rate": (0.0, 1.0),
-    "n_steps": (1, 2**20),
-    "batch_size": (1, 2**20),
+    "n_steps": (1, 2**16),
+    "batch_size": (1, 2**16),
     "n_epochs": (1, 10**4),
     "epochs": (0, 10**5),
     "gamma": (0.0, 1.0),
@@ -119,7 +121,7 @@ _RANGES: dict[str, tuple[float, float]] = {
     "vf_coef": (0.0, 1e3),
     "max_grad_norm": (0.0, 1e6),
     "target_kl": (0.0, 1e3),
-    "buffer_size": (1, 10**7),
+    "buffer_size": (1, 10**6),
     "learning_starts": (0, 10**10),
     "gradient_steps": (-1, 10**4),
     "target_update_interval": (1, 10**10),
@@ -174,6 +176,25 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 #: Keys that take a number or a ``lin_X`` schedule string.
 _SCHEDULES = frozenset({"learning_rate", "clip_range", "clip_range_vf"})
 _LIN = re.compile(r"lin_([0-9.eE+-]+)")
+
+
+def read_config_file(path: str | Path, what: str = "hyperparameter") -> dict[str, Any]:
+    """:func:`crop_gym.io.read_mapping`, its message folded onto one line.
+
+    (PyYAML's reader errors span two lines, "... in <unicode string>, position N".)
+    """
+    try:
+        return read_mapping(path, what=what)
+    except ConfigError as e:
+        raise ConfigError(" ".join(str(e).split())) from None
+
+
+def parse_config_text(text: str, source: str) -> dict[str, Any]:
+    """:func:`crop_gym.io.parse_mapping` of YAML ``text``, its message folded onto one line."""
+    try:
+        return parse_mapping(text, "yaml", source)
+    except ConfigError as e:
+        raise ConfigError(" ".join(str(e).split())) from None
 
 
 def train_seed(seed: int, stream: int, index: int) -> int:
@@ -409,7 +430,7 @@ def load_config(algo: str, env_id: str, path: str | Path | None = None) -> RunCo
     file = Path(path) if path is not None else config_path(algo)
     if algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGOS)}")
-    data = read_mapping(file, what="hyperparameter")
+    data = read_config_file(file)
     for name, entry in data.items():
         if not isinstance(name, str):
             raise ConfigError(f"{file}: entry names must be environment IDs, got {name!r}")

@@ -42,6 +42,7 @@ from agents.config import (
     RunConfig,
     check_env_id,
     load_config,
+    parse_config_text,
     train_seed,
 )
 from agents.envs import is_online, make_vec_env
@@ -55,7 +56,7 @@ from agents.runstate import (
     time_to_target,
 )
 from crop_gym.errors import ConfigError
-from crop_gym.io import check_outputs, parse_mapping
+from crop_gym.io import check_outputs
 
 __all__ = [
     "GAIN_THRESHOLDS",
@@ -121,11 +122,11 @@ def parse_hyperparams(items: list[str] | None) -> dict[str, Any]:
             raise ConfigError(f"--hyperparams {k}: the value must be one line")
         if k in out:
             raise ConfigError(f"--hyperparams: {k} is given twice")
-        out[k] = parse_mapping(f"value: {v}", "yaml", f"--hyperparams {k}").get("value")
+        out[k] = parse_config_text(f"value: {v}", f"--hyperparams {k}").get("value")
     return out
 
 
-def plan_steps(model: Any, total: int) -> int:
+def plan_steps(model: Any, total: int, *, n_envs: int | None = None) -> int:
     """The step count ``model.learn`` reaches when asked for ``total`` steps in all.
 
     On-policy algorithms collect whole rollouts of ``n_steps x n_envs`` steps, DQN chunks of
@@ -137,7 +138,7 @@ def plan_steps(model: Any, total: int) -> int:
     start = int(model.num_timesteps)
     if total <= start:
         return start
-    n_envs = int(model.n_envs)
+    n_envs = int(model.n_envs if n_envs is None else n_envs)
     chunk = None
     if isinstance(model, OnPolicyAlgorithm):
         chunk = int(model.n_steps) * n_envs
@@ -303,13 +304,14 @@ def train(
     latest = latest_checkpoint(outdir) if resume else None
     if latest is None and resume and finetune and (outdir / "bc_model.zip").exists():
         latest = outdir / "bc_model.zip"
-    venv = make_vec_env(
+    n_envs_run = int(cfg.run["n_envs"])
+    venv = make_vec_env(  # a dry run builds the model on one environment in this process
         env_id,
-        n_envs=int(cfg.run["n_envs"]),
+        n_envs=1 if dry_run else n_envs_run,
         seed=seed,
         env_kwargs=env_kwargs,
         reward_scale=reward_scale,
-        vec_env=str(cfg.run["vec_env"]),
+        vec_env="dummy" if dry_run else str(cfg.run["vec_env"]),
     )
     try:
         model: Any
@@ -327,7 +329,7 @@ def train(
         venv.close()
         probe.close()
         raise
-    planned = plan_steps(model, total)
+    planned = plan_steps(model, total, n_envs=n_envs_run)
     if dry_run:
         venv.close()
         probe.close()
@@ -342,7 +344,7 @@ def train(
             "config": cfg.to_dict(),
         }
     if planned != total and log is not None and total > int(model.num_timesteps):
-        log(f"note: --steps {total} runs {planned} steps ({_chunk_text(model)})")
+        log(f"note: --steps {total} runs {planned} steps ({_chunk_text(model, n_envs_run)})")
 
     outdir.mkdir(parents=True, exist_ok=True)
     run = RunState(
@@ -372,13 +374,13 @@ def train(
     return run.meta
 
 
-def _chunk_text(model: Any) -> str:
+def _chunk_text(model: Any, n_envs: int) -> str:
     from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
     if isinstance(model, OnPolicyAlgorithm):
-        n = int(model.n_steps) * int(model.n_envs)
+        n = int(model.n_steps) * n_envs
         return f"it collects whole rollouts of n_steps x n_envs = {n} steps"
-    n = int(model.train_freq.frequency) * int(model.n_envs)
+    n = int(model.train_freq.frequency) * n_envs
     return f"it collects whole chunks of train_freq x n_envs = {n} steps"
 
 
