@@ -53,6 +53,7 @@ __all__ = [
     "linear_schedule",
     "load_config",
     "parse_config_text",
+    "parse_hyperparams",
     "read_config_file",
     "train_seed",
 ]
@@ -363,6 +364,28 @@ def check_entry(algo: str, entry: Mapping[Any, Any], where: str) -> None:
         "extra": {}
     }
     _check_keys(f"{where}: bc", bc, fields)
+
+
+def parse_hyperparams(items: list[str] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` overrides, values parsed as YAML (no aliases, anchors or duplicate keys).
+
+    Raises:
+        ConfigError: One line naming the item.
+    """
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--hyperparams: expected KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        if not k:
+            raise ConfigError(f"--hyperparams: empty key in {item!r}")
+        if "\n" in v or "\r" in v:
+            raise ConfigError(f"--hyperparams {k}: the value must be one line")
+        if k in out:
+            raise ConfigError(f"--hyperparams: {k} is given twice")
+        out[k] = parse_config_text(f"value: {v}", f"--hyperparams {k}").get("value")
+    return out
 
 
 class RunConfig:

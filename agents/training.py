@@ -42,7 +42,7 @@ from agents.config import (
     RunConfig,
     check_env_id,
     load_config,
-    parse_config_text,
+    parse_hyperparams,
     train_seed,
 )
 from agents.envs import is_online, make_vec_env
@@ -62,7 +62,6 @@ __all__ = [
     "GAIN_THRESHOLDS",
     "RUN_FILES",
     "TARGET_RATIO",
-    "parse_hyperparams",
     "plan_steps",
     "plot_curve",
     "policy_spec",
@@ -102,28 +101,6 @@ def policy_spec(
     scorer["spec"] = ObsSpec.from_env(env).to_dict()
     kw["scorer"] = scorer
     return cls, kw
-
-
-def parse_hyperparams(items: list[str] | None) -> dict[str, Any]:
-    """``KEY=VALUE`` overrides, values parsed as YAML (no aliases, anchors or duplicate keys).
-
-    Raises:
-        ConfigError: One line naming the item.
-    """
-    out: dict[str, Any] = {}
-    for item in items or []:
-        if "=" not in item:
-            raise ConfigError(f"--hyperparams: expected KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        k = k.strip()
-        if not k:
-            raise ConfigError(f"--hyperparams: empty key in {item!r}")
-        if "\n" in v or "\r" in v:
-            raise ConfigError(f"--hyperparams {k}: the value must be one line")
-        if k in out:
-            raise ConfigError(f"--hyperparams: {k} is given twice")
-        out[k] = parse_config_text(f"value: {v}", f"--hyperparams {k}").get("value")
-    return out
 
 
 def plan_steps(model: Any, total: int, *, n_envs: int | None = None) -> int:

@@ -370,3 +370,18 @@ def test_resume_refuses_another_env(tmp_path: Path) -> None:
     train(env_id=TESTBED, steps=64, **common)
     with pytest.raises(ConfigError, match="was trained on"):
         train(env_id="crop_gym/PlacementGPU-Testbed8-v0", steps=128, resume=True, **common)
+
+
+def test_interrupted_eval_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agents.evaluation
+
+    def evaluate(*a: Any, **k: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(agents.evaluation, "evaluate", evaluate)
+    out = tmp_path / "e.json"
+    rc, _, err = cli(["eval", "--episodes", "1", "--json", str(out)], capsys)
+    assert rc == 130 and "interrupted" in one_line(err)
+    assert not out.exists() and not list(tmp_path.iterdir())
