@@ -427,8 +427,8 @@ def _safe_load(
             recursive_setattr(model, f"{var}.data", value.data)
         if model.use_sde:
             model.policy.reset_noise()
-    except ConfigError:
-        raise
+    except ConfigError as e:
+        raise (e if str(path) in str(e) else ConfigError(f"{path}: {e}")) from None
     except Exception as e:  # (SB3 and torch raise many kinds on mismatched files)
         raise ConfigError(
             f"{path}: cannot rebuild the model from its settings and weights ({_one_line(e)})"
@@ -465,6 +465,10 @@ def load_checkpoint(
     if name is None:
         raise ConfigError(
             f"{path}: no crop_gym metadata; pass the algorithm (maskable_ppo, ppo or dqn)"
+        )
+    if not isinstance(name, str) or name not in ALGO_CLASSES:
+        raise ConfigError(
+            f"{path}: unknown algorithm {name!r}; algorithms: {', '.join(ALGO_CLASSES)}"
         )
     if trust:
         cls = algo_class(str(name))

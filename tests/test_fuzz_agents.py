@@ -316,8 +316,22 @@ def _checkpoint_cases(rng: np.random.Generator, raw: bytes) -> list[tuple[str, b
         b = bytearray(raw)
         b[int(k)] ^= 0xFF
         cases.append((f"byte {k} flipped", bytes(b)))
-    # A structurally valid zip whose members are junk.
+    # The metadata's fields set to wrong values.
     import io
+    import json
+
+    with zipfile.ZipFile(io.BytesIO(raw)) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    for field in ("algo", "policy", "env_id", "env_kwargs", "hyperparameters"):
+        for value in ("x", 3, None, [], {"bogus": 1}):
+            meta = json.loads(members["crop_gym_agent.json"])
+            meta[field] = value
+            buf = io.BytesIO()
+            with zipfile.ZipFile(buf, "w") as z:
+                for n, b in members.items():
+                    z.writestr(n, json.dumps(meta) if n == "crop_gym_agent.json" else b)
+            cases.append((f"metadata {field}={value!r}", buf.getvalue()))
+    # A structurally valid zip whose members are junk.
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
