@@ -5,17 +5,23 @@ Usage::
     crop-gym train [--algo maskable_ppo|ppo|dqn] [--env ID] [--steps N] [--seed S] --out DIR
         [--bc-demos N] [--dagger R] [--resume] [--policy CandidateScorer|MultiInputPolicy]
         [--n-envs N] [--vec-env dummy|subproc] [--config YML] [--hyperparams KEY=VALUE ...]
-    crop-gym eval [--model PATH|DIR|default] [--env ID] [--episodes N] [--seed S] [--json PATH]
-        [--baselines all|crop|NAME,NAME] [--predict]
+        [--dry-run] [--trust-checkpoint]
+    crop-gym eval [--model PATH|DIR|default] [--env ID] [--episodes N] [--seed S] [--json PATH|-]
+        [--baselines all|crop|NAME,NAME] [--predict] [--trust-checkpoint]
 
 Importing this module is cheap and needs neither torch nor Stable-Baselines3; they are imported when
 a command runs (install them with ``pip install 'crop-gym[rl]'``).
+
+Bad input (a config key, an environment ID, a checkpoint file, an output path) gets one line on
+stderr and exit status 2; Ctrl-C gets one line and status 130. Results are written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["register"]
@@ -33,6 +39,31 @@ def _require_rl() -> None:
     ]
     if missing:
         raise ValueError(f"{', '.join(missing)} missing; this command {_RL_HINT}")
+
+
+_TRUST_HELP = (
+    "load the checkpoint with SB3's own loader, which unpickles objects stored in the file and so "
+    "runs any code a crafted file holds; only for files you trust (default: weights and JSON only)"
+)
+
+
+def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Turn input errors into one line and exit 2, Ctrl-C into one line and exit 130."""
+
+    @functools.wraps(func)
+    def run(args: argparse.Namespace) -> int:
+        from crop_gym.errors import ConfigError
+
+        try:
+            return func(args)
+        except ConfigError as exc:
+            print(f"crop-gym {args.command}: error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(f"crop-gym {args.command}: interrupted", file=sys.stderr)
+            return 130
+
+    return run
 
 
 def _nonneg_int(text: str) -> int:
@@ -130,8 +161,14 @@ def register(subparsers: Any) -> None:
         help="override config entries (values parsed as YAML)",
     )
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
-    t.add_argument("--verbose", type=int, default=0, help="SB3 verbosity (default 0)")
-    t.set_defaults(func=_train)
+    t.add_argument("--verbose", type=_nonneg_int, default=0, help="SB3 verbosity (default 0)")
+    t.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the config, environment, outputs and model, print the resolved config, exit",
+    )
+    t.add_argument("--trust-checkpoint", action="store_true", help=f"with --resume: {_TRUST_HELP}")
+    t.set_defaults(func=_guarded(_train))
 
     e = subparsers.add_parser(
         "eval",
@@ -162,7 +199,8 @@ def register(subparsers: Any) -> None:
     e.add_argument(
         "--json",
         default=None,
-        help="write the full report (per-episode records included) to this JSON file",
+        help="write the full report (per-episode records included) to this JSON file ('-': stdout,"
+        " the summary then goes to stderr)",
     )
     e.add_argument(
         "--baselines",
@@ -181,7 +219,8 @@ def register(subparsers: Any) -> None:
         help="use model.predict instead of running the scorer module directly",
     )
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
-    e.set_defaults(func=_eval)
+    e.add_argument("--trust-checkpoint", action="store_true", help=_TRUST_HELP)
+    e.set_defaults(func=_guarded(_eval))
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -207,7 +246,19 @@ def _train(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         verbose=args.verbose,
         argv=["crop-gym", *sys.argv[1:]],
+        trust_checkpoint=args.trust_checkpoint,
+        dry_run=args.dry_run,
+        log=lambda msg: print(f"crop-gym train: {msg}", file=sys.stderr),
     )
+    if args.dry_run:
+        import yaml
+
+        print(
+            f"ok: {meta['algo']} on {meta['env_id']} ({meta['config_source']}), "
+            f"{meta['steps']} steps; resolved config:"
+        )
+        print(yaml.safe_dump(meta["config"], sort_keys=False), end="")
+        return 0
     fin = meta.get("final_validation") or {}
     best = meta.get("best_validation") or {}
     rl = (meta.get("phases") or {}).get("rl") or {}
@@ -259,15 +310,22 @@ def _eval(args: argparse.Namespace) -> int:
     import torch as th
 
     from agents._io import atomic_write_json, versions
-    from agents.checkpoint import load_checkpoint
-    from agents.config import TRAIN_SEED_LIMIT
+    from agents.checkpoint import load_checkpoint, resolve_model_path
+    from agents.config import TRAIN_SEED_LIMIT, check_env_id
     from agents.evaluation import PolicyAgent, evaluate
+    from crop_gym.errors import ConfigError
+    from crop_gym.io import check_outputs
 
     th.set_num_threads(1)
-    model, meta = load_checkpoint(args.model, algo=args.algo)
+    path = resolve_model_path(args.model)
+    check_outputs({"--json": args.json}, inputs=[path])
+    if args.env is not None:
+        check_env_id(args.env)
+    model, meta = load_checkpoint(path, algo=args.algo, trust=args.trust_checkpoint)
     env_id = args.env or meta.get("env_id")
     if not env_id:
-        raise ValueError("the checkpoint does not name its environment; pass --env")
+        raise ConfigError(f"{path}: the checkpoint does not name its environment; pass --env")
+    check_env_id(env_id, where=f"{path}: env_id")
     env_kwargs = meta.get("env_kwargs") if env_id == meta.get("env_id") else {}
     if args.seed < TRAIN_SEED_LIMIT:
         print(
@@ -298,6 +356,16 @@ def _eval(args: argparse.Namespace) -> int:
         **rep,
         "versions": versions(),
     }
+    if args.json == "-":
+        import contextlib
+        import json
+
+        from agents._io import to_jsonable
+
+        with contextlib.redirect_stdout(sys.stderr):
+            _print_report(report)
+        print(json.dumps(to_jsonable(report), indent=2))
+        return 0
     _print_report(report)
     if args.json:
         atomic_write_json(args.json, report)

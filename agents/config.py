@@ -5,15 +5,19 @@ One YAML file per algorithm (``agents/configs/<algo>.yml``), keyed by environmen
 constructor arguments (``learning_rate``, ``n_steps``, ``policy_kwargs``, ...) with the keys of
 :data:`RUN_KEYS`, which drive the run rather than the algorithm::
 
-    default: &default
+    default:
       policy: CandidateScorer     # or MultiInputPolicy (SB3's default, for comparison)
       n_envs: 1
       n_timesteps: 50000
       learning_rate: lin_3.0e-4   # "lin_X": linear decay from X to 0, as in the zoo
       ...
-    crop_gym/Placement-v0:
-      <<: *default
+    crop_gym/Placement-v0:        # every entry starts from "default" and replaces its keys
       n_timesteps: 60000
+
+Files are read with :func:`crop_gym.io.read_mapping` (no YAML anchors or aliases, no duplicate
+keys), and every entry is checked (:func:`check_entry`): an unknown key, a value of the wrong type
+or out of its range is a :class:`~crop_gym.errors.ConfigError` naming the file, the entry and the
+key, with the allowed keys or range.
 
 Seeds (documented in docs/AGENTS.md): training instances come from seeds below
 :data:`TRAIN_SEED_LIMIT` (10^6); the periodic evaluations of a training run (learning curve, best
@@ -25,12 +29,15 @@ overlap, so no reported number is measured on an instance the agent trained or w
 from __future__ import annotations
 
 import copy
+import math
+import re
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
+from crop_gym.errors import ConfigError
+from crop_gym.io import parse_mapping, read_mapping
 
 __all__ = [
     "ALGOS",
@@ -39,9 +46,15 @@ __all__ = [
     "TRAIN_SEED_LIMIT",
     "VALIDATION_SEED_BASE",
     "RunConfig",
+    "algo_parameters",
+    "check_entry",
+    "check_env_id",
     "config_path",
     "linear_schedule",
     "load_config",
+    "parse_config_text",
+    "parse_hyperparams",
+    "read_config_file",
     "train_seed",
 ]
 
@@ -71,6 +84,119 @@ RUN_KEYS: dict[str, Any] = {
     "finetune": {},  # algorithm arguments that replace the entry's after behaviour cloning
 }
 
+#: Constructor arguments an entry may not set (the run sets them, or they are Python objects).
+_NOT_CONFIGURABLE = frozenset(
+    {
+        "policy",
+        "env",
+        "seed",
+        "device",
+        "verbose",
+        "tensorboard_log",
+        "_init_setup_model",
+        "rollout_buffer_class",
+        "replay_buffer_class",
+    }
+)
+
+#: Allowed ranges of numeric keys (closed intervals); other numbers must be finite and >= 0.
+_RANGES: dict[str, tuple[float, float]] = {
+    "n_envs": (1, 64),
+    "n_timesteps": (0, 10**10),
+    "eval_freq": (1, 10**10),
+    "eval_episodes": (1, 10**5),
+    "checkpoint_freq": (1, 10**10),
+    "torch_threads": (1, 256),
+    "reward_scale": (1e-9, 1e9),
+    "learning_rate": (0.0, 1.0),
+    "n_steps": (1, 2**16),
+    "batch_size": (1, 2**16),
+    "n_epochs": (1, 10**4),
+    "epochs": (0, 10**5),
+    "gamma": (0.0, 1.0),
+    "gae_lambda": (0.0, 1.0),
+    "tau": (0.0, 1.0),
+    "clip_range": (0.0, 10.0),
+    "clip_range_vf": (0.0, 1e6),
+    "ent_coef": (0.0, 1e3),
+    "vf_coef": (0.0, 1e3),
+    "max_grad_norm": (0.0, 1e6),
+    "target_kl": (0.0, 1e3),
+    "buffer_size": (1, 10**6),
+    "learning_starts": (0, 10**10),
+    "gradient_steps": (-1, 10**4),
+    "target_update_interval": (1, 10**10),
+    "train_freq": (1, 10**6),
+    "exploration_fraction": (0.0, 1.0),
+    "exploration_initial_eps": (0.0, 1.0),
+    "exploration_final_eps": (0.0, 1.0),
+    "stats_window_size": (1, 10**6),
+    "sde_sample_freq": (-1, 10**6),
+    "weight_decay": (0.0, 1.0),
+    "val_fraction": (0.0, 0.99),
+    "dagger_iterations": (0, 100),
+    "dagger_episodes": (0, 10**5),
+    "dagger_beta": (0.0, 1.0),
+    "dagger_epochs": (0, 10**5),
+    "hidden": (1, 4096),
+    "embed": (1, 4096),
+}
+#: Keys whose values must be integers (other numeric keys take any finite number).
+_INTEGERS = frozenset(
+    {
+        "n_envs",
+        "n_timesteps",
+        "eval_freq",
+        "eval_episodes",
+        "checkpoint_freq",
+        "torch_threads",
+        "n_steps",
+        "batch_size",
+        "n_epochs",
+        "epochs",
+        "buffer_size",
+        "learning_starts",
+        "gradient_steps",
+        "target_update_interval",
+        "train_freq",
+        "stats_window_size",
+        "sde_sample_freq",
+        "dagger_iterations",
+        "dagger_episodes",
+        "dagger_epochs",
+        "hidden",
+        "embed",
+    }
+)
+#: String keys and their allowed values.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "policy": ("CandidateScorer", "MultiInputPolicy"),
+    "vec_env": ("dummy", "subproc"),
+    "critic": ("detached", "separate", "shared"),
+}
+#: Keys that take a number or a ``lin_X`` schedule string.
+_SCHEDULES = frozenset({"learning_rate", "clip_range", "clip_range_vf"})
+_LIN = re.compile(r"lin_([0-9.eE+-]+)")
+
+
+def read_config_file(path: str | Path, what: str = "hyperparameter") -> dict[str, Any]:
+    """:func:`crop_gym.io.read_mapping`, its message folded onto one line.
+
+    (PyYAML's reader errors span two lines, "... in <unicode string>, position N".)
+    """
+    try:
+        return read_mapping(path, what=what)
+    except ConfigError as e:
+        raise ConfigError(" ".join(str(e).split())) from None
+
+
+def parse_config_text(text: str, source: str) -> dict[str, Any]:
+    """:func:`crop_gym.io.parse_mapping` of YAML ``text``, its message folded onto one line."""
+    try:
+        return parse_mapping(text, "yaml", source)
+    except ConfigError as e:
+        raise ConfigError(" ".join(str(e).split())) from None
+
 
 def train_seed(seed: int, stream: int, index: int) -> int:
     """A training-range episode seed, distinct per (run seed, stream, index) in practice.
@@ -95,11 +221,171 @@ def linear_schedule(start: float) -> Callable[[float], float]:
     return schedule
 
 
+def resolve_schedule(value: Any) -> Any:
+    """``lin_X`` as :func:`linear_schedule` (X), any other value unchanged."""
+    if isinstance(value, str):
+        m = _LIN.fullmatch(value)
+        if m:
+            return linear_schedule(float(m.group(1)))
+    return value
+
+
+def check_env_id(env_id: str, *, where: str = "--env") -> None:
+    """Raise a one-line :class:`ConfigError` unless ``env_id`` is a registered environment ID.
+
+    The message lists the ``crop_gym/`` IDs.
+    """
+    import gymnasium as gym
+
+    import crop_gym  # noqa: F401  (registers the crop_gym/ IDs)
+
+    if not isinstance(env_id, str) or env_id not in gym.registry:
+        known = sorted(k for k in gym.registry if k.startswith("crop_gym/"))
+        raise ConfigError(f"{where}: unknown environment {env_id!r}; known: {', '.join(known)}")
+
+
 def config_path(algo: str) -> Path:
     """The bundled config file of ``algo``."""
     if algo not in ALGOS:
-        raise ValueError(f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGOS)}")
+        raise ConfigError(f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGOS)}")
     return Path(str(resources.files("agents") / "configs" / f"{algo}.yml"))
+
+
+def algo_parameters(algo: str) -> dict[str, Any]:
+    """Constructor arguments an entry may set for ``algo``, with their defaults (imports SB3)."""
+    import inspect
+
+    from agents.checkpoint import algo_class
+
+    sig = inspect.signature(algo_class(algo))
+    return {
+        name: p.default
+        for name, p in sig.parameters.items()
+        if name not in _NOT_CONFIGURABLE and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+    }
+
+
+def _type_name(v: Any) -> str:
+    return type(v).__name__
+
+
+def _check_number(where: str, key: str, value: Any, *, integer: bool) -> None:
+    kind = "an integer" if integer else "a number"
+    ok = isinstance(value, int) if integer else isinstance(value, int | float)
+    if isinstance(value, bool) or not ok:
+        raise ConfigError(f"{where}: {key} must be {kind}, got {value!r} ({_type_name(value)})")
+    lo, hi = _RANGES.get(key, (0, math.inf))
+    if not (isinstance(value, int) or math.isfinite(value)) or not lo <= value <= hi:
+        raise ConfigError(f"{where}: {key}={value!r} is outside its allowed range [{lo:g}, {hi:g}]")
+
+
+def _check_value(where: str, key: str, value: Any, default: Any) -> None:
+    """Check one value against the type of its default (and its range or choices)."""
+    if key in _SCHEDULES and isinstance(value, str):
+        m = _LIN.fullmatch(value)
+        if not m:
+            raise ConfigError(f"{where}: {key} must be a number or 'lin_X', got {value!r}")
+        try:
+            start = float(m.group(1))
+        except ValueError:
+            raise ConfigError(f"{where}: {key}: 'lin_X' needs a number X, got {value!r}") from None
+        _check_number(where, key, start, integer=False)
+        return
+    if key in _SCHEDULES or (default is None and key in _RANGES):
+        if value is None and default is None:
+            return
+        _check_number(where, key, value, integer=False)
+        return
+    if key == "train_freq" and isinstance(value, list):
+        if len(value) != 2 or value[1] not in ("step", "episode"):
+            raise ConfigError(f"{where}: train_freq must be N or [N, step|episode], got {value!r}")
+        _check_number(where, key, value[0], integer=True)
+        return
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: {key} must be true or false, got {value!r}")
+    elif isinstance(default, int | float):
+        _check_number(where, key, value, integer=key in _INTEGERS)
+    elif isinstance(default, str):
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
+        if key in _CHOICES and value not in _CHOICES[key]:
+            raise ConfigError(f"{where}: {key}={value!r} must be one of {', '.join(_CHOICES[key])}")
+    elif isinstance(default, dict) or key.endswith("_kwargs"):
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{where}: {key} must be a mapping, got {value!r}")
+        if isinstance(value, dict) and any(not isinstance(k, str) for k in value):
+            raise ConfigError(f"{where}: {key} keys must be strings")
+
+
+def _check_keys(where: str, block: Mapping[Any, Any], allowed: Mapping[str, Any]) -> None:
+    for key, value in block.items():
+        if key not in allowed:
+            raise ConfigError(
+                f"{where}: unknown key {key!r}; allowed keys: {', '.join(sorted(allowed))}"
+            )
+        _check_value(where, key, value, allowed[key])
+
+
+def _check_block(where: str, block: Mapping[Any, Any], allowed: Mapping[str, Any]) -> None:
+    """Keys, types and ranges of an entry (or ``finetune`` block), the scorer's options too."""
+    from agents.networks import ScorerConfig
+
+    _check_keys(where, block, allowed)
+    pk = block.get("policy_kwargs")
+    if isinstance(pk, dict) and pk.get("scorer") is not None:
+        scorer = pk["scorer"]
+        if not isinstance(scorer, dict):
+            raise ConfigError(f"{where}: policy_kwargs.scorer must be a mapping, got {scorer!r}")
+        fields = {n: f.default for n, f in ScorerConfig.__dataclass_fields__.items()}
+        _check_keys(f"{where}: policy_kwargs.scorer", scorer, fields)
+
+
+def check_entry(algo: str, entry: Mapping[Any, Any], where: str) -> None:
+    """Check a config entry: known keys, value types and ranges.
+
+    Args:
+        algo: The algorithm whose constructor arguments are allowed besides :data:`RUN_KEYS`.
+        entry: The entry (run keys and algorithm arguments together).
+        where: What to call the entry in errors (file and entry name, or ``--hyperparams``).
+
+    Raises:
+        ConfigError: One line naming ``where`` and the key, with the allowed keys or range.
+    """
+    from agents.imitation import BCConfig
+
+    if algo not in ALGOS:
+        raise ConfigError(f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGOS)}")
+    params = algo_parameters(algo)
+    _check_block(where, entry, {**RUN_KEYS, **params})
+    _check_block(f"{where}: finetune", entry.get("finetune") or {}, params)
+    bc = entry.get("bc") or {}
+    fields = {n: f.default for n, f in BCConfig.__dataclass_fields__.items() if n != "extra"} | {
+        "extra": {}
+    }
+    _check_keys(f"{where}: bc", bc, fields)
+
+
+def parse_hyperparams(items: list[str] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` overrides, values parsed as YAML (no aliases, anchors or duplicate keys).
+
+    Raises:
+        ConfigError: One line naming the item.
+    """
+    out: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--hyperparams: expected KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        k = k.strip()
+        if not k:
+            raise ConfigError(f"--hyperparams: empty key in {item!r}")
+        if "\n" in v or "\r" in v:
+            raise ConfigError(f"--hyperparams {k}: the value must be one line")
+        if k in out:
+            raise ConfigError(f"--hyperparams: {k} is given twice")
+        out[k] = parse_config_text(f"value: {v}", f"--hyperparams {k}").get("value")
+    return out
 
 
 class RunConfig:
@@ -125,20 +411,34 @@ class RunConfig:
         """The entry as a plain dict (run keys and algorithm arguments together)."""
         return {**copy.deepcopy(self.run), **copy.deepcopy(self.algo_kwargs)}
 
-    def algo_arguments(self, *, finetune: bool = False) -> dict[str, Any]:
-        """Constructor arguments with ``lin_X`` schedules resolved (and ``finetune`` applied)."""
+    def with_overrides(self, overrides: Mapping[str, Any], where: str) -> RunConfig:
+        """A copy with ``overrides`` replacing entries (checked, errors naming ``where``)."""
+        check_entry(self.algo, dict(overrides), where)
+        return RunConfig(self.algo, self.env_id, {**self.to_dict(), **overrides}, self.source)
+
+    def hyperparameters(self, *, finetune: bool = False) -> dict[str, Any]:
+        """JSON-ready constructor arguments (schedules as ``lin_X`` strings, ``finetune`` applied)."""
         kw = copy.deepcopy(self.algo_kwargs)
         if finetune:
             kw.update(copy.deepcopy(self.run.get("finetune") or {}))
-        for key in ("learning_rate", "clip_range"):
-            v = kw.get(key)
-            if isinstance(v, str) and v.startswith("lin_"):
-                kw[key] = linear_schedule(float(v[4:]))
+        return kw
+
+    def algo_arguments(self, *, finetune: bool = False) -> dict[str, Any]:
+        """Constructor arguments with ``lin_X`` schedules resolved (and ``finetune`` applied)."""
+        kw = self.hyperparameters(finetune=finetune)
+        for key in _SCHEDULES:
+            if key in kw:
+                kw[key] = resolve_schedule(kw[key])
+        if isinstance(kw.get("train_freq"), list):
+            kw["train_freq"] = tuple(kw["train_freq"])
         return kw
 
 
 def load_config(algo: str, env_id: str, path: str | Path | None = None) -> RunConfig:
     """Resolve the config entry of ``env_id`` (or ``default``) in ``algo``'s YAML file.
+
+    An entry starts from the ``default`` entry and replaces its keys. Every entry of the file is
+    checked (:func:`check_entry`), not only the one used.
 
     Args:
         algo: ``maskable_ppo``, ``ppo`` or ``dqn``.
@@ -146,18 +446,26 @@ def load_config(algo: str, env_id: str, path: str | Path | None = None) -> RunCo
         path: A YAML file to read instead of the bundled one.
 
     Raises:
-        ValueError: If the file has neither an entry for ``env_id`` nor a ``default`` one, or an
-            entry is not a mapping.
+        ConfigError: One line naming the file (and entry and key): unreadable file, YAML error,
+            alias or duplicate key, neither an entry for ``env_id`` nor a ``default`` one, an entry
+            that is not a mapping, an unknown key, a value of the wrong type or out of range.
     """
     file = Path(path) if path is not None else config_path(algo)
-    with open(file, encoding="utf-8") as fh:
-        data = yaml.safe_load(fh) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{file}: expected a mapping of environment IDs to hyperparameters")
+    if algo not in ALGOS:
+        raise ConfigError(f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGOS)}")
+    data = read_config_file(file)
+    for name, entry in data.items():
+        if not isinstance(name, str):
+            raise ConfigError(f"{file}: entry names must be environment IDs, got {name!r}")
+        if not isinstance(entry, dict):
+            raise ConfigError(
+                f"{file}: entry {name!r} must be a mapping of hyperparameters, "
+                f"got {_type_name(entry)}"
+            )
+    base = data.get("default", {})
+    for name, entry in data.items():
+        check_entry(algo, {**base, **entry}, f"{file}: entry {name!r}")
     key = env_id if env_id in data else "default"
     if key not in data:
-        raise ValueError(f"{file}: no entry for {env_id!r} and no 'default' entry")
-    entry = data[key]
-    if not isinstance(entry, dict):
-        raise ValueError(f"{file}: entry {key!r} must be a mapping")
-    return RunConfig(algo, env_id, entry, f"{file}:{key}")
+        raise ConfigError(f"{file}: no entry for {env_id!r} and no 'default' entry")
+    return RunConfig(algo, env_id, {**base, **data[key]}, f"{file}:{key}")

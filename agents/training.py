@@ -17,70 +17,69 @@
 
 Every checkpoint carries the run's metadata (:mod:`agents.checkpoint`), so
 ``crop-gym eval --model DIR`` knows the environment, the algorithm and the seed.
+
+Everything the run is told is checked before anything is written (config keys, types and ranges,
+the environment ID and arguments, the output directory, the model's construction); a run that fails
+or is interrupted afterwards leaves ``run.json`` with ``"status": "failed"`` or ``"interrupted"``.
 """
 
 from __future__ import annotations
 
-import re
+import math
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import yaml
 
-from agents._io import atomic_write, atomic_write_json, read_json, versions
-from agents.checkpoint import algo_class, checkpoint_metadata, load_checkpoint, save_checkpoint
+from agents._io import atomic_write
+from agents.checkpoint import algo_class, load_checkpoint, policy_class, save_checkpoint
 from agents.config import (
-    EVAL_SEED_BASE,
     TRAIN_SEED_LIMIT,
-    VALIDATION_SEED_BASE,
     RunConfig,
+    check_env_id,
     load_config,
+    parse_hyperparams,
     train_seed,
 )
 from agents.envs import is_online, make_vec_env
+from agents.runstate import (
+    GAIN_THRESHOLDS,
+    TARGET_RATIO,
+    RunState,
+    callbacks,
+    latest_checkpoint,
+    plot_curve,
+    time_to_target,
+)
+from crop_gym.errors import ConfigError
+from crop_gym.io import check_outputs
 
-__all__ = ["TARGET_RATIO", "plot_curve", "policy_spec", "train"]
+__all__ = [
+    "GAIN_THRESHOLDS",
+    "RUN_FILES",
+    "TARGET_RATIO",
+    "plan_steps",
+    "plot_curve",
+    "policy_spec",
+    "time_to_target",
+    "train",
+]
 
-#: The ratio to CROP whose first crossing is reported as "time to target".
-TARGET_RATIO = 0.98
-
-#: Gain-ratio thresholds whose first crossing is also reported.
-GAIN_THRESHOLDS = (0.95, 0.98, 0.99, 0.995, 0.999)
-
-_POLICY_NAMES = {"CandidateScorer", "MultiInputPolicy"}
-
-
-def time_to_target(curve: list[dict[str, Any]]) -> dict[str, Any]:
-    """Steps and wall seconds of the first validation reaching the targets.
-
-    Args:
-        curve: Validation rows (``steps``, ``wall_s``, ``phase``, ``ratio_to_crop``,
-            ``gain_ratio_to_crop``).
-
-    Returns:
-        ``{"target": 0.98, "ratio_to_crop": hit, "gain_ratio_to_crop": hit, "gain_thresholds":
-        {threshold: hit}}`` with ``hit = {"steps", "wall_s", "phase"}`` or ``None``.
-    """
-
-    def first(key: str, level: float) -> dict[str, Any] | None:
-        hit = next((r for r in curve if (r.get(key) or 0.0) >= level), None)
-        return (
-            None
-            if hit is None
-            else {"steps": hit["steps"], "wall_s": hit["wall_s"], "phase": hit["phase"]}
-        )
-
-    return {
-        "target": TARGET_RATIO,
-        "ratio_to_crop": first("ratio_to_crop", TARGET_RATIO),
-        "gain_ratio_to_crop": first("gain_ratio_to_crop", TARGET_RATIO),
-        "gain_thresholds": {str(t): first("gain_ratio_to_crop", t) for t in GAIN_THRESHOLDS},
-    }
+#: Files a run writes directly in its output directory (checked before the run starts).
+RUN_FILES = (
+    "run.json",
+    "config.yml",
+    "curve.json",
+    "demos.npz",
+    "bc_model.zip",
+    "best_model.zip",
+    "final_model.zip",
+    "learning_curve.png",
+)
 
 
 def policy_spec(
@@ -88,363 +87,78 @@ def policy_spec(
 ) -> tuple[Any, dict[str, Any]]:
     """The SB3 policy (class or name) and its kwargs for ``algo`` on ``env``.
 
-    ``CandidateScorer`` maps to :class:`~agents.policies.MaskableScorerPolicy` (MaskablePPO),
-    :class:`~agents.policies.ScorerPolicy` (PPO) or :class:`~agents.policies.ScorerDQNPolicy` (DQN);
+    ``CandidateScorer`` maps to the scorer policy of ``algo`` (:func:`agents.checkpoint.policy_class`);
     the scorer's observation spec is read from ``env``. ``MultiInputPolicy`` is SB3's default.
     """
     from agents.networks import ObsSpec
-    from agents.policies import MaskableScorerPolicy, ScorerDQNPolicy, ScorerPolicy
 
-    if policy not in _POLICY_NAMES:
-        raise ValueError(f"policy={policy!r} must be one of {sorted(_POLICY_NAMES)}")
+    cls = policy_class(algo, policy)
     kw = dict(policy_kwargs or {})
     if policy == "MultiInputPolicy":
         kw.pop("scorer", None)
-        return "MultiInputPolicy", kw
+        return cls, kw
     scorer = dict(kw.pop("scorer", {}) or {})
     scorer["spec"] = ObsSpec.from_env(env).to_dict()
     kw["scorer"] = scorer
-    cls = {"maskable_ppo": MaskableScorerPolicy, "ppo": ScorerPolicy, "dqn": ScorerDQNPolicy}[algo]
     return cls, kw
 
 
-def plot_curve(curve: list[dict[str, Any]], path: str | Path, *, title: str = "") -> Path:
-    """Plot the validation ratio to CROP versus environment steps (matplotlib, Agg backend).
+def plan_steps(model: Any, total: int, *, n_envs: int | None = None) -> int:
+    """The step count ``model.learn`` reaches when asked for ``total`` steps in all.
 
-    Args:
-        curve: Rows with ``steps``, ``ratio_to_crop`` and optionally ``gain_ratio_to_crop`` and
-            ``random_gain_ratio``.
-        path: Destination PNG (written atomically).
-        title: Figure title.
+    On-policy algorithms collect whole rollouts of ``n_steps x n_envs`` steps, DQN chunks of
+    ``train_freq x n_envs`` steps (``train_freq`` in steps); the count rounds up to a whole number
+    of them, counted from the model's current step count.
     """
-    import matplotlib
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [r["steps"] for r in curve]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    if curve and curve[0].get("kind") == "online":
-        ax.plot(
-            steps,
-            [r.get("jct_ratio_to_crop") for r in curve],
-            "o-",
-            label="mean JCT / CROP's (lower is better)",
-        )
-        ax.plot(
-            steps,
-            [r.get("ratio_to_crop") for r in curve],
-            "s-",
-            label="effective GPU-hours / CROP's",
-        )
+    start = int(model.num_timesteps)
+    if total <= start:
+        return start
+    n_envs = int(model.n_envs if n_envs is None else n_envs)
+    chunk = None
+    if isinstance(model, OnPolicyAlgorithm):
+        chunk = int(model.n_steps) * n_envs
     else:
-        ax.plot(
-            steps, [r.get("ratio_to_crop") for r in curve], "o-", label="mean F / CROP's mean F"
-        )
-        ax.plot(
-            steps, [r.get("gain_ratio_to_crop") for r in curve], "s-", label="mean F gain / CROP's"
-        )
-        ref = [r.get("random_gain_ratio") for r in curve if r.get("random_gain_ratio") is not None]
-        if ref:
-            ax.axhline(
-                float(np.mean(ref)), color="grey", ls=":", label="random valid actions (gain)"
-            )
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.axhline(TARGET_RATIO, color="r", ls="--", lw=0.8, label=f"{TARGET_RATIO} x CROP")
-    ax.set_xlabel("environment steps (RL)")
-    ax.set_ylabel("ratio to CROP (validation seeds)")
-    ax.set_title(title, fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-
-    def write(tmp: Path) -> None:
-        fig.savefig(tmp, dpi=110, format="png")
-
-    dest = atomic_write(path, write)
-    plt.close(fig)
-    return dest
+        tf = getattr(model, "train_freq", None)
+        unit = getattr(getattr(tf, "unit", None), "value", None)
+        if unit == "step":
+            chunk = int(tf.frequency) * n_envs
+    if not chunk:
+        return total
+    return start + math.ceil((total - start) / chunk) * chunk
 
 
-def _callbacks_module() -> Any:
-    """The callback classes (defined lazily: they subclass SB3's BaseCallback)."""
-    from stable_baselines3.common.callbacks import BaseCallback
+def _check_out_dir(out: Path, inputs: list[str | Path | None]) -> None:
+    """Refuse an --out that is a file, or whose run files would replace an input."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is not a directory")
+    anc = out
+    while not anc.exists():
+        anc = anc.parent
+    if not anc.is_dir():
+        raise ConfigError(f"--out {out}: {anc} is not a directory")
+    import os
 
-    class ProgressCallback(BaseCallback):  # type: ignore[misc]
-        """A tqdm bar over environment steps, with the latest validation ratio."""
-
-        def __init__(self, total: int, run: _Run) -> None:
-            super().__init__()
-            self.total = int(total)
-            self.run = run
-            self.bar: Any = None
-
-        def _on_training_start(self) -> None:
-            from tqdm.auto import tqdm
-
-            self.bar = tqdm(
-                total=self.total,
-                initial=int(self.num_timesteps),
-                unit="step",
-                desc=f"{self.run.algo}",
-                dynamic_ncols=True,
-            )
-
-        def _on_step(self) -> bool:
-            if self.bar is not None:
-                self.bar.n = min(int(self.num_timesteps), self.total)
-                if self.n_calls % 16 == 0:
-                    last = self.run.curve[-1] if self.run.curve else {}
-                    if "ratio_to_crop" in last and last["ratio_to_crop"] is not None:
-                        self.bar.set_postfix(
-                            ratio_to_crop=f"{last['ratio_to_crop']:.4f}", refresh=False
-                        )
-                    self.bar.refresh()
-            return True
-
-        def _on_training_end(self) -> None:
-            if self.bar is not None:
-                self.bar.n = min(int(self.num_timesteps), self.total)
-                self.bar.close()
-
-    class RunCallback(BaseCallback):  # type: ignore[misc]
-        """Periodic validation (learning curve, best model) and checkpoints."""
-
-        def __init__(self, run: _Run) -> None:
-            super().__init__()
-            self.run = run
-            self.last_eval = -1
-            self.last_ckpt = -1
-
-        def _on_training_start(self) -> None:
-            self.last_eval = self.run.curve[-1]["steps"] if self.run.curve else -1
-            self.last_ckpt = int(self.num_timesteps)
-            if self.last_eval < int(self.num_timesteps):
-                self._validate()
-
-        def _on_step(self) -> bool:
-            n = int(self.num_timesteps)
-            if n - self.last_eval >= self.run.eval_freq:
-                self._validate()
-            if n - self.last_ckpt >= self.run.checkpoint_freq:
-                self.run.save_periodic(self.model)
-                self.last_ckpt = n
-            return True
-
-        def _validate(self) -> None:
-            row = self.run.validate(self.model, int(self.num_timesteps))
-            self.last_eval = int(self.num_timesteps)
-            for k in (
-                "ratio_to_crop",
-                "gain_ratio_to_crop",
-                "jct_ratio_to_crop",
-                "policy_mean_gain",
-            ):
-                if row.get(k) is not None:
-                    self.logger.record(f"eval/{k}", row[k])
-            self.logger.dump(int(self.num_timesteps))
-
-    return ProgressCallback, RunCallback
+    if not os.access(anc, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out}: {anc} is not writable")
+    if out.exists():
+        files = {f"--out {out / name}": out / name for name in RUN_FILES}
+        check_outputs(files, inputs=[i for i in inputs if i is not None])
 
 
-class _Run:
-    """State of one training run (paths, metadata, curve, validation)."""
-
-    def __init__(
-        self,
-        *,
-        algo: str,
-        env_id: str,
-        steps: int,
-        seed: int,
-        out: Path,
-        cfg: RunConfig,
-        bc_demos: int,
-        progress: bool,
-        argv: list[str],
-    ) -> None:
-        self.algo = algo
-        self.env_id = env_id
-        self.steps = int(steps)
-        self.seed = int(seed)
-        self.out = out
-        self.cfg = cfg
-        self.bc_demos = int(bc_demos)
-        self.progress = progress
-        self.env_kwargs = dict(cfg.run["env_kwargs"] or {})
-        self.eval_freq = int(cfg.run["eval_freq"])
-        self.eval_episodes = int(cfg.run["eval_episodes"])
-        self.checkpoint_freq = int(cfg.run["checkpoint_freq"])
-        self.curve: list[dict[str, Any]] = []
-        self.t0 = time.perf_counter()
-        self.elapsed_before = 0.0  # wall time of earlier sessions (resume)
-        self.eval_seconds = 0.0
-        self.best: float | None = None
-        self.meta: dict[str, Any] = {
-            "command": argv,
-            "algo": algo,
-            "policy": cfg.run["policy"],
-            "env_id": env_id,
-            "env_kwargs": self.env_kwargs,
-            "seed": self.seed,
-            "steps": self.steps,
-            "bc_demos": self.bc_demos,
-            "config_source": cfg.source,
-            "config": cfg.to_dict(),
-            "seeds": {
-                "model_seed": self.seed,
-                "train_env_seeds": [self.seed + i for i in range(int(cfg.run["n_envs"]))],
-                "train_seed_limit": TRAIN_SEED_LIMIT,
-                "demo_seeds": None,
-                "validation_first_seed": VALIDATION_SEED_BASE,
-                "validation_episodes": self.eval_episodes,
-                "test_seed_base": EVAL_SEED_BASE,
-                "note": "training instances come from seeds < 10^6; validation (learning curve, best model) "
-                "from 5*10^8; crop-gym eval reports on held-out seeds from 10^9",
-            },
-            "status": "running",
-            "phases": {},
-            "versions": versions(),
-        }
-
-    # ----------------------------------------------------------------- paths/meta
-    @property
-    def wall(self) -> float:
-        """Wall seconds of the run so far (all sessions)."""
-        return self.elapsed_before + time.perf_counter() - self.t0
-
-    def write_meta(self) -> None:
-        """Rewrite run.json (atomically)."""
-        self.meta["wall_s"] = self.wall
-        self.meta["curve"] = self.curve
-        self.meta["time_to_target"] = self.time_to_target()
-        atomic_write_json(self.out / "run.json", self.meta)
-
-    def time_to_target(self) -> dict[str, Any]:
-        """First validation at or above :data:`TARGET_RATIO` (F ratio and gain ratio), and the
-        first at or above each of :data:`GAIN_THRESHOLDS` (gain ratio)."""
-        return time_to_target(self.curve)
-
-    def checkpoint_meta(self, model: Any, **extra: Any) -> dict[str, Any]:
-        """Metadata stored inside a checkpoint."""
-        from agents.policies import scorer_of
-
-        scorer = scorer_of(model)
-        return checkpoint_metadata(
-            algo=self.algo,
-            policy=self.cfg.run["policy"],
-            env_id=self.env_id,
-            env_kwargs=self.env_kwargs,
-            seed=self.seed,
-            num_timesteps=int(model.num_timesteps),
-            bc_demos=self.bc_demos,
-            scorer=None if scorer is None else scorer.config.to_dict(),
-            reward_scale=self.cfg.run["reward_scale"],
-            validation=self.curve[-1] if self.curve else None,
-            seeds=self.meta["seeds"],
-            **extra,
-        )
-
-    def save_periodic(self, model: Any) -> Path:
-        """A checkpoint in checkpoints/ (the two newest are kept)."""
-        d = self.out / "checkpoints"
-        path = save_checkpoint(
-            model, d / f"model_{int(model.num_timesteps)}_steps.zip", self.checkpoint_meta(model)
-        )
-        for old in _checkpoints(d)[:-2]:
-            old.unlink()
-        self.write_meta()
-        return path
-
-    # ------------------------------------------------------------------ validation
-    def validate(self, model: Any, steps: int, phase: str = "rl") -> dict[str, Any]:
-        """Evaluate on the validation seeds, extend the curve, keep the best model."""
-        from agents.evaluation import PolicyAgent, evaluate
-
-        t = time.perf_counter()
-        rep = evaluate(
-            PolicyAgent(model),
-            self.env_id,
-            episodes=self.eval_episodes,
-            first_seed=VALIDATION_SEED_BASE,
-            env_kwargs=self.env_kwargs,
-            baselines=("crop",),
-        )
-        dt = time.perf_counter() - t
-        self.eval_seconds += dt
-        row: dict[str, Any] = {
-            "steps": int(steps),
-            "phase": phase,
-            "wall_s": self.wall,
-            "kind": rep["kind"],
-        }
-        if rep["kind"] == "static":
-            row.update(
-                ratio_to_crop=rep.get("ratio_to_crop"),
-                gain_ratio_to_crop=rep.get("gain_ratio_to_crop"),
-                policy_mean_gain=rep["policy_mean_gain"],
-                crop_mean_gain=rep.get("crop_mean_gain"),
-                random_gain_ratio=(
-                    rep["baselines"].get("random-valid-action", {}).get("mean_gain") or 0.0
-                )
-                / rep["crop_mean_gain"]
-                if rep.get("crop_mean_gain")
-                else None,
-            )
-            score = row["ratio_to_crop"]
-        else:
-            row.update(
-                ratio_to_crop=rep.get("ratio_to_crop"),
-                jct_ratio_to_crop=rep.get("jct_ratio_to_crop"),
-                time_in_system_ratio_to_crop=rep.get("time_in_system_ratio_to_crop"),
-                policy_mean_jct_s=rep.get("policy_mean_jct_s"),
-                crop_mean_jct_s=rep.get("crop_mean_jct_s"),
-            )
-            j = rep.get("time_in_system_ratio_to_crop")
-            score = None if j is None else -j
-        row["eval_seconds"] = dt
-        self.curve = [r for r in self.curve if r["steps"] < steps or r["phase"] != phase] + [row]
-        atomic_write_json(self.out / "curve.json", self.curve)
-        if score is not None and (self.best is None or score > self.best):
-            self.best = score
-            save_checkpoint(
-                model,
-                self.out / "best_model.zip",
-                self.checkpoint_meta(model, selected_by="validation"),
-            )
-            self.meta["best_validation"] = row
-        self.write_meta()
-        return row
+def _build_model(
+    cls: Any, pol: Any, venv: Any, seed: int, tb: str, verbose: int, kw: dict[str, Any], src: str
+) -> Any:
+    try:
+        return cls(pol, venv, seed=seed, tensorboard_log=tb, verbose=verbose, **kw)
+    except (TypeError, ValueError, AssertionError, KeyError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{src}: the algorithm refused its arguments ({msg})") from None
 
 
-def _checkpoints(d: Path) -> list[Path]:
-    def steps(p: Path) -> int:
-        m = re.search(r"model_(\d+)_steps", p.name)
-        return int(m.group(1)) if m else -1
-
-    return sorted(d.glob("model_*_steps.zip"), key=steps) if d.exists() else []
-
-
-def _latest_checkpoint(out: Path) -> Path | None:
-    """The checkpoint of ``out`` with the most environment steps (periodic ones and the final one)."""
-    from agents.checkpoint import read_metadata
-
-    found = [*_checkpoints(out / "checkpoints")]
-    if (out / "final_model.zip").exists():
-        found.append(out / "final_model.zip")
-    if not found:
-        return None
-    return max(found, key=lambda p: int(read_metadata(p).get("num_timesteps") or -1))
-
-
-def _hyperparam_overrides(items: list[str] | None) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items or []:
-        if "=" not in item:
-            raise ValueError(f"--hyperparams expects KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        out[k.strip()] = yaml.safe_load(v)
-    return out
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr)
 
 
 def train(
@@ -467,6 +181,9 @@ def train(
     progress: bool = True,
     verbose: int = 0,
     argv: list[str] | None = None,
+    trust_checkpoint: bool = False,
+    dry_run: bool = False,
+    log: Callable[[str], None] | None = _stderr,
 ) -> dict[str, Any]:
     """Train an agent (optionally cloning CROP first) and return the run's metadata.
 
@@ -474,6 +191,9 @@ def train(
         algo: ``maskable_ppo`` (default), ``ppo`` or ``dqn``.
         env_id: Environment ID.
         steps: RL environment steps (default: the config's ``n_timesteps``; 0 = clone only).
+            On-policy algorithms run whole rollouts, so the count rounds up to a multiple of
+            ``n_steps x n_envs`` (see :func:`plan_steps`); ``log`` is told when it does, and
+            run.json records both (``steps_requested``, ``steps``).
         seed: Run seed (< 10^6): model initialisation, training environments (``seed + i``),
             demonstration and DAgger seeds.
         out: Output directory.
@@ -490,41 +210,124 @@ def train(
         progress: Show progress bars.
         verbose: SB3 verbosity.
         argv: The command line, recorded in run.json.
+        trust_checkpoint: With ``resume``, load the run's checkpoint with SB3's unpickling loader
+            (see :func:`agents.checkpoint.load_checkpoint`).
+        dry_run: Check everything and build the model, then return without writing anything.
+        log: Where one-line notes go (default: stderr; ``None``: nowhere).
 
     Returns:
-        The run metadata (also in ``out/run.json``).
+        The run metadata (also in ``out/run.json``); with ``dry_run``, the resolved config.
+
+    Raises:
+        ConfigError: One line, before anything is written, on a bad argument, config file or key,
+            environment ID or arguments, or output directory.
     """
     import torch as th
 
-    if not 0 <= int(seed) < TRAIN_SEED_LIMIT:
-        raise ValueError(
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < TRAIN_SEED_LIMIT:
+        raise ConfigError(
             f"--seed must be in [0, {TRAIN_SEED_LIMIT}) (the training seed range), got {seed}"
         )
+    if steps is not None and not 0 <= int(steps) <= 10**10:
+        raise ConfigError(f"--steps={steps} is outside its allowed range [0, 1e+10]")
+    if not 0 <= int(bc_demos) <= 10**6:
+        raise ConfigError(f"--bc-demos={bc_demos} is outside its allowed range [0, 1e+06]")
+    check_env_id(env_id)
     cfg = load_config(algo, env_id, config)
-    over = _hyperparam_overrides(hyperparams)
-    for k, v in over.items():
-        if k in cfg.run:
-            cfg.run[k] = v
-        else:
-            cfg.algo_kwargs[k] = v
-    if policy is not None:
-        cfg.run["policy"] = policy
-    if n_envs is not None:
-        cfg.run["n_envs"] = int(n_envs)
-    if vec_env is not None:
-        cfg.run["vec_env"] = vec_env
-    if eval_freq is not None:
-        cfg.run["eval_freq"] = int(eval_freq)
-    if eval_episodes is not None:
-        cfg.run["eval_episodes"] = int(eval_episodes)
+    cfg = cfg.with_overrides(parse_hyperparams(hyperparams), "--hyperparams")
+    given = {
+        "policy": policy,
+        "n_envs": n_envs,
+        "vec_env": vec_env,
+        "eval_freq": eval_freq,
+        "eval_episodes": eval_episodes,
+    }
+    cfg = cfg.with_overrides({k: v for k, v in given.items() if v is not None}, "arguments")
+    if dagger is not None and not 0 <= int(dagger) <= 100:
+        raise ConfigError(f"--dagger={dagger} is outside its allowed range [0, 100]")
     total = int(cfg.run["n_timesteps"] if steps is None else steps)
-    th.set_num_threads(int(cfg.run["torch_threads"]))
     outdir = Path(out)
+    _check_out_dir(outdir, [config])
+    env_kwargs = dict(cfg.run["env_kwargs"] or {})
+    try:
+        probe = gym.make(env_id, **env_kwargs)
+    except Exception as e:  # (any constructor error of the user's arguments)
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(
+            f"{cfg.source}: env_kwargs {env_kwargs} refused by {env_id} ({msg})"
+        ) from None
+    finetune = bc_demos > 0
+    if finetune and is_online(probe):
+        probe.close()
+        raise ConfigError(
+            "--bc-demos: behaviour cloning needs a static placement environment (CROP's expert), "
+            f"not {env_id}"
+        )
+    try:
+        pol, pol_kwargs = policy_spec(
+            algo, str(cfg.run["policy"]), cfg.algo_kwargs.get("policy_kwargs"), probe
+        )
+    except (TypeError, ValueError) as e:
+        probe.close()
+        raise ConfigError(f"{cfg.source}: policy_kwargs: {e}") from None
+    algo_kwargs = cfg.algo_arguments(finetune=finetune)
+    algo_kwargs["policy_kwargs"] = pol_kwargs
+    cls = algo_class(algo)
+    tb = str(outdir / "tb")
+    th.set_num_threads(int(cfg.run["torch_threads"]))
+    reward_scale = float(cfg.run["reward_scale"])
+
+    # Resume: the checkpoint to continue from (read, never unpickled unless trusted).
+    latest = latest_checkpoint(outdir) if resume else None
+    if latest is None and resume and finetune and (outdir / "bc_model.zip").exists():
+        latest = outdir / "bc_model.zip"
+    n_envs_run = int(cfg.run["n_envs"])
+    venv = make_vec_env(  # a dry run builds the model on one environment in this process
+        env_id,
+        n_envs=1 if dry_run else n_envs_run,
+        seed=seed,
+        env_kwargs=env_kwargs,
+        reward_scale=reward_scale,
+        vec_env="dummy" if dry_run else str(cfg.run["vec_env"]),
+    )
+    try:
+        model: Any
+        if latest is not None:
+            model, ck_meta = load_checkpoint(
+                latest, env=venv, trust=trust_checkpoint, tensorboard_log=tb
+            )
+            if ck_meta.get("env_id") not in (None, env_id):
+                raise ConfigError(
+                    f"--resume: {latest} was trained on {ck_meta['env_id']}, not {env_id}"
+                )
+        else:
+            model = _build_model(cls, pol, venv, seed, tb, verbose, algo_kwargs, cfg.source)
+    except BaseException:
+        venv.close()
+        probe.close()
+        raise
+    planned = plan_steps(model, total, n_envs=n_envs_run)
+    if dry_run:
+        venv.close()
+        probe.close()
+        return {
+            "status": "checked",
+            "algo": algo,
+            "env_id": env_id,
+            "seed": seed,
+            "steps_requested": total,
+            "steps": planned,
+            "config_source": cfg.source,
+            "config": cfg.to_dict(),
+        }
+    if planned != total and log is not None and total > int(model.num_timesteps):
+        log(f"note: --steps {total} runs {planned} steps ({_chunk_text(model, n_envs_run)})")
+
     outdir.mkdir(parents=True, exist_ok=True)
-    run = _Run(
+    run = RunState(
         algo=algo,
         env_id=env_id,
-        steps=total,
+        steps=planned,
         seed=seed,
         out=outdir,
         cfg=cfg,
@@ -532,9 +335,63 @@ def train(
         progress=progress,
         argv=list(argv if argv is not None else sys.argv),
     )
-    prev_meta = (
-        read_json(outdir / "run.json") if (resume and (outdir / "run.json").exists()) else None
-    )
+    run.meta["steps_requested"] = total
+    run.hyperparameters = _json_hyperparameters(cfg, finetune)
+    try:
+        _run(run, model, venv, probe, latest, resume, dagger, reward_scale, algo_kwargs, planned)
+    except BaseException as e:
+        run.meta["status"] = "interrupted" if isinstance(e, KeyboardInterrupt) else "failed"
+        if not isinstance(e, KeyboardInterrupt):
+            run.meta["error"] = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        run.write_meta()
+        raise
+    finally:
+        venv.close()
+        probe.close()
+    return run.meta
+
+
+def _chunk_text(model: Any, n_envs: int) -> str:
+    from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
+
+    if isinstance(model, OnPolicyAlgorithm):
+        n = int(model.n_steps) * n_envs
+        return f"it collects whole rollouts of n_steps x n_envs = {n} steps"
+    n = int(model.train_freq.frequency) * n_envs
+    return f"it collects whole chunks of train_freq x n_envs = {n} steps"
+
+
+def _json_hyperparameters(cfg: RunConfig, finetune: bool) -> dict[str, Any]:
+    """The constructor arguments to store in checkpoints (JSON, schedules as ``lin_X``)."""
+    kw = cfg.hyperparameters(finetune=finetune)
+    kw.pop("policy_kwargs", None)
+    return kw
+
+
+def _run(
+    run: RunState,
+    model: Any,
+    venv: Any,
+    probe: gym.Env[Any, Any],
+    latest: Path | None,
+    resume: bool,
+    dagger: int | None,
+    reward_scale: float,
+    algo_kwargs: dict[str, Any],
+    total: int,
+) -> None:
+    """The run itself, once everything is checked: metadata, imitation, RL, final files."""
+    from agents._io import read_json
+
+    outdir, cfg, algo = run.out, run.cfg, run.algo
+    prev_meta = None
+    if resume and (outdir / "run.json").exists():
+        try:
+            prev_meta = read_json(outdir / "run.json")
+        except (ValueError, OSError) as e:
+            raise ConfigError(f"{outdir / 'run.json'}: cannot resume from it ({e})") from None
+        if not isinstance(prev_meta, dict):
+            raise ConfigError(f"{outdir / 'run.json'}: cannot resume from it (not a JSON object)")
     if prev_meta is not None:
         run.curve = list(prev_meta.get("curve") or [])
         run.elapsed_before = float(prev_meta.get("wall_s") or 0.0)
@@ -559,43 +416,12 @@ def train(
     )
     run.write_meta()
 
-    reward_scale = float(cfg.run["reward_scale"])
-    venv = make_vec_env(
-        env_id,
-        n_envs=int(cfg.run["n_envs"]),
-        seed=seed,
-        env_kwargs=run.env_kwargs,
-        reward_scale=reward_scale,
-        vec_env=str(cfg.run["vec_env"]),
-    )
-    tb = str(outdir / "tb")
-    cls = algo_class(algo)
-    probe = gym.make(env_id, **run.env_kwargs)
-    pol, pol_kwargs = policy_spec(
-        algo, str(cfg.run["policy"]), cfg.algo_kwargs.get("policy_kwargs"), probe
-    )
-    finetune = bc_demos > 0
-    algo_kwargs = cfg.algo_arguments(finetune=finetune)
-    algo_kwargs["policy_kwargs"] = pol_kwargs
-
-    latest = _latest_checkpoint(outdir) if resume else None
-    model: Any = None
     if latest is not None:
-        model, _ = load_checkpoint(latest, env=venv, tensorboard_log=tb)
         run.meta["resumed_from"] = {**run.meta.get("resumed_from", {}), "checkpoint": str(latest)}
-    elif resume and (outdir / "bc_model.zip").exists() and finetune:
-        model, _ = load_checkpoint(outdir / "bc_model.zip", env=venv, tensorboard_log=tb)
-        run.meta["resumed_from"] = {
-            **run.meta.get("resumed_from", {}),
-            "checkpoint": str(outdir / "bc_model.zip"),
-        }
-    else:
-        model = cls(pol, venv, seed=seed, tensorboard_log=tb, verbose=verbose, **algo_kwargs)
-        if finetune:
-            _imitate(
-                run, model, probe, bc_demos, dagger, reward_scale, algo_kwargs, progress, resume
-            )
-    probe.close()
+    elif run.bc_demos > 0:
+        _imitate(
+            run, model, probe, run.bc_demos, dagger, reward_scale, algo_kwargs, run.progress, resume
+        )
     run.curve = [r for r in run.curve if r["steps"] <= int(model.num_timesteps)]
 
     remaining = max(0, total - int(model.num_timesteps))
@@ -603,9 +429,9 @@ def train(
     eval_before = run.eval_seconds
     steps_before = int(model.num_timesteps)
     if remaining > 0:
-        Progress, RunCb = _callbacks_module()
+        Progress, RunCb = callbacks()
         cbs = [RunCb(run)]
-        if progress:
+        if run.progress:
             cbs.append(Progress(total, run))
         model.learn(
             total_timesteps=remaining,
@@ -648,20 +474,18 @@ def train(
         "sessions": rl_sessions,
     }
     save_checkpoint(model, outdir / "final_model.zip", run.checkpoint_meta(model))
-    venv.close()
     if run.curve:
-        label = f"{algo} on {env_id}" + (
-            f", BC on {bc_demos} CROP episodes" if bc_demos else ", from scratch"
+        label = f"{algo} on {run.env_id}" + (
+            f", BC on {run.bc_demos} CROP episodes" if run.bc_demos else ", from scratch"
         )
         plot_curve(run.curve, outdir / "learning_curve.png", title=label)
     run.meta["status"] = "done"
     run.meta["final_validation"] = run.curve[-1] if run.curve else None
     run.write_meta()
-    return run.meta
 
 
 def _imitate(
-    run: _Run,
+    run: RunState,
     model: Any,
     env: gym.Env[Any, Any],
     episodes: int,

@@ -156,7 +156,7 @@ def _yaml_compose_node(self: Any, parent: Any, index: Any) -> Any:
     return _ORIG_COMPOSE_NODE(self, parent, index)
 
 
-_UniqueKeyLoader.compose_node = _yaml_compose_node  # type: ignore[method-assign]
+_UniqueKeyLoader.compose_node = _yaml_compose_node
 
 
 def _json_unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -205,7 +205,8 @@ def parse_mapping(text: str, fmt: str, source: str) -> dict[str, Any]:
         line = f":{mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{source}{line}: invalid YAML ({e.problem or e.context})") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{source}: invalid YAML ({e})") from None
+        text_e = " ".join(str(e).split())  # PyYAML's reader errors span lines
+        raise ConfigError(f"{source}: invalid YAML ({text_e})") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{source}: invalid TOML ({e})") from None
     except (ValueError, RecursionError) as e:
