@@ -72,7 +72,7 @@ class ObsSpec:
     @classmethod
     def default(cls, max_job_gpus: int = 32) -> ObsSpec:
         """The columns of crop_gym's :class:`~crop_gym.envs.ObservationBuilder` (no extras)."""
-        from crop_gym.envs import features as f
+        from crop_gym.envs import observation as f
 
         return cls(
             tuple(f.GPU_FEATURES),
@@ -85,7 +85,7 @@ class ObsSpec:
     @classmethod
     def from_env(cls, env: Any) -> ObsSpec:
         """The spec of a (possibly wrapped) crop_gym placement environment."""
-        from crop_gym.envs import features as f
+        from crop_gym.envs import observation as f
 
         base = env.unwrapped
         feats = base.features

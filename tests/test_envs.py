@@ -20,7 +20,12 @@ import pytest
 
 import crop_gym  # noqa: F401  (registers the IDs)
 from crop_gym.envs import ENV_IDS, GPUPlacementEnv, PlacementEnv
-from crop_gym.envs.features import CANDIDATE_FEATURES, GPU_FEATURES, JOB_FEATURES, SUMMARY_FEATURES
+from crop_gym.envs.observation import (
+    CANDIDATE_FEATURES,
+    GPU_FEATURES,
+    JOB_FEATURES,
+    SUMMARY_FEATURES,
+)
 from crop_gym.scenario import ScenarioSampler
 
 ALL_IDS = sorted(env_id for env_id in gym.registry if env_id.startswith("crop_gym/"))

@@ -281,46 +281,6 @@ def test_trusted_add_matches_checked_add() -> None:
         assert st.F == other.F and np.array_equal(st.gpu_owner, other.gpu_owner)
 
 
-@pytest.mark.parametrize(
-    ("env_id", "kwargs"),
-    [
-        ("crop_gym/Placement-v0", {}),
-        ("crop_gym/Placement-Severe-v0", {"privileged": True, "max_candidates": 12}),
-        ("crop_gym/Placement-v0", {"scenario": Scenario(observation_noise=0.3, allreduce="ring")}),
-        ("crop_gym/Placement-v0", {"scenario": Scenario(cluster="hetero-64", overlap=0.5)}),
-    ],
-)
-def test_feature_caches_match_a_fresh_builder(env_id: str, kwargs: dict[str, object]) -> None:
-    """Per-candidate, per-class and per-layout caches never go stale: every observation equals
-    the one a fresh builder computes from scratch."""
-    import gymnasium as gym
-
-    from crop_gym.envs.features import ObservationBuilder
-
-    env = gym.make(env_id, **kwargs)
-    u = env.unwrapped
-    rng = np.random.default_rng(6)
-    obs, info = env.reset(seed=6)
-    for step in range(60):
-        fresh = ObservationBuilder(
-            u.topology,
-            u.actions,
-            u.scenario.perf,
-            queue_size=u.scenario.queue_size,
-            max_job_gpus=u.scenario.job_size_limit,
-            privileged=u.privileged,
-        )
-        fresh.set_health(u.features.health)
-        ref = fresh.build(u.state, u.pending, step=u._steps, max_steps=u.max_steps)
-        assert ref.keys() == obs.keys()
-        for key in ref:
-            assert np.array_equal(ref[key], obs[key]), (step, key)
-        valid = np.flatnonzero(info["action_mask"])
-        obs, _, term, trunc, info = env.step(int(valid[rng.integers(len(valid))]))
-        if term or trunc:
-            obs, info = env.reset()
-
-
 def _select_reference(
     infos: list[tuple[int, int]], Q: int, grouping: bool, fits: set[int]
 ) -> tuple[list[int], list[int], list[int], list[int]]:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import pickle
 from functools import cache
 from typing import Any
 
@@ -315,3 +316,24 @@ def test_every_value_is_within_its_box(
         q, c = int(table.row_slot[row]), int(table.row_cand[row])
         state.add(table.jobs[q], table.gpus(q, c), facts=table.facts.take(row))
         pending.remove(table.jobs[q])
+
+
+def test_builders_share_nothing_but_pure_caches() -> None:
+    """Builds interleaved across clusters, healths and builders (one pickled) give what a fresh
+    builder gives for each state alone."""
+    cases = [c for c in _cases() if c.meta["topology"] in ("testbed-8", "leafspine-64")][::5][:8]
+    assert len({c.meta["topology"] for c in cases}) == 2
+    built = [(c, *rebuild(c)) for c in cases]
+    tables = [_table(s, p, c.meta) for c, s, _, p in built]
+    builders = [builder_for(c) for c in cases]
+    builders[0] = pickle.loads(pickle.dumps(builders[0]))
+    first = [
+        b.build(s, o, p, t, extra=c.arrays.get("extra"))
+        for b, (c, s, o, p), t in zip(builders, built, tables, strict=True)
+    ]
+    for (c, s, o, p), t, obs in zip(
+        reversed(built), reversed(tables), reversed(first), strict=True
+    ):
+        again = builder_for(c).build(s, o, p, t, extra=c.arrays.get("extra"))
+        for key in obs:
+            assert np.array_equal(obs[key], again[key]), key

@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from crop_gym.envs.actions import CandidateActions
-    from crop_gym.envs.features import (
+    from crop_gym.envs.gpu_placement import GPUPlacementEnv
+    from crop_gym.envs.observation import (
         CANDIDATE_FEATURES,
         GPU_FEATURES,
         JOB_FEATURES,
         SUMMARY_FEATURES,
         ObservationBuilder,
     )
-    from crop_gym.envs.gpu_placement import GPUPlacementEnv
     from crop_gym.envs.placement import PlacementEnv
     from crop_gym.envs.registration import ENV_IDS, register_envs
     from crop_gym.envs.render import ClusterRenderer
@@ -43,12 +43,12 @@ __all__ = [
 ]
 
 _WHERE = {
-    "CANDIDATE_FEATURES": "features",
-    "GPU_FEATURES": "features",
-    "JOB_FEATURES": "features",
-    "SUMMARY_FEATURES": "features",
+    "CANDIDATE_FEATURES": "observation",
+    "GPU_FEATURES": "observation",
+    "JOB_FEATURES": "observation",
+    "SUMMARY_FEATURES": "observation",
     "CandidateActions": "actions",
-    "ObservationBuilder": "features",
+    "ObservationBuilder": "observation",
     "ClusterRenderer": "render",
     "GPUPlacementEnv": "gpu_placement",
     "PlacementEnv": "placement",
