@@ -17,15 +17,18 @@ placed jobs' η, F) is the true state. The privileged ``gain`` is the true ΔF o
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
+from crop_gym.candidates import CandidateSet
 from crop_gym.devices import Health
 from crop_gym.envs.view import ActionTable
 from crop_gym.errors import ConfigError
@@ -113,55 +116,85 @@ _ETA = CANDIDATE_FEATURES.index("eta")
 _BEST_ETA = JOB_FEATURES.index("best_eta")
 
 
-@lru_cache(maxsize=1 << 12)
 def job_columns(job: Job, max_job_gpus: int) -> tuple[float, float, float, float]:
-    """A job's ``(job_gpus, grad_size, compute_time, weight)`` feature values (in ``[0, 1]``).
+    """A job's ``(job_gpus, grad_size, compute_time, weight)`` feature values (in ``[0, 1]``)."""
+    return _job_columns(job.model, job.num_gpus, job.batch_size, job.weight, max_job_gpus)
 
-    Memoised: a pure function of the (immutable, hashable) job.
-    """
+
+@lru_cache(maxsize=1 << 12)
+def _job_columns(
+    model: str, k: int, batch: int, weight: float, max_job_gpus: int
+) -> tuple[float, float, float, float]:
+    """:func:`job_columns` by job class (memoised: a pure function of immutable values)."""
+    job = Job("", model, k, batch, weight=weight)
     grad = (np.log10(max(job.grad_bytes, 1.0)) - _GRAD_LOG_LO) / _GRAD_LOG_SPAN
     t = job.compute_time
     return (
-        min(job.num_gpus / max_job_gpus, 1.0),
+        min(k / max_job_gpus, 1.0),
         float(np.clip(grad, 0.0, 1.0)),
         t / (t + _COMPUTE_SCALE),
-        job.weight / (1.0 + job.weight),
+        weight / (1.0 + weight),
     )
 
 
 @dataclass(frozen=True)
 class _TopologyColumns:
-    """Constants of a topology the features read (per topology: it is immutable)."""
+    """Constants of a topology the features read (per topology: it is immutable).
+
+    ``switch_weight`` counts the switches above a multi-server placement's servers as a sum over
+    its spanned inter-server links: when every server hangs from a switch at one depth (not the
+    root), a placement on servers under several switches spans each of their links, and one under
+    a single switch spans none (hence ``max(sum, 1)``); when every server hangs from the root, the
+    count is 1. Other trees (``switch_weight`` ``None``) count distinct switches per row from
+    ``server_switch``.
+    """
 
     uplink: NDArray[np.intp]  # the link above each GPU's server
     speed: FloatArray  # relative speed / fastest GPU
     bw_ref: float  # fastest intra-server (GPU) link
+    switch_weight: FloatArray | None  # per link: 1 for a switch above servers (see above)
     server_switch: NDArray[np.int64]  # per link: the parent of a server link, -1 otherwise
 
 
 @lru_cache(maxsize=16)
 def _topology_columns(topology: Topology) -> _TopologyColumns:
-    switch = np.where(topology.kind == 1, topology.parent, -1).astype(np.int64)
+    parents = np.unique(topology.parent[topology.server_node])
+    weight: FloatArray | None = None
+    if len(np.unique(topology.depth[parents])) == 1:
+        weight = np.zeros(topology.num_nodes)
+        weight[parents] = 1.0
+        weight[0] = 0.0  # the root is never spanned; all servers under it -> max(0, 1) = 1
     return _TopologyColumns(
         uplink=topology.server_node[topology.gpu_server].astype(np.intp),
         speed=topology.gpu_speed / float(topology.gpu_speed.max()),
         bw_ref=float(topology.link_bw[topology.gpu_node].max()),
-        server_switch=switch,
+        switch_weight=weight,
+        server_switch=np.where(topology.kind == 1, topology.parent, -1).astype(np.int64),
     )
 
 
 @dataclass(frozen=True)
 class _HealthColumns:
-    """What the features read of one observed health (per health object: it is immutable)."""
+    """What the features read of one observed health on one topology."""
 
+    topology: Topology
     gpu: NDArray[np.float32]  # [G, 10]: the health columns of GPU_FEATURES, zeros elsewhere
-    flags: NDArray[np.int64] | None  # [G, 2]: σ > 1 and π > 0 per GPU (None if neither anywhere)
+    flags: FloatArray | None  # [G, 2]: 1 where σ > 1, 1 where π > 0 (None if neither anywhere)
+    failed: NDArray[np.int32] | None  # [G]: 1 where failed (None if none)
     failed_frac: float
     abnormal_frac: float
 
 
-@lru_cache(maxsize=16)
+# Per Health object (immutable, hashed by identity), kept while the object lives: a pure
+# function of immutable inputs. Weak keys, so that many environments in one process never evict
+# each other's entries and a finished episode's health is forgotten with it.
+_HEALTH_COLUMNS: weakref.WeakKeyDictionary[Health, _HealthColumns] = weakref.WeakKeyDictionary()
+
+
 def _health_columns(topology: Topology, health: Health) -> _HealthColumns:
+    hit = _HEALTH_COLUMNS.get(health)
+    if hit is not None and hit.topology is topology:
+        return hit
     tc = _topology_columns(topology)
     gpu = np.zeros((topology.num_gpus, len(GPU_FEATURES)), dtype=np.float32)
     gpu[:, 2] = health.gpu_failed
@@ -171,12 +204,15 @@ def _health_columns(topology: Topology, health: Health) -> _HealthColumns:
     gpu[:, 7] = 1.0 - health.link_degradation[tc.uplink]
     gpu.setflags(write=False)
     flags = np.stack([health.gpu_slowdown > 1.0, health.gpu_fail_prob > 0.0], axis=1)
-    return _HealthColumns(
+    hit = _HEALTH_COLUMNS[health] = _HealthColumns(
+        topology=topology,
         gpu=gpu,
-        flags=flags.astype(np.int64) if flags.any() else None,
+        flags=flags.astype(np.float64) if flags.any() else None,
+        failed=health.gpu_failed.astype(np.int32) if health.gpu_failed.any() else None,
         failed_frac=float(health.gpu_failed.mean()),
         abnormal_frac=float(health.is_abnormal_gpu.mean()),
     )
+    return hit
 
 
 class ObservationBuilder:
@@ -296,17 +332,18 @@ class ObservationBuilder:
                 f"expects {self.num_slots}x{self.max_candidates}"
             )
         health = _health_columns(self.topology, observed)
-        out: dict[str, NDArray[np.float32]] = {"gpus": self._gpus(state, health, extra)}
-        jobs = _job_table(table.jobs, self.max_job_gpus)
+        gpu, free = self._gpus(state, health, extra)
+        out: dict[str, NDArray[np.float32]] = {"gpus": gpu}
+        rows = _Rows.of(table, self.max_job_gpus, self.num_slots)
         cand: NDArray[np.float32] | None = None
         if self.with_candidates:
-            cand = self._candidates(state, observed, health, table, jobs)
+            cand = self._candidates(state, observed, health, table, rows)
             out["candidates"] = cand
-        out["queue"] = self._queue(table, jobs, cand)
-        out["summary"] = self._summary(state, health, pending, table, step, max_steps)
+        out["queue"] = self._queue(table, rows, cand)
+        out["summary"] = self._summary(state, health, free, pending, table, step, max_steps)
         if self.privileged and self.with_candidates:
             gain = np.zeros(self.num_slots * self.max_candidates, dtype=np.float32)
-            gain[table.row_action] = np.clip(table.gains.total / self.max_job_gpus, -1.0, 1.0)
+            gain[rows.action] = np.clip(table.gains.total / self.max_job_gpus, -1.0, 1.0)
             out["gain"] = gain
         if not self.table_layout:
             for key in ("gpus", "candidates", "queue"):
@@ -316,35 +353,41 @@ class ObservationBuilder:
 
     def _gpus(
         self, state: ClusterState, health: _HealthColumns, extra: NDArray[Any] | None
-    ) -> NDArray[np.float32]:
-        """The per-GPU table: the observed health columns, then what holds each GPU."""
+    ) -> tuple[NDArray[np.float32], int]:
+        """The per-GPU table (the observed health columns, then what holds each GPU) and the
+        number of free GPUs."""
         n_extra = len(self.gpu_features) - len(GPU_FEATURES)
         G = self.topology.num_gpus
         if extra is not None and np.shape(extra) != (G, n_extra):
             raise ConfigError(
                 f"extra GPU columns of shape {np.shape(extra)}; expected {(G, n_extra)}"
             )
-        base = health.gpu
-        if n_extra:
-            gpu = np.zeros((G, len(self.gpu_features)), dtype=np.float32)
-            gpu[:, : len(GPU_FEATURES)] = base
-            if extra is not None:
-                gpu[:, len(GPU_FEATURES) :] = extra
-        else:
-            gpu = base.copy()
+        # Each GPU's row is its observed-health row plus the row of what holds it (a placed
+        # job's slot: busy, η, size; or the free row, last; or the failed row, before it): the
+        # two have disjoint non-zero columns.
+        placed = state.placed
+        S = len(placed.eta)
+        held = np.zeros((S + 2, len(GPU_FEATURES)), dtype=np.float32)
+        held[:S, 1] = 1.0
+        held[:S, 8] = placed.eta
+        held[:S, 9] = np.minimum(placed.facts.k / self.max_job_gpus, 1.0)
+        held[S + 1, 0] = 1.0
+        # (Unused slots hold stale values; no GPU points at them.) Owner -1: free; failed GPUs
+        # (never held) point one row lower.
         owner = state.gpu_owner
-        busy = owner >= 0
-        gpu[:, 0] = state.free_mask
-        gpu[:, 1] = busy
+        failed = _health_columns(self.topology, state.health).failed
+        row = owner if failed is None else owner - failed
+        base = held.take(row, axis=0)
+        base += health.gpu
         n = state.link_load[_topology_columns(self.topology).uplink]
-        gpu[:, 6] = n / (n + 1.0)
-        # Per slot, the η and size columns of its job; one more row (zeros) for owner -1.
-        slots = np.zeros((len(state.slot_eta) + 1, 2))
-        slots[:-1, 0] = state.slot_eta
-        slots[:-1, 1] = np.minimum(state.slot_num_gpus / self.max_job_gpus, 1.0)
-        # (Unused slots hold stale values; no GPU points at them.)
-        gpu[:, 8:10] = slots[owner]
-        return gpu
+        base[:, 6] = n / (n + 1.0)
+        free = int(np.count_nonzero(row == -1))
+        if not n_extra:
+            return base, free
+        gpu = np.empty((G, len(self.gpu_features)), dtype=np.float32)
+        gpu[:, : len(GPU_FEATURES)] = base
+        gpu[:, len(GPU_FEATURES) :] = 0.0 if extra is None else extra
+        return gpu, free
 
     def _candidates(
         self,
@@ -352,13 +395,11 @@ class ObservationBuilder:
         observed: Health,
         health: _HealthColumns,
         table: ActionTable,
-        jobs: FloatArray,
+        rows: _Rows,
     ) -> NDArray[np.float32]:
         """The candidate table ``(Q * C, 17)``: one row per valid action row, zeros elsewhere."""
-        C, Q = self.max_candidates, self.num_slots
-        cand = np.zeros((Q * C, len(CANDIDATE_FEATURES)), dtype=np.float32)
-        M = len(table.row_slot)
-        if M == 0:
+        cand = np.zeros((self.num_slots * self.max_candidates, len(CANDIDATE_FEATURES)), np.float32)
+        if len(rows.action) == 0:
             return cand
         tc = _topology_columns(self.topology)
         load = state.link_load
@@ -367,37 +408,37 @@ class ObservationBuilder:
             facts, eta, b_inter = table.facts, table.gains.eta, table.gains.b_inter
         else:
             # The health-dependent facts and η as the agent can estimate them.
-            facts = placement_facts(self.topology, observed, [s.gpus for s in table.sets])
+            facts = placement_facts(self.topology, observed, [s.gpus for s in rows.sets])
+            facts = facts.take(rows.src)
             eff = self.topology.link_bw * observed.link_degradation
             b_inter = inter_bandwidth(eff, load[links] + 1, links)
             const = np.array(
                 [(j.grad_bytes, j.compute_time, state.ideal_time(j)) for j in table.jobs]
             )[table.row_slot]
             eta = job_times(self.perf, const[:, 0], const[:, 1], const[:, 2], facts, b_inter).eta
-        k = facts.k.astype(np.float64)
-        s = facts.s.astype(np.float64)
-        d = np.empty((M, len(CANDIDATE_FEATURES)))
-        d[:, 0] = 1.0
-        d[:, 1:4] = jobs[table.row_slot, :3]
+        k, s = facts.k, facts.s
+        # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,
+        # queue_pos, weight), then the placement's.
+        d = rows.slot_columns.take(table.row_slot, axis=0)
         d[:, 4] = s / _SERVERS_SCALE
         d[:, 5] = (s - 1.0) / np.maximum(k - 1.0, 1.0)
-        d[:, 6] = _switches(tc.server_switch[links]) / _SWITCHES_SCALE
-        d[:, 7:9] = _flag_fractions(health, table) / k[:, None]
+        d[:, 6] = _switches(tc, links) / _SWITCHES_SCALE
+        if health.flags is not None:
+            d[:, 7:9] = rows.gpu_sums(health.flags) / k[:, None]
         d[:, 9] = 1.0 - 1.0 / facts.slowdown
         d[:, 10] = facts.survival
         d[:, 11] = eta
         d[:, 12] = eta * facts.survival
-        most = load[links].max(axis=1) if links.shape[1] else np.zeros(M)
-        d[:, 13] = most / (most + 1.0)
+        if links.shape[1]:
+            most = load[links].max(axis=1)
+            d[:, 13] = most / (most + 1.0)
         d[:, 14] = np.minimum(np.minimum(facts.b_intra, b_inter), tc.bw_ref) / tc.bw_ref
-        d[:, 15] = table.row_slot / max(Q - 1, 1)
-        d[:, 16] = jobs[table.row_slot, 3]
-        np.clip(d, 0.0, 1.0, out=d)
-        cand[table.row_action] = d
+        np.minimum(np.maximum(d, 0.0, out=d), 1.0, out=d)
+        cand[rows.action] = d
         return cand
 
     def _queue(
-        self, table: ActionTable, jobs: FloatArray, cand: NDArray[np.float32] | None
+        self, table: ActionTable, rows: _Rows, cand: NDArray[np.float32] | None
     ) -> NDArray[np.float32]:
         """The queue table ``(Q, 8)``: one row per filled view slot, zeros elsewhere."""
         C = self.max_candidates
@@ -406,8 +447,9 @@ class ObservationBuilder:
         if n == 0:
             return queue
         queue[:n, 0] = 1.0
-        queue[:n, 1:5] = jobs
-        queue[:n, 5] = np.array([len(s) for s in table.sets]) / C
+        queue[:n, 1:4] = rows.slot_columns[:, 1:4]
+        queue[:n, 4] = rows.slot_columns[:, 16]
+        queue[:n, 5] = np.bincount(table.row_slot, minlength=n) / C
         queue[:n, 7] = np.minimum(table.copies[:n] / _COPIES_SCALE, 1.0)
         if cand is not None:
             # Best η over the slot's rows (padding rows hold 0 <= every η), from the float32
@@ -419,6 +461,7 @@ class ObservationBuilder:
         self,
         state: ClusterState,
         health: _HealthColumns,
+        free: int,
         pending: Sequence[Job],
         table: ActionTable,
         step: int,
@@ -433,7 +476,7 @@ class ObservationBuilder:
                 min(n / self.queue_size, 1.0),
                 min(max(n - table.in_view, 0) / self.queue_size, 1.0),
                 min(table.pending_gpus / G, 1.0),
-                state.num_free / G,
+                free / G,
                 min(max(m.F / G, 0.0), 1.0),
                 m.utilization,
                 min(max(m.comm_overhead, 0.0), 1.0),
@@ -445,37 +488,68 @@ class ObservationBuilder:
         )
 
 
-def _job_table(jobs: Sequence[Job], max_job_gpus: int) -> FloatArray:
-    """``float64[n, 4]``: :func:`job_columns` of each view job."""
-    return np.array([job_columns(j, max_job_gpus) for j in jobs], dtype=np.float64).reshape(-1, 4)
+@dataclass(slots=True)
+class _Rows:
+    """How the action table's rows map to its view slots and distinct candidate sets.
 
-
-def _switches(server_switch: NDArray[np.int64]) -> FloatArray:
-    """Distinct switches above the servers of each row (1 on one server).
-
-    ``server_switch[r]`` holds, for each spanned inter-server link of row ``r``, its switch if the
-    link is a server's uplink, else -1. A multi-server placement spans the uplink of every server
-    it uses, so the distinct non-negative values are the switches above its servers.
+    Attributes:
+        action: ``int64[M]`` action (candidate-table row) of each valid row.
+        slot_columns: ``float64[n, 17]`` per filled slot, the candidate columns that follow
+            from its job and position (valid, job_gpus, grad_size, compute_time, queue_pos,
+            weight; the others 0). Its columns 1-3 and 16 are also the queue table's.
+        sets: The distinct candidate sets of the view (slots of one job size share one).
+        src: ``int64[M]`` row of each valid row among the rows of ``sets``, in order.
     """
-    if server_switch.shape[1] == 0:
-        return np.ones(len(server_switch))
-    v = np.sort(server_switch, axis=1)
+
+    action: NDArray[np.int64]
+    slot_columns: FloatArray
+    sets: tuple[CandidateSet, ...]
+    src: NDArray[np.int64]
+
+    @classmethod
+    def of(cls, table: ActionTable, max_job_gpus: int, num_slots: int) -> _Rows:
+        n = len(table.jobs)
+        cols = np.zeros((n, len(CANDIDATE_FEATURES)))
+        if n:
+            cols[:, 0] = 1.0
+            jobs = [job_columns(j, max_job_gpus) for j in table.jobs]
+            cols[:, [1, 2, 3, 16]] = np.fromiter(
+                chain.from_iterable(jobs), np.float64, 4 * n
+            ).reshape(n, 4)
+            cols[:, 15] = np.arange(n) / max(num_slots - 1, 1)
+        first: dict[int, int] = {}
+        sets: list[CandidateSet] = []
+        starts: list[int] = []
+        rows = 0
+        for cs in table.sets:
+            start = first.get(id(cs))
+            if start is None:
+                start = first[id(cs)] = rows
+                sets.append(cs)
+                rows += len(cs)
+            starts.append(start)
+        src = np.asarray(starts, dtype=np.int64)[table.row_slot] + table.row_cand
+        return cls(table.row_action, cols, tuple(sets), src)
+
+    def gpu_sums(self, per_gpu: FloatArray) -> FloatArray:
+        """``float64[M, c]``: the sums of ``per_gpu[G, c]`` over each row's GPUs."""
+        sums = [per_gpu.take(cs.gpus, axis=0).sum(axis=1) for cs in self.sets]
+        out: FloatArray = np.concatenate(sums).take(self.src, axis=0)
+        return out
+
+
+def _switches(tc: _TopologyColumns, links: NDArray[np.int32]) -> FloatArray:
+    """Distinct switches above the servers of each row of spanned inter-server ``links`` (1 on
+    one server; see :class:`_TopologyColumns`)."""
+    if links.shape[1] == 0:
+        return np.ones(len(links))
+    if tc.switch_weight is not None:
+        out: FloatArray = np.maximum(tc.switch_weight[links].sum(axis=1), 1.0)
+        return out
+    # A multi-server placement spans the uplink of every server it uses: count the distinct
+    # switches above those uplinks (-1 marks the other links).
+    v = np.sort(tc.server_switch[links], axis=1)
     first = v >= 0
     first[:, 1:] &= v[:, 1:] != v[:, :-1]
-    out: FloatArray = np.maximum(first.sum(axis=1), 1).astype(np.float64)
-    return out
-
-
-def _flag_fractions(health: _HealthColumns, table: ActionTable) -> FloatArray:
-    """``float64[M, 2]``: slow and failure-prone GPUs of each row (counts, under the observed
-    health)."""
-    M = len(table.row_slot)
-    if health.flags is None:
-        return np.zeros((M, 2))
-    flags = health.flags
-    per_set: dict[int, FloatArray] = {}
-    for s in table.sets:
-        if id(s) not in per_set:
-            per_set[id(s)] = flags[s.gpus].sum(axis=1)
-    out: FloatArray = np.concatenate([per_set[id(s)] for s in table.sets]).astype(np.float64)
+    out = np.maximum(first.sum(axis=1), 1).astype(np.float64)
     return out
