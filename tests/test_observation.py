@@ -15,6 +15,7 @@ import pickle
 from functools import cache
 from typing import Any
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -35,7 +36,7 @@ from crop_gym.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig
 from crop_gym.scenario import ScenarioSampler
-from crop_gym.topology import make_topology
+from crop_gym.topology import Topology, make_topology
 
 G_ = {name: i for i, name in enumerate(GPU_FEATURES)}
 C_ = {name: i for i, name in enumerate(CANDIDATE_FEATURES)}
@@ -337,3 +338,52 @@ def test_builders_share_nothing_but_pure_caches() -> None:
         again = builder_for(c).build(s, o, p, t, extra=c.arrays.get("extra"))
         for key in obs:
             assert np.array_equal(obs[key], again[key]), key
+
+
+def _mixed_tree() -> Topology:
+    """Servers under switches at different depths and under the root itself."""
+    g = nx.DiGraph(root="root")
+    g.add_node("root", kind="switch")
+    for sw, parent in (("A", "root"), ("B", "root"), ("C", "B")):
+        g.add_node(sw, kind="switch")
+        g.add_edge(parent, sw, bandwidth=10e9)
+    for i, parent in enumerate(("A", "A", "root", "C", "C", "B")):
+        srv = f"s{i}"
+        g.add_node(srv, kind="server")
+        g.add_edge(parent, srv, bandwidth=25e9)
+        for j in range(2):
+            g.add_node(f"{srv}g{j}", kind="gpu")
+            g.add_edge(srv, f"{srv}g{j}", bandwidth=100e9)
+    return Topology.from_graph(g, name="mixed")
+
+
+@pytest.mark.parametrize("cluster", ["mixed", "testbed-8", "leafspine-64", "pollux-16x4"])
+def test_switches_column_counts_the_switches_above_the_servers(cluster: str) -> None:
+    """The ``switches`` column is the number of distinct switches (parents of servers) above a
+    candidate's servers, on regular trees and on one with servers at several depths."""
+    topo = _mixed_tree() if cluster == "mixed" else make_topology(cluster)
+    state = ClusterState(topo)
+    rng = np.random.default_rng(0)
+    busy = rng.choice(topo.num_gpus, topo.num_gpus // 3, replace=False)
+    state.add(Job("bg", "resnet50", len(busy), 64), busy)
+    sizes = [1, 2, 3, 4, 5, 7, 8]
+    pending = [Job(f"j{k}", "resnet50", k, 8 * k) for k in sizes if k <= state.num_free]
+    table = build_action_table(state, pending, num_slots=len(pending), max_candidates=16)
+    b = ObservationBuilder(
+        topo,
+        PerfConfig(),
+        num_slots=len(pending),
+        max_candidates=16,
+        queue_size=8,
+        max_job_gpus=8,
+        table_layout=True,
+    )
+    cand = b.build(state, state.health, pending, table)["candidates"]
+    switch_of_gpu = topo.parent[topo.server_node[topo.gpu_server]]
+    multi = 0
+    for q, c, a in zip(table.row_slot, table.row_cand, table.row_action, strict=True):
+        gpus = table.gpus(int(q), int(c))
+        want = len(set(switch_of_gpu[gpus].tolist()))
+        multi += want > 1
+        assert cand[a, C_["switches"]] == pytest.approx(want / 8), gpus.tolist()
+    assert multi or cluster in ("testbed-8", "pollux-16x4")  # (all servers under the root)
