@@ -60,6 +60,7 @@ def test_fixture_covers_every_kind_of_state() -> None:
     assert any(not m["with_candidates"] for m in metas)
     assert any(m["privileged"] for m in metas)
     assert {m["allreduce"] for m in metas} == {"ring", "hierarchical"}
+    assert {m["topology"] for m in metas} >= {"testbed-8", "leafspine-64", "hetero-64", "n128g8"}
 
 
 @pytest.mark.parametrize("i", range(len(_cases())))
