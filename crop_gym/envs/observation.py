@@ -513,9 +513,9 @@ class _Rows:
         if n:
             cols[:, 0] = 1.0
             jobs = [job_columns(j, max_job_gpus) for j in table.jobs]
-            cols[:, [1, 2, 3, 16]] = np.fromiter(
-                chain.from_iterable(jobs), np.float64, 4 * n
-            ).reshape(n, 4)
+            jc = np.fromiter(chain.from_iterable(jobs), np.float64, 4 * n).reshape(n, 4)
+            cols[:, 1:4] = jc[:, :3]
+            cols[:, 16] = jc[:, 3]
             cols[:, 15] = np.arange(n) / max(num_slots - 1, 1)
         first: dict[int, int] = {}
         sets: list[CandidateSet] = []
