@@ -40,12 +40,7 @@ from agents.training import train  # noqa: E402
 
 pytestmark = pytest.mark.rl
 
-from crop_gym.envs import observation  # noqa: E402
 
-#: Tests whose outcome depends on the observation's values (a learned policy reads them).
-needs_observation = pytest.mark.skipif(
-    getattr(observation, "PLACEHOLDER", False), reason="the observation builder is a placeholder"
-)
 
 TESTBED = "crop_gym/Placement-Testbed8-v0"
 DEFAULT = "crop_gym/Placement-v0"
@@ -281,7 +276,6 @@ def test_masked_dqn_explores_only_valid_actions() -> None:
 
 
 # ------------------------------------------------------------------------------- imitation
-@needs_observation
 def test_behaviour_cloning_agrees_with_crop() -> None:
     """BC on CROP's demonstrations on the 8-GPU testbed reaches >= 90 % agreement with CROP.
 
@@ -321,7 +315,6 @@ def test_behaviour_cloning_agrees_with_crop() -> None:
 
 
 # --------------------------------------------------------------------------- shipped model
-@needs_observation
 def test_shipped_checkpoint_scores_near_crop() -> None:
     path = default_checkpoint()
     assert path.exists(), "agents/checkpoints/default.zip is missing"

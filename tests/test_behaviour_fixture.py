@@ -52,17 +52,8 @@ def test_every_registered_env_is_recorded() -> None:
     assert sorted(REC.env_ids()) == sorted(META["envs"])
 
 
-def _obs_placeholder() -> bool:
-    """Whether the observation builder is the placeholder of the env-classes branch."""
-    from crop_gym.envs import observation
-
-    return bool(getattr(observation, "PLACEHOLDER", False))
-
-
 @pytest.mark.parametrize("env_id", sorted(META["envs"]))
 def test_env_replay(env_id: str) -> None:
-    if _obs_placeholder():
-        pytest.skip("the observation builder is a placeholder (see test_env_replay_dynamics)")
     _replay(env_id, check_obs=True)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import crop_gym  # noqa: F401  (registers the IDs)
-from crop_gym.envs import ENV_IDS, GPUPlacementEnv, PlacementEnv, observation
+from crop_gym.envs import ENV_IDS, GPUPlacementEnv, PlacementEnv
 from crop_gym.envs.observation import (
     CANDIDATE_FEATURES,
     GPU_FEATURES,
@@ -35,9 +35,6 @@ CANDIDATE_IDS = [i for i in ALL_IDS if ENV_IDS.get(i, ("",))[0].endswith(":Place
 SMALL_CANDIDATE_IDS = [i for i in CANDIDATE_IDS if i not in BIG_IDS]
 
 
-needs_observation = pytest.mark.skipif(
-    getattr(observation, "PLACEHOLDER", False), reason="the observation builder is a placeholder"
-)
 
 
 def _battery_params() -> list[Any]:
@@ -438,7 +435,6 @@ def test_reset_with_given_instance(env64: PlacementEnv) -> None:
 
 
 # --------------------------------------------------------------------------- features
-@needs_observation
 def test_candidate_features_match_the_model() -> None:
     """Estimated η and survival of every row equal the placed job's, and the privileged gain is ΔF."""
     env = PlacementEnv("default-severe", privileged=True, table_layout=True)
@@ -471,7 +467,6 @@ def test_candidate_features_match_the_model() -> None:
                 break
 
 
-@needs_observation
 def test_gpu_features_track_the_state(env64: PlacementEnv) -> None:
     obs, info = env64.reset(seed=2)
     gpus = obs["gpus"].reshape(-1, len(GPU_FEATURES))
@@ -490,7 +485,6 @@ def test_gpu_features_track_the_state(env64: PlacementEnv) -> None:
     assert gpus[placed[0], GPU_FEATURES.index("job_eta")] == pytest.approx(eta, rel=1e-6)
 
 
-@needs_observation
 def test_observation_noise_changes_features_not_rewards() -> None:
     sc = ScenarioSampler("default").scenario.replace(name="noisy", observation_noise=0.5)
     noisy, exact = PlacementEnv(sc), PlacementEnv("default")

@@ -34,7 +34,7 @@ def test_single_gpu_job_spans_nothing(algo: str) -> None:
     st.add(j, [3])
     rec = st.job_record("a")
     assert rec.C == 0.0
-    assert rec.T == pytest.approx(j.compute_time)
+    assert pytest.approx(j.compute_time) == rec.T
     assert rec.eta == 1.0 and pytest.approx(1.0) == st.F
     assert st.link_load.sum() == 0
 
@@ -46,7 +46,7 @@ def test_ring_inside_one_server_uses_gpu_links_only() -> None:
     st.add(j, [0, 1, 2, 3])
     M = j.grad_bytes
     expected = 2 * 3 / 4 * M / INTRA + 2 * 3 * 1e-5
-    assert st.job_record("a").C == pytest.approx(expected, rel=1e-12)
+    assert pytest.approx(expected, rel=1e-12) == st.job_record("a").C
     assert st.link_load[t.server_node].sum() == 0  # no inter-server link is loaded
 
 
@@ -57,11 +57,11 @@ def test_two_rings_sharing_an_uplink_get_half_each() -> None:
         a, b = job("a", 2), job("b", 2)
         st.add(a, [0, 4])
         alone = 2 * 1 / 2 * a.grad_bytes / INTER  # k=2 over two servers: bottleneck = uplink
-        assert st.job_record("a").C == pytest.approx(alone, rel=1e-12)
+        assert pytest.approx(alone, rel=1e-12) == st.job_record("a").C
         st.add(b, [1, 5])
         shared = 2 * 1 / 2 * a.grad_bytes / (INTER / 2)
-        assert st.job_record("a").C == pytest.approx(shared, rel=1e-12)
-        assert st.job_record("b").C == pytest.approx(shared, rel=1e-12)
+        assert pytest.approx(shared, rel=1e-12) == st.job_record("a").C
+        assert pytest.approx(shared, rel=1e-12) == st.job_record("b").C
         assert list(st.link_load[t.server_node]) == [2, 2]
 
 
@@ -73,7 +73,7 @@ def test_degraded_link_scales_the_bottleneck() -> None:
     st = ClusterState(t, h, PerfConfig("ring"))
     a = job("a", 2)
     st.add(a, [0, 4])
-    assert st.job_record("a").C == pytest.approx(a.grad_bytes / (0.25 * INTER), rel=1e-12)
+    assert pytest.approx(a.grad_bytes / (0.25 * INTER), rel=1e-12) == st.job_record("a").C
 
 
 def test_hierarchical_formula_by_hand() -> None:
@@ -83,7 +83,7 @@ def test_hierarchical_formula_by_hand() -> None:
     st.add(a, [0, 1, 2, 4, 5, 6])  # g = 3 per server, s = 2 servers
     M = a.grad_bytes
     expected = 2 * 2 / 3 * M / INTRA + 2 * 1 / 2 * M / INTER + 2 * 2 * 2e-5 + 2 * 1 * 2e-5
-    assert st.job_record("a").C == pytest.approx(expected, rel=1e-12)
+    assert pytest.approx(expected, rel=1e-12) == st.job_record("a").C
 
 
 def test_comm_time_vectorised_and_degenerate_cases() -> None:
@@ -110,8 +110,8 @@ def test_stragglers_and_speed_set_compute_time() -> None:
     st.add(a, [0, 1])  # straggler σ=3 on a speed-1 GPU
     b = job("b", 1)
     st.add(b, [4])  # speed 0.5: twice as slow
-    assert st.job_record("a").T - st.job_record("a").C == pytest.approx(3 * a.compute_time)
-    assert st.job_record("b").T == pytest.approx(2 * b.compute_time)
+    assert pytest.approx(3 * a.compute_time) == st.job_record("a").T - st.job_record("a").C
+    assert pytest.approx(2 * b.compute_time) == st.job_record("b").T
     assert st.job_record("b").eta == pytest.approx(0.5)
 
 
@@ -150,7 +150,7 @@ def test_value_and_F() -> None:
     # The ideal time is the compact placement: both GPUs on one server.
     st2 = ClusterState(t)
     st2.add(a, [0, 1])
-    assert st2.job_record("a").T == pytest.approx(rec.T_star)
+    assert pytest.approx(rec.T_star) == st2.job_record("a").T
     assert st2.job_record("a").eta == 1.0
 
 
@@ -245,6 +245,6 @@ def test_set_health_with_changed_devices_matches_full_recompute() -> None:
         assert pytest.approx(ref.F, rel=1e-12) == st.F
         for i, j in enumerate(jobs):
             rec = st.job_record(j.job_id)
-            assert rec.T == pytest.approx(ref.times.T[i], rel=1e-12)
+            assert pytest.approx(ref.times.T[i], rel=1e-12) == rec.T
             assert rec.eta == pytest.approx(ref.times.eta[i], rel=1e-12)
             assert rec.survival == pytest.approx(ref.survival[i], rel=1e-12)

@@ -140,7 +140,7 @@ def test_copy_is_independent() -> None:
     twin = state.copy()
     twin.add(Job("b", "vgg16", 8, 256), np.arange(8, 16))
     assert "b" not in state.jobs and state.num_free == 56 and twin.num_free == 48
-    assert state.F == pytest.approx(8.0)
+    assert pytest.approx(8.0) == state.F
 
 
 def test_ideal_time_follows_a_re_registered_model() -> None:

@@ -1,42 +1,52 @@
-"""PLACEHOLDER of the observation builder (branch ``env-cls`` only; replaced at merge).
+"""The observation of every placement environment: per-GPU, per-candidate, per-queued-job and
+summary tables, computed vectorised from the state and its action table.
 
-The real :mod:`crop_gym.envs.observation` is written on branch ``env-obs`` against the contract in
-``crop_gym/envs/INTERFACE.md``. This placeholder implements that exact API (constructor, spaces,
-``build(state, observed, pending, table, step, max_steps, extra=...)``, ``rows``, ``last_metrics``)
-with the right keys and shapes, so the environments can be built and tested, but fills the tables
-with zeros except the ``valid`` / ``present`` flags, the extra GPU columns and the privileged
-``gain``. At merge, take ``env-obs``'s file.
+:class:`ObservationBuilder` returns a ``Dict`` of bounded ``float32`` boxes. The candidate rows
+describe the rows of an :class:`~crop_gym.envs.view.ActionTable` (action ``q * C + c`` is row
+``q * C + c``), so every environment exposes the same interface. Columns are listed, in order, in
+:data:`GPU_FEATURES`, :data:`CANDIDATE_FEATURES`, :data:`JOB_FEATURES` and
+:data:`SUMMARY_FEATURES`; every value is in ``[0, 1]``, except the privileged ``gain`` key, which
+is in ``[-1, 1]``. docs/ENVS.md explains each column.
+
+What the agent sees of the devices is the *observed* health (a noisy reading drawn once per
+episode, :meth:`~crop_gym.devices.Health.observe`, or the true health): the per-GPU health
+columns, the health-dependent candidate columns (slowdown, survival, η, bandwidth) and the
+abnormal-GPU shares use it. What the agent sees of the jobs (free and busy GPUs, link loads, the
+placed jobs' η, F) is the true state. The privileged ``gain`` is the true ΔF of each row.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import chain
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
+from crop_gym.candidates import CandidateSet
 from crop_gym.devices import Health
 from crop_gym.envs.view import ActionTable
 from crop_gym.errors import ConfigError
 from crop_gym.jobs import Job
 from crop_gym.model.objective import ClusterMetrics
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PerfConfig
+from crop_gym.model.timing import PerfConfig, inter_bandwidth, job_times, placement_facts
 from crop_gym.topology import Topology
 
 __all__ = [
     "CANDIDATE_FEATURES",
     "GPU_FEATURES",
     "JOB_FEATURES",
-    "PLACEHOLDER",
     "SUMMARY_FEATURES",
     "ObservationBuilder",
 ]
 
-#: This module is the placeholder (the real one has no such name).
-PLACEHOLDER = True
+FloatArray = NDArray[np.float64]
 
 #: Per-GPU feature columns (key ``"gpus"``, shape ``(G, len(GPU_FEATURES))``).
 GPU_FEATURES: tuple[str, ...] = (
@@ -52,7 +62,7 @@ GPU_FEATURES: tuple[str, ...] = (
     "job_gpus",  # k of the job holding the GPU / max job size (0 if free)
 )
 
-#: Per-candidate feature columns (key ``"candidates"``, shape ``(M, len(CANDIDATE_FEATURES))``).
+#: Per-candidate feature columns (key ``"candidates"``, shape ``(Q * C, len(CANDIDATE_FEATURES))``).
 CANDIDATE_FEATURES: tuple[str, ...] = (
     "valid",  # 1 for a real (job, candidate) row, 0 for padding
     "job_gpus",  # k / max job size
@@ -69,11 +79,11 @@ CANDIDATE_FEATURES: tuple[str, ...] = (
     "value_per_gpu",  # η · s
     "contention",  # n/(n+1), n = most jobs already crossing one of its inter-server links
     "bandwidth",  # bottleneck bandwidth share / fastest intra-server link
-    "queue_pos",  # view position q / (num_jobs - 1)
+    "queue_pos",  # view position q / (num_slots - 1)
     "weight",  # w / (1 + w)
 )
 
-#: Per-queued-job feature columns (key ``"queue"``, shape ``(num_jobs, len(JOB_FEATURES))``).
+#: Per-queued-job feature columns (key ``"queue"``, shape ``(Q, len(JOB_FEATURES))``).
 JOB_FEATURES: tuple[str, ...] = (
     "present",  # 1 if a pending job occupies this view slot
     "job_gpus",
@@ -81,7 +91,7 @@ JOB_FEATURES: tuple[str, ...] = (
     "compute_time",
     "weight",
     "candidates",  # its number of candidates / max_candidates
-    "best_eta",  # best estimated η over its candidates (0 if none)
+    "best_eta",  # best estimated η over its candidates (0 if none, or without candidate features)
     "copies",  # identical pending jobs this slot stands for / 16 (clipped)
 )
 
@@ -99,9 +109,142 @@ SUMMARY_FEATURES: tuple[str, ...] = (
     "steps",  # steps taken / step cap
 )
 
+_GRAD_LOG_LO, _GRAD_LOG_SPAN = 6.0, 4.0
+_COMPUTE_SCALE = 0.25
+_SERVERS_SCALE, _SWITCHES_SCALE, _COPIES_SCALE = 32.0, 8.0, 16.0
+_ETA = CANDIDATE_FEATURES.index("eta")
+_BEST_ETA = JOB_FEATURES.index("best_eta")
+
+
+def job_columns(job: Job, max_job_gpus: int) -> tuple[float, float, float, float]:
+    """A job's ``(job_gpus, grad_size, compute_time, weight)`` feature values (in ``[0, 1]``)."""
+    return _job_columns(job.model, job.num_gpus, job.batch_size, job.weight, max_job_gpus)
+
+
+@lru_cache(maxsize=1 << 12)
+def _job_columns(
+    model: str, k: int, batch: int, weight: float, max_job_gpus: int
+) -> tuple[float, float, float, float]:
+    """:func:`job_columns` by job class (memoised: a pure function of immutable values)."""
+    job = Job("", model, k, batch, weight=weight)
+    grad = (np.log10(max(job.grad_bytes, 1.0)) - _GRAD_LOG_LO) / _GRAD_LOG_SPAN
+    t = job.compute_time
+    return (
+        min(k / max_job_gpus, 1.0),
+        float(np.clip(grad, 0.0, 1.0)),
+        t / (t + _COMPUTE_SCALE),
+        weight / (1.0 + weight),
+    )
+
+
+@dataclass(frozen=True)
+class _TopologyColumns:
+    """Constants of a topology the features read (per topology: it is immutable).
+
+    ``switch_weight`` counts the switches above a multi-server placement's servers as a sum over
+    its spanned inter-server links: when every server hangs from a switch at one depth (not the
+    root), a placement on servers under several switches spans each of their links, and one under
+    a single switch spans none (hence ``max(sum, 1)``); when every server hangs from the root, the
+    count is 1. Other trees (``switch_weight`` ``None``) count distinct switches per row from
+    ``server_switch``.
+    """
+
+    uplink: NDArray[np.intp]  # the link above each GPU's server
+    speed: FloatArray  # relative speed / fastest GPU
+    bw_ref: float  # fastest intra-server (GPU) link
+    switch_weight: FloatArray | None  # per link: 1 for a switch above servers (see above)
+    server_switch: NDArray[np.int64]  # per link: the parent of a server link, -1 otherwise
+
+
+@lru_cache(maxsize=16)
+def _topology_columns(topology: Topology) -> _TopologyColumns:
+    parents = np.unique(topology.parent[topology.server_node])
+    weight: FloatArray | None = None
+    if len(np.unique(topology.depth[parents])) == 1:
+        weight = np.zeros(topology.num_nodes)
+        weight[parents] = 1.0
+        weight[0] = 0.0  # the root is never spanned; all servers under it -> max(0, 1) = 1
+    return _TopologyColumns(
+        uplink=topology.server_node[topology.gpu_server].astype(np.intp),
+        speed=topology.gpu_speed / float(topology.gpu_speed.max()),
+        bw_ref=float(topology.link_bw[topology.gpu_node].max()),
+        switch_weight=weight,
+        server_switch=np.where(topology.kind == 1, topology.parent, -1).astype(np.int64),
+    )
+
+
+@dataclass(frozen=True)
+class _HealthColumns:
+    """What the features read of one observed health on one topology."""
+
+    topology: Topology
+    gpu: NDArray[np.float32]  # [G, 10]: the health columns of GPU_FEATURES, zeros elsewhere
+    flags: FloatArray | None  # [G, 2]: 1 where σ > 1, 1 where π > 0 (None if neither anywhere)
+    failed: NDArray[np.int32] | None  # [G]: 1 where failed (None if none)
+    failed_frac: float
+    abnormal_frac: float
+
+
+# Per Health object (immutable, hashed by identity), kept while the object lives: a pure
+# function of immutable inputs. Weak keys, so that many environments in one process never evict
+# each other's entries and a finished episode's health is forgotten with it.
+_HEALTH_COLUMNS: weakref.WeakKeyDictionary[Health, _HealthColumns] = weakref.WeakKeyDictionary()
+
+
+def _health_columns(topology: Topology, health: Health) -> _HealthColumns:
+    hit = _HEALTH_COLUMNS.get(health)
+    if hit is not None and hit.topology is topology:
+        return hit
+    tc = _topology_columns(topology)
+    gpu = np.zeros((topology.num_gpus, len(GPU_FEATURES)), dtype=np.float32)
+    gpu[:, 2] = health.gpu_failed
+    gpu[:, 3] = 1.0 - 1.0 / health.gpu_slowdown
+    gpu[:, 4] = np.clip(health.gpu_fail_prob, 0.0, 1.0)
+    gpu[:, 5] = tc.speed
+    gpu[:, 7] = 1.0 - health.link_degradation[tc.uplink]
+    gpu.setflags(write=False)
+    flags = np.stack([health.gpu_slowdown > 1.0, health.gpu_fail_prob > 0.0], axis=1)
+    hit = _HEALTH_COLUMNS[health] = _HealthColumns(
+        topology=topology,
+        gpu=gpu,
+        flags=flags.astype(np.float64) if flags.any() else None,
+        failed=health.gpu_failed.astype(np.int32) if health.gpu_failed.any() else None,
+        failed_frac=float(health.gpu_failed.mean()),
+        abnormal_frac=float(health.is_abnormal_gpu.mean()),
+    )
+    return hit
+
 
 class ObservationBuilder:
-    """The observation tables of a placement environment (placeholder: see the module docstring)."""
+    """Builds the observation dict of a placement environment.
+
+    Keys (all ``float32``): tables ``"gpus"`` ``(G, len(gpu_features))``, ``"candidates"``
+    ``(Q * C, 17)``, ``"queue"`` ``(Q, 8)`` — flattened row-major to 1-D unless
+    ``table_layout=True`` (:meth:`rows` gives the 2-D view in either layout) — the vector
+    ``"summary"`` ``(10,)``, and with ``privileged=True`` also ``"gain"`` ``(Q * C,)``: the exact ΔF
+    of each row divided by ``max_job_gpus`` (clipped to ``[-1, 1]``; 0 on padding).
+
+    Args:
+        topology: The cluster.
+        perf: The iteration-time options (for the η estimate under a noisy health).
+        num_slots: View slots ``Q`` of the action tables.
+        max_candidates: Rows per slot ``C``.
+        queue_size: Normaliser of the pending-job counts.
+        max_job_gpus: Normaliser of job sizes and of the gain.
+        privileged: Whether to add the exact marginal gain ``"gain"``.
+        with_candidates: Whether to include the ``"candidates"`` key (and ``"gain"``); without it
+            the queue's ``best_eta`` is 0.
+        table_layout: Return tables as 2-D arrays instead of flattening them row-major to 1-D (the
+            default, which SB3's checker and ``MultiInputPolicy`` expect).
+        gpu_extra: Names of extra per-GPU columns appended after :data:`GPU_FEATURES`; their
+            values (in ``[0, 1]``) are passed to :meth:`build`.
+
+    Attributes:
+        observation_space: The ``spaces.Dict`` of the keys above.
+        gpu_features: ``(*GPU_FEATURES, *gpu_extra)``.
+        last_metrics: The :class:`~crop_gym.model.objective.ClusterMetrics` of the state of the
+            last :meth:`build` (``None`` before).
+    """
 
     def __init__(
         self,
@@ -117,6 +260,10 @@ class ObservationBuilder:
         table_layout: bool = False,
         gpu_extra: Sequence[str] = (),
     ) -> None:
+        if num_slots < 1 or max_candidates < 1:
+            raise ConfigError(
+                f"num_slots={num_slots} and max_candidates={max_candidates} must be >= 1"
+            )
         self.topology = topology
         self.perf = perf
         self.num_slots = int(num_slots)
@@ -126,33 +273,29 @@ class ObservationBuilder:
         self.privileged = bool(privileged)
         self.with_candidates = bool(with_candidates)
         self.table_layout = bool(table_layout)
-        self.gpu_features = (*GPU_FEATURES, *gpu_extra)
+        self.gpu_features: tuple[str, ...] = (*GPU_FEATURES, *gpu_extra)
         self.last_metrics: ClusterMetrics | None = None
-        G, M = topology.num_gpus, self.num_slots * self.max_candidates
+        G, Q, C = topology.num_gpus, self.num_slots, self.max_candidates
         self._shapes: dict[str, tuple[int, ...]] = {"gpus": (G, len(self.gpu_features))}
         if self.with_candidates:
-            self._shapes["candidates"] = (M, len(CANDIDATE_FEATURES))
-        self._shapes["queue"] = (self.num_slots, len(JOB_FEATURES))
+            self._shapes["candidates"] = (Q * C, len(CANDIDATE_FEATURES))
+        self._shapes["queue"] = (Q, len(JOB_FEATURES))
         self._shapes["summary"] = (len(SUMMARY_FEATURES),)
         if self.privileged and self.with_candidates:
-            self._shapes["gain"] = (M,)
-        flat = {"gpus", "candidates", "queue"}
-        self.observation_space = spaces.Dict(
-            {
-                k: spaces.Box(
-                    -1.0 if k == "gain" else 0.0,
-                    1.0,
-                    s if self.table_layout or k not in flat else (int(np.prod(s)),),
-                    np.float32,
-                )
-                for k, s in self._shapes.items()
-            }
-        )
+            self._shapes["gain"] = (Q * C,)
+
+        def box(key: str) -> spaces.Box:
+            shape = self._shapes[key]
+            flat = shape if self.table_layout else (int(np.prod(shape)),)
+            return spaces.Box(-1.0 if key == "gain" else 0.0, 1.0, flat, np.float32)
+
+        self.observation_space = spaces.Dict({key: box(key) for key in self._shapes})
 
     def rows(self, obs: dict[str, NDArray[np.float32]], key: str) -> NDArray[np.float32]:
-        """The ``(rows, columns)`` view of table ``key`` of ``obs`` (either layout)."""
+        """The ``(rows, columns)`` view of table ``key`` of ``obs``, in either layout."""
         return obs[key].reshape(self._shapes[key])
 
+    # ------------------------------------------------------------------ build
     def build(
         self,
         state: ClusterState,
@@ -164,24 +307,249 @@ class ObservationBuilder:
         *,
         extra: NDArray[Any] | None = None,
     ) -> dict[str, NDArray[np.float32]]:
-        """The observation of ``state`` (placeholder values; fresh arrays)."""
-        del observed, pending, step, max_steps
-        self.last_metrics = state.metrics()
-        out = {k: np.zeros(s, dtype=np.float32) for k, s in self._shapes.items()}
-        n_extra = len(self.gpu_features) - len(GPU_FEATURES)
-        if extra is not None:
-            if np.shape(extra) != (self.topology.num_gpus, n_extra):
-                want = (self.topology.num_gpus, n_extra)
-                raise ConfigError(f"extra has shape {np.shape(extra)}, expected {want}")
-            out["gpus"][:, len(GPU_FEATURES) :] = np.clip(extra, 0.0, 1.0)
+        """The observation of ``state`` with ``pending`` jobs and their action table.
+
+        Args:
+            state: The cluster state.
+            observed: The health the agent observes (``state.health`` or a noisy reading of it).
+            pending: Pending jobs in queue order.
+            table: :func:`~crop_gym.envs.view.build_action_table` of this state and ``pending``.
+            step: Steps taken in the episode (for the ``steps`` summary feature).
+            max_steps: The episode's step cap.
+            extra: ``float[G, len(gpu_extra)]`` values of the extra per-GPU columns (``None``:
+                zeros).
+
+        Returns:
+            A fresh dict of fresh arrays (safe to keep).
+
+        Raises:
+            ConfigError: If the table's shape is not the builder's, or ``extra`` has the wrong
+                shape.
+        """
+        if (table.num_slots, table.max_candidates) != (self.num_slots, self.max_candidates):
+            raise ConfigError(
+                f"action table of {table.num_slots}x{table.max_candidates} rows; the builder "
+                f"expects {self.num_slots}x{self.max_candidates}"
+            )
+        health = _health_columns(self.topology, observed)
+        gpu, free = self._gpus(state, health, extra)
+        out: dict[str, NDArray[np.float32]] = {"gpus": gpu}
+        rows = _Rows.of(table, self.max_job_gpus, self.num_slots)
+        cand: NDArray[np.float32] | None = None
         if self.with_candidates:
-            out["candidates"][table.row_action, 0] = 1.0
-        out["queue"][: len(table.jobs), 0] = 1.0
-        if "gain" in out:
-            gain = np.clip(table.gains.total / self.max_job_gpus, -1.0, 1.0)
-            out["gain"][table.row_action] = gain
+            cand = self._candidates(state, observed, health, table, rows)
+            out["candidates"] = cand
+        out["queue"] = self._queue(table, rows, cand)
+        out["summary"] = self._summary(state, health, free, pending, table, step, max_steps)
+        if self.privileged and self.with_candidates:
+            gain = np.zeros(self.num_slots * self.max_candidates, dtype=np.float32)
+            gain[rows.action] = np.clip(table.gains.total / self.max_job_gpus, -1.0, 1.0)
+            out["gain"] = gain
         if not self.table_layout:
-            for k in ("gpus", "candidates", "queue"):
-                if k in out:
-                    out[k] = out[k].reshape(-1)
+            for key in ("gpus", "candidates", "queue"):
+                if key in out:
+                    out[key] = out[key].reshape(-1)
         return out
+
+    def _gpus(
+        self, state: ClusterState, health: _HealthColumns, extra: NDArray[Any] | None
+    ) -> tuple[NDArray[np.float32], int]:
+        """The per-GPU table (the observed health columns, then what holds each GPU) and the
+        number of free GPUs."""
+        n_extra = len(self.gpu_features) - len(GPU_FEATURES)
+        G = self.topology.num_gpus
+        if extra is not None and np.shape(extra) != (G, n_extra):
+            raise ConfigError(
+                f"extra GPU columns of shape {np.shape(extra)}; expected {(G, n_extra)}"
+            )
+        # Each GPU's row is its observed-health row plus the row of what holds it (a placed
+        # job's slot: busy, η, size; or the free row, last; or the failed row, before it): the
+        # two have disjoint non-zero columns.
+        placed = state.placed
+        S = len(placed.eta)
+        held = np.zeros((S + 2, len(GPU_FEATURES)), dtype=np.float32)
+        held[:S, 1] = 1.0
+        held[:S, 8] = placed.eta
+        held[:S, 9] = np.minimum(placed.facts.k / self.max_job_gpus, 1.0)
+        held[S + 1, 0] = 1.0
+        # (Unused slots hold stale values; no GPU points at them.) Owner -1: free; failed GPUs
+        # (never held) point one row lower.
+        owner = state.gpu_owner
+        failed = _health_columns(self.topology, state.health).failed
+        row = owner if failed is None else owner - failed
+        base = held.take(row, axis=0)
+        base += health.gpu
+        n = state.link_load[_topology_columns(self.topology).uplink]
+        base[:, 6] = n / (n + 1.0)
+        free = int(np.count_nonzero(row == -1))
+        if not n_extra:
+            return base, free
+        gpu = np.empty((G, len(self.gpu_features)), dtype=np.float32)
+        gpu[:, : len(GPU_FEATURES)] = base
+        gpu[:, len(GPU_FEATURES) :] = 0.0 if extra is None else extra
+        return gpu, free
+
+    def _candidates(
+        self,
+        state: ClusterState,
+        observed: Health,
+        health: _HealthColumns,
+        table: ActionTable,
+        rows: _Rows,
+    ) -> NDArray[np.float32]:
+        """The candidate table ``(Q * C, 17)``: one row per valid action row, zeros elsewhere."""
+        cand = np.zeros((self.num_slots * self.max_candidates, len(CANDIDATE_FEATURES)), np.float32)
+        if len(rows.action) == 0:
+            return cand
+        tc = _topology_columns(self.topology)
+        load = state.link_load
+        links = table.facts.inter_links
+        if observed is state.health:
+            facts, eta, b_inter = table.facts, table.gains.eta, table.gains.b_inter
+        else:
+            # The health-dependent facts and η as the agent can estimate them.
+            facts = placement_facts(self.topology, observed, [s.gpus for s in rows.sets])
+            facts = facts.take(rows.src)
+            eff = self.topology.link_bw * observed.link_degradation
+            b_inter = inter_bandwidth(eff, load[links] + 1, links)
+            const = np.array(
+                [(j.grad_bytes, j.compute_time, state.ideal_time(j)) for j in table.jobs]
+            )[table.row_slot]
+            eta = job_times(self.perf, const[:, 0], const[:, 1], const[:, 2], facts, b_inter).eta
+        k, s = facts.k, facts.s
+        # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,
+        # queue_pos, weight), then the placement's.
+        d = rows.slot_columns.take(table.row_slot, axis=0)
+        d[:, 4] = s / _SERVERS_SCALE
+        d[:, 5] = (s - 1.0) / np.maximum(k - 1.0, 1.0)
+        d[:, 6] = _switches(tc, links) / _SWITCHES_SCALE
+        if health.flags is not None:
+            d[:, 7:9] = rows.gpu_sums(health.flags) / k[:, None]
+        d[:, 9] = 1.0 - 1.0 / facts.slowdown
+        d[:, 10] = facts.survival
+        d[:, 11] = eta
+        d[:, 12] = eta * facts.survival
+        if links.shape[1]:
+            most = load[links].max(axis=1)
+            d[:, 13] = most / (most + 1.0)
+        d[:, 14] = np.minimum(np.minimum(facts.b_intra, b_inter), tc.bw_ref) / tc.bw_ref
+        np.minimum(np.maximum(d, 0.0, out=d), 1.0, out=d)
+        cand[rows.action] = d
+        return cand
+
+    def _queue(
+        self, table: ActionTable, rows: _Rows, cand: NDArray[np.float32] | None
+    ) -> NDArray[np.float32]:
+        """The queue table ``(Q, 8)``: one row per filled view slot, zeros elsewhere."""
+        C = self.max_candidates
+        queue = np.zeros((self.num_slots, len(JOB_FEATURES)), dtype=np.float32)
+        n = len(table.jobs)
+        if n == 0:
+            return queue
+        queue[:n, 0] = 1.0
+        queue[:n, 1:4] = rows.slot_columns[:, 1:4]
+        queue[:n, 4] = rows.slot_columns[:, 16]
+        queue[:n, 5] = np.bincount(table.row_slot, minlength=n) / C
+        queue[:n, 7] = np.minimum(table.copies[:n] / _COPIES_SCALE, 1.0)
+        if cand is not None:
+            # Best η over the slot's rows (padding rows hold 0 <= every η), from the float32
+            # column: the cast is monotonic, so this is the cast of the float64 maximum.
+            queue[:n, _BEST_ETA] = cand[: n * C, _ETA].reshape(n, C).max(axis=1)
+        return queue
+
+    def _summary(
+        self,
+        state: ClusterState,
+        health: _HealthColumns,
+        free: int,
+        pending: Sequence[Job],
+        table: ActionTable,
+        step: int,
+        max_steps: int,
+    ) -> NDArray[np.float32]:
+        """The summary vector; also sets :attr:`last_metrics`."""
+        G = self.topology.num_gpus
+        m = self.last_metrics = state.metrics()
+        n = len(pending)
+        return np.array(
+            (
+                min(n / self.queue_size, 1.0),
+                min(max(n - table.in_view, 0) / self.queue_size, 1.0),
+                min(table.pending_gpus / G, 1.0),
+                free / G,
+                min(max(m.F / G, 0.0), 1.0),
+                m.utilization,
+                min(max(m.comm_overhead, 0.0), 1.0),
+                health.failed_frac,
+                health.abnormal_frac,
+                min(step / max(max_steps, 1), 1.0),
+            ),
+            dtype=np.float32,
+        )
+
+
+@dataclass(slots=True)
+class _Rows:
+    """How the action table's rows map to its view slots and distinct candidate sets.
+
+    Attributes:
+        action: ``int64[M]`` action (candidate-table row) of each valid row.
+        slot_columns: ``float64[n, 17]`` per filled slot, the candidate columns that follow
+            from its job and position (valid, job_gpus, grad_size, compute_time, queue_pos,
+            weight; the others 0). Its columns 1-3 and 16 are also the queue table's.
+        sets: The distinct candidate sets of the view (slots of one job size share one).
+        src: ``int64[M]`` row of each valid row among the rows of ``sets``, in order.
+    """
+
+    action: NDArray[np.int64]
+    slot_columns: FloatArray
+    sets: tuple[CandidateSet, ...]
+    src: NDArray[np.int64]
+
+    @classmethod
+    def of(cls, table: ActionTable, max_job_gpus: int, num_slots: int) -> _Rows:
+        n = len(table.jobs)
+        cols = np.zeros((n, len(CANDIDATE_FEATURES)))
+        if n:
+            cols[:, 0] = 1.0
+            jobs = [job_columns(j, max_job_gpus) for j in table.jobs]
+            jc = np.fromiter(chain.from_iterable(jobs), np.float64, 4 * n).reshape(n, 4)
+            cols[:, 1:4] = jc[:, :3]
+            cols[:, 16] = jc[:, 3]
+            cols[:, 15] = np.arange(n) / max(num_slots - 1, 1)
+        first: dict[int, int] = {}
+        sets: list[CandidateSet] = []
+        starts: list[int] = []
+        rows = 0
+        for cs in table.sets:
+            start = first.get(id(cs))
+            if start is None:
+                start = first[id(cs)] = rows
+                sets.append(cs)
+                rows += len(cs)
+            starts.append(start)
+        src = np.asarray(starts, dtype=np.int64)[table.row_slot] + table.row_cand
+        return cls(table.row_action, cols, tuple(sets), src)
+
+    def gpu_sums(self, per_gpu: FloatArray) -> FloatArray:
+        """``float64[M, c]``: the sums of ``per_gpu[G, c]`` over each row's GPUs."""
+        sums = [per_gpu.take(cs.gpus, axis=0).sum(axis=1) for cs in self.sets]
+        out: FloatArray = np.concatenate(sums).take(self.src, axis=0)
+        return out
+
+
+def _switches(tc: _TopologyColumns, links: NDArray[np.int32]) -> FloatArray:
+    """Distinct switches above the servers of each row of spanned inter-server ``links`` (1 on
+    one server; see :class:`_TopologyColumns`)."""
+    if links.shape[1] == 0:
+        return np.ones(len(links))
+    if tc.switch_weight is not None:
+        out: FloatArray = np.maximum(tc.switch_weight[links].sum(axis=1), 1.0)
+        return out
+    # A multi-server placement spans the uplink of every server it uses: count the distinct
+    # switches above those uplinks (-1 marks the other links).
+    v = np.sort(tc.server_switch[links], axis=1)
+    first = v >= 0
+    first[:, 1:] &= v[:, 1:] != v[:, :-1]
+    out = np.maximum(first.sum(axis=1), 1).astype(np.float64)
+    return out
