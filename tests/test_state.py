@@ -70,7 +70,7 @@ CASES = dict(
 @settings(max_examples=60, deadline=None)
 @given(**CASES)
 def test_incremental_add_remove_equals_from_scratch(seed, topo_name, profile, algo, overlap) -> None:
-    rng, topo, state = _random_state(seed, topo_name, profile, algo, overlap)
+    rng, _topo, state = _random_state(seed, topo_name, profile, algo, overlap)
     placed: list[str] = []
     for i in range(20):
         free = np.flatnonzero(state.free_mask)

@@ -370,7 +370,7 @@ class ObservationBuilder:
         held = np.zeros((S + 2, len(GPU_FEATURES)), dtype=np.float32)
         held[:S, 1] = 1.0
         held[:S, 8] = placed.eta
-        held[:S, 9] = np.minimum(placed.facts.k / self.max_job_gpus, 1.0)
+        held[:S, 9] = np.minimum(placed.k / self.max_job_gpus, 1.0)
         held[S + 1, 0] = 1.0
         # (Unused slots hold stale values; no GPU points at them.) Owner -1: free; failed GPUs
         # (never held) point one row lower.
