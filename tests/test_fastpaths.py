@@ -1,32 +1,28 @@
 """The plain-Python fast paths give bit-identical results to numpy.
 
 The step of the small environments is dominated by numpy's per-call overhead, so several hot paths
-have a plain-Python twin used on small inputs (see :mod:`crop_gym._numeric`). Each twin must
-produce exactly what the vectorised path produces: these tests run both on random inputs and
-compare with ``np.array_equal`` (no tolerance).
+(the numeric helpers, placement facts, the state's row updates) have a plain-Python twin used on
+small inputs (see :mod:`crop_gym._numeric`). Each twin must produce exactly what the vectorised
+path produces: these tests run both on random inputs and compare with ``np.array_equal`` (no
+tolerance).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 
 import crop_gym.candidates as cand
-import crop_gym.candidates.data as cand_data
-import crop_gym.candidates.generate as cand_generate
 import crop_gym.perf as perf
-from crop_gym._numeric import np_round9, np_sum, np_sum_sparse
-from crop_gym.candidates.small import _Small
-from crop_gym.candidates.vectorised import _Shared
-from crop_gym.devices import PROFILES, Health
+from crop_gym._numeric import np_sum, np_sum_sparse
+from crop_gym.devices import PROFILES
 from crop_gym.jobs import Job
 from crop_gym.objective import ClusterState
 from crop_gym.scenario import Scenario
-from crop_gym.topology import Topology, make_topology
+from crop_gym.topology import make_topology
 
 
 # ----------------------------------------------------------------------------------- numerics
@@ -47,176 +43,6 @@ def test_np_sum_sparse_matches_the_dense_sum() -> None:
         a[nz] = -rng.random(int(nz.sum())) * 10.0 ** rng.integers(-6, 1, size=int(nz.sum()))
         items = [(int(i), float(a[i])) for i in np.flatnonzero(nz)]
         assert np_sum_sparse(n, items) == float(a.sum())
-
-
-def test_np_round9_matches_numpy_round() -> None:
-    rng = np.random.default_rng(2)
-    x = rng.standard_normal(20000) * 10.0 ** rng.integers(-12, 6, size=20000)
-    # Values close to a rounding tie, where numpy's rint(x * 1e9) / 1e9 and Python's
-    # correctly rounded round(x, 9) can disagree.
-    ties = np.round(x, 9) + rng.integers(-2, 3, size=x.size) * 5e-10
-    for v in np.concatenate([x, ties, [0.0, -0.0, np.inf, -np.inf]]):
-        assert np_round9(float(v)) == float(np.round(v, 9))
-
-
-# ------------------------------------------------------------------------------ random states
-def _states(preset: str, profile: str, seed: int, n: int) -> Iterator[ClusterState]:
-    """Random states: scattered and compact placements, some removed again."""
-    topo = make_topology(preset)
-    rng = np.random.default_rng(seed)
-    for s in range(n):
-        st = ClusterState(topo, PROFILES[profile].sample(topo, rng))
-        target = rng.uniform(0.0, 0.9) * topo.num_gpus
-        t = 0
-        while topo.num_gpus - st.num_free < target:
-            free = np.flatnonzero(st.free_mask)
-            k = int(min(len(free), rng.choice([1, 2, 3, 4, 8, 12, 16])))
-            if s % 2:
-                gpus = rng.choice(free, size=k, replace=False)
-            else:
-                cs = cand.candidate_placements(st, k, robust=bool(rng.integers(2)))
-                gpus = cs.gpus[rng.integers(len(cs))]
-            st.add(Job(f"j{t}", "resnet50", k, 64 * k), gpus)
-            t += 1
-            if rng.random() < 0.2:
-                st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
-        yield st
-
-
-def _sets(st: ClusterState, ks: list[int]) -> list[tuple[np.ndarray, ...]]:
-    out = []
-    for robust in (True, False):
-        for cap in (1, 8, 40):
-            for k in ks:
-                cs = cand.candidate_placements(st.copy(), k, robust=robust, max_candidates=cap)
-                out.append((cs.gpus, cs.num_servers, cs.subtree, cs.quality))
-    return out
-
-
-@pytest.mark.parametrize(
-    ("preset", "profile"),
-    [
-        ("leafspine-64", "mild"),
-        ("hetero-64", "severe"),
-        ("n64g8", "severe"),
-        ("pollux-16x4", "none"),
-    ],
-)
-def test_candidates_python_and_numpy_paths_agree(
-    preset: str, profile: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    ks = [1, 2, 3, 5, 8, 9, 16, 24, 32, 33]
-    for st in _states(preset, profile, 7, 3):
-        results = []
-        for small in (10**6, 0):  # every server loop in Python, then every one in numpy
-            # The knob is read (by _TopoData and _Shared) from crop_gym.candidates.data.
-            monkeypatch.setattr(cand_data, "SMALL_SERVERS", small)
-            monkeypatch.setattr(cand_data, "_TOPO_DATA", type(cand_data._TOPO_DATA)())
-            # The knob reaches the dispatch (a knob patched where nothing reads it would not).
-            gen = cand_generate._shared(st.copy(), True)
-            assert type(gen) is (_Small if small else _Shared)
-            results.append(_sets(st, [k for k in ks if k <= st.topology.num_gpus]))
-        for a, b in zip(*results, strict=True):
-            for x, y in zip(a, b, strict=True):
-                assert x.dtype == y.dtype and np.array_equal(x, y)
-
-
-def _numpy_reference(st: ClusterState, k: int, robust: bool, cap: int) -> cand.CandidateSet:
-    """The candidate set from scratch on the vectorised path (no cache, no reuse)."""
-    td = cand_data._TopoData(st.topology)
-    td.small = False
-    return _Shared(st, cand_data._HealthData(st, robust, td)).compute(k, cap)
-
-
-def _health(profile: str, topo: Topology, rng: np.random.Generator) -> Health:
-    if profile != "ties":
-        return PROFILES[profile].sample(topo, rng)
-    # Badness scores that round alike (to 1e-9) without being equal, and exact duplicates.
-    levels = np.array([1.0, 1.0 + 3e-10, 1.0 + 4e-10, 1.25, 1.25 + 1e-10, 1.5])
-    slow = levels[rng.integers(len(levels), size=topo.num_gpus)]
-    slow[rng.random(topo.num_gpus) < 0.6] = 1.0
-    return Health.healthy(topo).replace(gpu_slowdown=slow)
-
-
-@pytest.mark.parametrize(
-    ("preset", "profile"),
-    [
-        ("leafspine-64", "mild"),
-        ("leafspine-64", "severe"),
-        ("leafspine-64", "ties"),
-        ("hetero-64", "severe"),
-        ("pollux-16x4", "ties"),
-        ("testbed-8", "severe"),
-        ("n32g8", "none"),
-    ],
-)
-def test_incremental_small_candidates_match_a_fresh_numpy_computation(
-    preset: str, profile: str
-) -> None:
-    """The plain-Python path reuses servers, switches and rows from earlier versions (and
-    memoises servers per health): along random placements, removals and health changes on one
-    state, every set equals the one computed from scratch by the numpy path."""
-    topo = make_topology(preset)
-    rng = np.random.default_rng(8)
-    st = ClusterState(topo, _health(profile, topo, rng))
-    ks = [k for k in (1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 24, 32, 33) if k <= topo.num_gpus]
-    for t in range(150):
-        u = rng.random()
-        if u < 0.04:
-            health = _health(profile, topo, rng)
-            for jid in sorted(st.jobs):  # a job may not hold a GPU that fails
-                if health.gpu_failed[st.placement(jid)].any():
-                    st.remove(jid)
-            st.set_health(health)
-        elif st.jobs and (u < 0.3 or st.num_free == 0):
-            st.remove(sorted(st.jobs)[int(rng.integers(len(st.jobs)))])
-        elif st.num_free:
-            k = int(min(st.num_free, rng.choice(ks)))
-            if rng.random() < 0.5:
-                gpus = rng.choice(np.flatnonzero(st.free_mask), size=k, replace=False)
-            else:
-                cs = cand.candidate_placements(st, k, robust=bool(rng.integers(2)))
-                gpus = cs.gpus[rng.integers(len(cs))]
-            st.add(Job(f"j{t}", "resnet50", k, 64 * k), gpus)
-        for k in rng.choice(ks, size=3, replace=False).tolist():
-            robust = bool(rng.integers(4))  # mostly robust, as the environments
-            cap = int(rng.choice([1, 4, 8, 40]))
-            got = cand.candidate_placements(st, k, robust=robust, max_candidates=cap)
-            want = _numpy_reference(st, k, robust, cap)
-            assert len(got) == len(want)
-            for f in ("gpus", "num_servers", "subtree", "quality"):
-                x, y = getattr(got, f), getattr(want, f)
-                assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f
-            assert got.row_keys() == tuple(map(tuple, want.gpus.tolist()))
-
-
-def test_candidate_set_is_a_frozen_value_with_lazy_arrays() -> None:
-    import copy
-    import pickle
-
-    st = next(_states("leafspine-64", "severe", 9, 1))
-    cs = cand.candidate_placements(st, 4)
-    # A single row, before and after the arrays are built, is the matching row of gpus.
-    rows_before = [cs.row(c) for c in range(len(cs))]
-    eager = cand.CandidateSet(cs.gpus.copy(), cs.num_servers, cs.subtree, cs.quality)
-    assert len(eager) == len(cs) and eager.row_keys() == cs.row_keys()
-    assert cs.gpus.dtype == np.int32 and cs.gpus.shape == (len(cs), 4)
-    assert cs.num_servers.dtype == np.int32 and cs.subtree.dtype == np.int32
-    assert cs.quality.dtype == np.float64
-    for c, r in enumerate(rows_before):
-        assert r.dtype == np.int32 and np.array_equal(r, cs.gpus[c])
-        assert np.array_equal(cs.row(c), cs.gpus[c])
-    for other in (pickle.loads(pickle.dumps(cs)), copy.copy(cs), copy.deepcopy(cs)):
-        assert other.row_keys() == cs.row_keys()
-        for f in ("gpus", "num_servers", "subtree", "quality"):
-            assert np.array_equal(getattr(other, f), getattr(cs, f))
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        cs.keys = None  # type: ignore[misc]
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        del cs.keys
-    assert repr(cs).startswith("CandidateSet(gpus=array(")
-    empty = cand.candidate_placements(st, st.topology.num_gpus)
-    assert len(empty) == 0 and empty.gpus.shape == (0, st.topology.num_gpus)
 
 
 def test_placement_stats_python_and_numpy_paths_agree(monkeypatch: pytest.MonkeyPatch) -> None:
