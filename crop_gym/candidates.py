@@ -52,6 +52,8 @@ _EPS = 1e-9
 
 _I64 = NDArray[np.int64]
 _F64 = NDArray[np.float64]
+_ZERO, _ZERO_I = np.zeros(1), np.zeros(1, dtype=np.int64)
+_NO_FLOAT, _NO_INT = np.zeros(0), np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -63,17 +65,19 @@ class CandidateSet:
         num_servers: ``int32[C]`` servers spanned by each candidate.
         subtree: ``int32[C]`` node index of the subtree the candidate was taken from.
         quality: ``float64[C]`` sum of the GPUs' badness scores (lower is healthier).
-        keys: Each candidate's GPUs as a tuple of ints (hashable; derived from :attr:`gpus`).
+        keys: Each candidate's GPUs as a tuple of ints (hashable); derived from :attr:`gpus` when
+            not given.
     """
 
     gpus: NDArray[np.int32]
     num_servers: NDArray[np.int32]
     subtree: NDArray[np.int32]
     quality: NDArray[np.float64]
-    keys: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
+    keys: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "keys", tuple(map(tuple, self.gpus.tolist())))
+        if len(self.keys) != len(self.gpus):
+            object.__setattr__(self, "keys", tuple(map(tuple, self.gpus.tolist())))
 
     @property
     def k(self) -> int:
@@ -149,11 +153,11 @@ def _tree(topo: Topology) -> _Tree:
         gpu_server=topo.gpu_server.astype(np.int64),
         key2=(2 * topo.gpu_server).astype(key_type),
         sw_node=sw.astype(np.int64),
-        mem_srv=np.concatenate([np.arange(a, b) for a, b in zip(s_lo, s_hi, strict=True)]),
+        mem_srv=np.concatenate([*map(np.arange, s_lo, s_hi), _NO_INT]),  # (a lone server: none)
         mem_start=np.cumsum(n_srv) - n_srv,
         mem_end=np.cumsum(n_srv),
         mem_base=np.repeat(np.arange(len(sw), dtype=np.int64) * S, n_srv),
-        gmem_gpu=np.concatenate([np.arange(a, b) for a, b in zip(g_lo, g_hi, strict=True)]),
+        gmem_gpu=np.concatenate([*map(np.arange, g_lo, g_hi), _NO_INT]),
         gmem_start=np.cumsum(n_gpu) - n_gpu,
         gmem_base=np.repeat(np.arange(len(sw), dtype=np.int64) * G, n_gpu),
     )
@@ -235,8 +239,6 @@ def candidate_sets(
 
 
 # ------------------------------------------------------------------------------------ the generator
-_ZERO = np.zeros(1)
-_ZERO_I = np.zeros(1, dtype=np.int64)
 
 
 def _ragged(starts: _I64, lengths: _I64) -> _I64:
@@ -285,14 +287,15 @@ def _generate(
     ci, cw = (has & (mf[t.mem_start] < Kc)).nonzero()  # (the first server has the most free)
     kc = K[ci]
     g_c, q_c, n_c = _NO_INT, _NO_FLOAT, _NO_INT
+    c_start = kc.cumsum() - kc  # where each row's GPUs start in g_c
     if len(ci):
         pos = _ragged(lo[msrv], mf)[_ragged(sw_base[cw], kc)]
-        g_c, q_c = order[pos], np.add.reduceat(qs[pos], kc.cumsum() - kc)
+        g_c, q_c = order[pos], np.add.reduceat(qs[pos], c_start)
         n_c = mcum.searchsorted(sw_base[cw] + kc) - t.mem_start[cw]  # servers of the prefix
 
     # Health-first rows: a subtree's k best free GPUs by (rounded badness, -free GPUs of their
     # server, index), kept if healthier than every row inside.
-    g_h, q_h, n_h, hi, hw, kh = _NO_INT, _NO_FLOAT, _NO_INT, _NO_INT, _NO_INT, _NO_INT
+    g_h, q_h, n_h, hi, hw, h_start = _NO_INT, _NO_FLOAT, _NO_INT, _NO_INT, _NO_INT, _NO_INT
     ok = np.zeros(0, dtype=bool)
     if not b.uniform:
         sw_qmin = np.minimum.reduceat(np.where(f > 0, qs[lo], np.inf)[t.mem_srv], t.mem_start)
@@ -304,10 +307,11 @@ def _generate(
         hi, hw = (has & (inside > Kc * sw_qmin + _EPS)).nonzero()
         if len(hi):
             kh = K[hi]
+            h_start = kh.cumsum() - kh
             rank = np.lexsort((-f[t.gpu_server], b.q_round, ~free)).argsort()
             g_h = t.gmem_gpu[(t.gmem_base + rank[t.gmem_gpu]).argsort()]
             g_h = g_h[_ragged(t.gmem_start[hw], kh)]
-            q_h = np.add.reduceat(b.q[g_h], kh.cumsum() - kh)
+            q_h = np.add.reduceat(b.q[g_h], h_start)
             span = np.zeros((len(hi), len(lo)), dtype=bool)
             span[np.arange(len(hi)).repeat(kh), t.gpu_server[g_h]] = True
             n_h = span.sum(axis=1)
@@ -320,7 +324,7 @@ def _generate(
     q = np.concatenate((q1, q_c, q_h[ok]))
     node = np.concatenate((t.srv_node[ss], t.sw_node[cw], t.sw_node[hw[ok]]))
     left = np.concatenate((f[ss], sw_free[cw], sw_free[hw[ok]])) - K[size]
-    ranked = np.lexsort((node, left, np.round(q, 9), nsrv, size)).tolist()
+    ranked = np.lexsort((node, left, q.round(9), nsrv, size)).tolist()
     # A row that repeats a better one is dropped: only the extra rows can repeat (single-server
     # rows are disjoint), so the best cap + extras rows of each size are enough.
     counts = np.bincount(size, minlength=len(ks)).tolist()
@@ -333,7 +337,7 @@ def _generate(
     # The picked rows' GPUs, sorted, from where each kind keeps them.
     pick = np.array(picks)
     src = np.concatenate((order, g_c, g_h))
-    start = np.concatenate((lo[ss], G + kc.cumsum() - kc, G + len(g_c) + (kh.cumsum() - kh)[ok]))
+    start = np.concatenate((lo[ss], c_start + G, h_start[ok] + (G + len(g_c))))
     kp = K[size[pick]]
     row_key = np.arange(len(pick)).repeat(kp) * G
     gpus = src[_ragged(start[pick], kp)] + row_key
@@ -341,27 +345,31 @@ def _generate(
     gpus -= row_key
     flat = gpus.tolist()
     kept: list[int] = []  # rows kept, size by size
-    spans: list[tuple[int, list[list[int]], int, int]] = []  # (k, GPUs, first, end in kept)
+    offsets: list[int] = []  # where their GPUs are in `gpus`
+    spans: list[tuple[int, tuple[tuple[int, ...], ...], int]] = []  # (k, keys, first kept)
     end = p = 0
     for k, c, e in zip(ks, counts, extras, strict=True):
-        rows: list[list[int]] = []
+        keys: list[tuple[int, ...]] = []
         first = len(kept)
         n = min(c, cap + e)
         for r in picks[p : p + n]:
-            row = flat[end : end + k]
-            end += k
-            if len(rows) < cap and row not in rows:
-                rows.append(row)
+            row = tuple(flat[end : end + k])
+            if len(keys) < cap and (not e or row not in keys):
+                keys.append(row)
                 kept.append(r)
+                offsets.append(end)
+            end += k
         p += n
-        spans.append((k, rows, first, len(kept)))
+        spans.append((k, tuple(keys), first))
     sel = np.array(kept)
+    ks_kept = K[size[sel]]
+    g_kept = gpus[_ragged(np.array(offsets), ks_kept)].astype(np.int32)
     ns, nd, qq = nsrv[sel].astype(np.int32), node[sel].astype(np.int32), q[sel]
-    return {
-        k: CandidateSet(np.array(rows, dtype=np.int32), ns[a:z], nd[a:z], qq[a:z])
-        for k, rows, a, z in spans
-    }
-
-
-_NO_INT = np.zeros(0, dtype=np.int64)
-_NO_FLOAT = np.zeros(0)
+    out: dict[int, CandidateSet] = {}
+    g0 = 0
+    for k, keys_k, a in spans:
+        z = a + len(keys_k)
+        g1 = g0 + k * len(keys_k)
+        out[k] = CandidateSet(g_kept[g0:g1].reshape(-1, k), ns[a:z], nd[a:z], qq[a:z], keys_k)
+        g0 = g1
+    return out

@@ -8,6 +8,7 @@ import copy
 import dataclasses
 import pickle
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -250,6 +251,19 @@ def test_by_hand_health_steers_the_choice() -> None:
     )
     assert candidate_placements(st, 4, max_candidates=1).gpus.tolist() == [[0, 1, 2, 3]]
     assert _table(candidate_placements(st, 4, robust=False)) == ([[0, 1, 2, 3]], [1], [1], [4.0])
+
+
+def test_a_lone_server_without_switch() -> None:
+    graph = nx.DiGraph()
+    graph.add_node("s", kind="server", root=True)
+    for g in range(4):
+        graph.add_node(g, kind="gpu")
+        graph.add_edge("s", g, bandwidth=1e10)
+    topo = Topology.from_graph(graph)
+    slow = np.array([2.0, 1.0, 1.0, 1.0])
+    st = ClusterState(topo, Health.healthy(topo).replace(gpu_slowdown=slow))
+    assert _table(candidate_placements(st, 2)) == ([[1, 2]], [1], [0], [2.0])
+    assert candidate_placements(st, 4, robust=False).gpus.tolist() == [[0, 1, 2, 3]]
 
 
 def test_by_hand_failed_gpus_are_never_candidates() -> None:
