@@ -317,30 +317,63 @@ def _generate(
             n_h = span.sum(axis=1)
             ok = ~(q_h >= inside[hi, hw] - _EPS)  # else a row inside is as healthy
 
-    # Every row of every size, ranked by (size, servers, rounded badness, free GPUs left,
-    # subtree node, kind): rows come kind by kind and the sort is stable.
-    size = np.concatenate((si, ci, hi[ok]))
-    nsrv = np.concatenate((np.ones(len(si), dtype=np.int64), n_c, n_h[ok]))
-    q = np.concatenate((q1, q_c, q_h[ok]))
-    node = np.concatenate((t.srv_node[ss], t.sw_node[cw], t.sw_node[hw[ok]]))
-    left = np.concatenate((f[ss], sw_free[cw], sw_free[hw[ok]])) - K[size]
-    ranked = np.lexsort((node, left, q.round(9), nsrv, size)).tolist()
-    # A row that repeats a better one is dropped: only the extra rows can repeat (single-server
-    # rows are disjoint), so the best cap + extras rows of each size are enough.
+    # Every row of every size: single-server rows, then compact rows, then health-first ones.
+    rows = _Rows(
+        size=np.concatenate((si, ci, hi[ok])),
+        num_servers=np.concatenate((np.ones(len(si), dtype=np.int64), n_c, n_h[ok])),
+        quality=np.concatenate((q1, q_c, q_h[ok])),
+        left=np.concatenate((f[ss], sw_free[cw], sw_free[hw[ok]])),
+        node=np.concatenate((t.srv_node[ss], t.sw_node[cw], t.sw_node[hw[ok]])),
+        src=np.concatenate((order, g_c, g_h)),
+        start=np.concatenate((lo[ss], c_start + G, h_start[ok] + (G + len(g_c)))),
+        singles=len(si),
+    )
+    return _assemble(ks, K, cap, rows, G)
+
+
+@dataclass(frozen=True, eq=False)
+class _Rows:
+    """Candidate rows of several sizes, one item per row.
+
+    Attributes:
+        size: Index of the row's size in ``ks``.
+        num_servers, quality, node: Servers spanned, badness, node of the subtree.
+        left: Free GPUs of the subtree (before the row's ``k`` are taken).
+        src, start: The row's ``k`` GPUs (unsorted) are ``src[start:start + k]``.
+        singles: The single-server rows come first, this many (they never repeat each other).
+    """
+
+    size: _I64
+    num_servers: _I64
+    quality: _F64
+    left: _I64
+    node: _I64
+    src: _I64
+    start: _I64
+    singles: int
+
+
+def _assemble(ks: list[int], K: _I64, cap: int, rows: _Rows, G: int) -> dict[int, CandidateSet]:
+    """Each size's best ``cap`` distinct rows, ranked by (servers spanned, rounded badness, free
+    GPUs left, subtree node, kind): rows come kind by kind and the sort is stable."""
+    size, node = rows.size, rows.node
+    k_row = K[size]
+    ranked = np.lexsort((node, rows.left - k_row, rows.quality.round(9), rows.num_servers, size))
+    ranked_l = ranked.tolist()
+    # A row that repeats a better one is dropped: only the extra rows (compact, health-first)
+    # can repeat one, so each size's best cap + extras rows are enough.
     counts = np.bincount(size, minlength=len(ks)).tolist()
-    extras = np.bincount(size[len(si) :], minlength=len(ks)).tolist()
+    extras = np.bincount(size[rows.singles :], minlength=len(ks)).tolist()
     picks: list[int] = []
     s0 = 0
     for c, e in zip(counts, extras, strict=True):
-        picks += ranked[s0 : s0 + min(c, cap + e)]
+        picks += ranked_l[s0 : s0 + min(c, cap + e)]
         s0 += c
-    # The picked rows' GPUs, sorted, from where each kind keeps them.
+    # The picked rows' GPUs, each row sorted.
     pick = np.array(picks)
-    src = np.concatenate((order, g_c, g_h))
-    start = np.concatenate((lo[ss], c_start + G, h_start[ok] + (G + len(g_c))))
-    kp = K[size[pick]]
+    kp = k_row[pick]
     row_key = np.arange(len(pick)).repeat(kp) * G
-    gpus = src[_ragged(start[pick], kp)] + row_key
+    gpus = rows.src[_ragged(rows.start[pick], kp)] + row_key
     gpus.sort()
     gpus -= row_key
     flat = gpus.tolist()
@@ -362,9 +395,12 @@ def _generate(
         p += n
         spans.append((k, tuple(keys), first))
     sel = np.array(kept)
-    ks_kept = K[size[sel]]
-    g_kept = gpus[_ragged(np.array(offsets), ks_kept)].astype(np.int32)
-    ns, nd, qq = nsrv[sel].astype(np.int32), node[sel].astype(np.int32), q[sel]
+    g_kept = gpus[_ragged(np.array(offsets), k_row[sel])].astype(np.int32)
+    ns, nd, qq = (
+        rows.num_servers[sel].astype(np.int32),
+        node[sel].astype(np.int32),
+        rows.quality[sel],
+    )
     out: dict[int, CandidateSet] = {}
     g0 = 0
     for k, keys_k, a in spans:
