@@ -32,6 +32,7 @@ tree arrays of a :class:`~crop_gym.topology.Topology` and the badness order of a
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -167,21 +168,37 @@ def _tree(topo: Topology) -> _Tree:
 class _Badness:
     """What the choice needs from the health: badness, its order, whether it is uniform."""
 
+    topology: Topology
     q: _F64
     q_round: _F64
     uniform: bool  # every GPU scores 1 (no health-first rows)
     base: NDArray[np.intp]  # GPUs by (server, badness, index)
     key2: NDArray[np.signedinteger[Any]]  # _Tree.key2 in that order
 
+    @classmethod
+    def of(cls, topo: Topology, q: _F64) -> _Badness:
+        uniform = bool((q == 1.0).all())
+        base = np.arange(topo.num_gpus) if uniform else np.lexsort((q, topo.gpu_server))
+        return cls(topo, q, np.round(q, 9), uniform, base, _tree(topo).key2[base])
 
-@lru_cache(maxsize=256)
+
+#: Per health (immutable, compared by identity), its badness data; dropped with the health.
+_BADNESS: weakref.WeakKeyDictionary[Health, _Badness] = weakref.WeakKeyDictionary()
+
+
+@lru_cache(maxsize=64)
+def _uniform(topo: Topology) -> _Badness:
+    return _Badness.of(topo, np.ones(topo.num_gpus))
+
+
 def _badness_of(topo: Topology, health: Health | None) -> _Badness:
     """The badness data of ``health`` (``None``: every GPU alike)."""
-    tree = _tree(topo)
-    q = np.ones(topo.num_gpus) if health is None else _badness(topo, health)
-    uniform = bool((q == 1.0).all())
-    base = np.arange(topo.num_gpus) if uniform else np.lexsort((q, topo.gpu_server))
-    return _Badness(q, np.round(q, 9), uniform, base, tree.key2[base])
+    if health is None:
+        return _uniform(topo)
+    b = _BADNESS.get(health)
+    if b is None or b.topology is not topo:
+        b = _BADNESS[health] = _Badness.of(topo, _badness(topo, health))
+    return b
 
 
 # ------------------------------------------------------------------------------------ entry points
