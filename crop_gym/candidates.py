@@ -127,10 +127,9 @@ class _Tree:
     """
 
     srv_lo: _I64  # first GPU of each server
-    srv_node: _I64  # node of each server
     gpu_server: _I64
     key2: NDArray[np.signedinteger[Any]]  # 2 * server of each GPU (small ints: radix sort)
-    sw_node: _I64  # node of each switch subtree
+    sub_node: _I64  # node of each subtree: the servers', then the switch subtrees'
     mem_srv: _I64
     mem_start: _I64
     mem_end: _I64
@@ -150,10 +149,9 @@ def _tree(topo: Topology) -> _Tree:
     key_type = np.int16 if 2 * S < 2**15 else np.int64
     return _Tree(
         srv_lo=topo.server_gpu_lo.astype(np.int64),
-        srv_node=topo.server_node.astype(np.int64),
         gpu_server=topo.gpu_server.astype(np.int64),
         key2=(2 * topo.gpu_server).astype(key_type),
-        sw_node=sw.astype(np.int64),
+        sub_node=np.concatenate((topo.server_node, sw)).astype(np.int64),
         mem_srv=np.concatenate([*map(np.arange, s_lo, s_hi), _NO_INT]),  # (a lone server: none)
         mem_start=np.cumsum(n_srv) - n_srv,
         mem_end=np.cumsum(n_srv),
@@ -313,7 +311,6 @@ def _generate(
     # Health-first rows: a subtree's k best free GPUs by (rounded badness, -free GPUs of their
     # server, index), kept if healthier than every row inside.
     g_h, q_h, n_h, hi, hw, h_start = _NO_INT, _NO_FLOAT, _NO_INT, _NO_INT, _NO_INT, _NO_INT
-    ok = np.zeros(0, dtype=bool)
     if not b.uniform:
         sw_qmin = np.minimum.reduceat(np.where(f > 0, qs[lo], np.inf)[t.mem_srv], t.mem_start)
         inside = np.minimum.reduceat(
@@ -333,16 +330,18 @@ def _generate(
             span[np.arange(len(hi)).repeat(kh), t.gpu_server[g_h]] = True
             n_h = span.sum(axis=1)
             ok = ~(q_h >= inside[hi, hw] - _EPS)  # else a row inside is as healthy
+            hi, hw, h_start, q_h, n_h = hi[ok], hw[ok], h_start[ok], q_h[ok], n_h[ok]
 
     # Every row of every size: single-server rows, then compact rows, then health-first ones.
+    sub = np.concatenate((ss, cw + len(lo), hw + len(lo)))  # servers, then switch subtrees
     rows = _Rows(
-        size=np.concatenate((si, ci, hi[ok])),
-        num_servers=np.concatenate((np.ones(len(si), dtype=np.int64), n_c, n_h[ok])),
-        quality=np.concatenate((q1, q_c, q_h[ok])),
-        left=np.concatenate((f[ss], sw_free[cw], sw_free[hw[ok]])),
-        node=np.concatenate((t.srv_node[ss], t.sw_node[cw], t.sw_node[hw[ok]])),
+        size=np.concatenate((si, ci, hi)),
+        num_servers=np.concatenate((np.ones(len(si), dtype=np.int64), n_c, n_h)),
+        quality=np.concatenate((q1, q_c, q_h)),
+        left=np.concatenate((f, sw_free))[sub],
+        node=t.sub_node[sub],
         src=np.concatenate((order, g_c, g_h)),
-        start=np.concatenate((lo[ss], c_start + G, h_start[ok] + (G + len(g_c)))),
+        start=np.concatenate((lo[ss], c_start + G, h_start + (G + len(g_c)))),
         singles=len(si),
     )
     return _assemble(ks, K, cap, rows, G)
