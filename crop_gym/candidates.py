@@ -20,6 +20,11 @@ left in their subtree, which limits fragmentation), then subtree node, then kind
 health-first); a row whose GPU set repeats a better one is dropped and the list is capped. Ring
 order = DFS order = sorted GPU indices.
 
+A row's quality is its GPUs' badness summed in a fixed order (floating-point sums depend on it,
+and the 1e-9 comparisons and roundings above on the last bit): a difference of prefix sums along
+the server's GPU order for a single-server row, numpy's pairwise sum in fill order for a compact
+row, and in ``np.argpartition`` order of the ranks for a health-first row.
+
 With ``robust=False`` device health is ignored when choosing (the "CROP without robustness"
 ablation): every usable GPU looks alike. Failed GPUs are never candidates.
 
@@ -134,9 +139,7 @@ class _Tree:
     mem_start: _I64
     mem_end: _I64
     mem_base: _I64  # subtree index * S
-    gmem_gpu: _I64
-    gmem_start: _I64
-    gmem_base: _I64  # subtree index * G
+    sw_gpus: list[tuple[int, int]]  # GPU range of each switch subtree
 
 
 @lru_cache(maxsize=64)
@@ -144,8 +147,8 @@ def _tree(topo: Topology) -> _Tree:
     sw = np.flatnonzero(topo.kind == SWITCH)
     s_lo, s_hi = topo.node_srv_lo[sw].astype(np.int64), topo.node_srv_hi[sw].astype(np.int64)
     g_lo, g_hi = topo.node_gpu_lo[sw].astype(np.int64), topo.node_gpu_hi[sw].astype(np.int64)
-    S, G = topo.num_servers, topo.num_gpus
-    n_srv, n_gpu = s_hi - s_lo, g_hi - g_lo
+    S = topo.num_servers
+    n_srv = s_hi - s_lo
     key_type = np.int16 if 2 * S < 2**15 else np.int64
     return _Tree(
         srv_lo=topo.server_gpu_lo.astype(np.int64),
@@ -156,9 +159,7 @@ def _tree(topo: Topology) -> _Tree:
         mem_start=np.cumsum(n_srv) - n_srv,
         mem_end=np.cumsum(n_srv),
         mem_base=np.repeat(np.arange(len(sw), dtype=np.int64) * S, n_srv),
-        gmem_gpu=np.concatenate([*map(np.arange, g_lo, g_hi), _NO_INT]),
-        gmem_start=np.cumsum(n_gpu) - n_gpu,
-        gmem_base=np.repeat(np.arange(len(sw), dtype=np.int64) * G, n_gpu),
+        sw_gpus=list(zip(g_lo.tolist(), g_hi.tolist(), strict=True)),
     )
 
 
@@ -256,6 +257,19 @@ def candidate_sets(
 # ------------------------------------------------------------------------------------ the generator
 
 
+def _row_sums(values: _F64, ks: list[int], size: _I64) -> _F64:
+    """Sums of the rows of ``values`` (rows of ``ks[i]`` items, grouped by ``i = size``), each
+    numpy's pairwise sum of its items in order."""
+    out = []
+    off = 0
+    for i, c in enumerate(np.bincount(size, minlength=len(ks)).tolist()):
+        if c:
+            n = c * ks[i]
+            out.append(values[off : off + n].reshape(c, ks[i]).sum(axis=1))
+            off += n
+    return np.concatenate(out)
+
+
 def _ragged(starts: _I64, lengths: _I64) -> _I64:
     """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])``, vectorised."""
     ends = lengths.cumsum()
@@ -305,7 +319,7 @@ def _generate(
     c_start = kc.cumsum() - kc  # where each row's GPUs start in g_c
     if len(ci):
         pos = _ragged(lo[msrv], mf)[_ragged(sw_base[cw], kc)]
-        g_c, q_c = order[pos], np.add.reduceat(qs[pos], c_start)
+        g_c, q_c = order[pos], _row_sums(qs[pos], ks, ci)
         n_c = mcum.searchsorted(sw_base[cw] + kc) - t.mem_start[cw]  # servers of the prefix
 
     # Health-first rows: a subtree's k best free GPUs by (rounded badness, -free GPUs of their
@@ -322,10 +336,17 @@ def _generate(
         if len(hi):
             kh = K[hi]
             h_start = kh.cumsum() - kh
+            # Ranks of the free GPUs, busy ones all alike after them; a subtree's k best are
+            # taken as np.argpartition gives them, and their badness summed in that order.
             rank = np.lexsort((-f[t.gpu_server], b.q_round, ~free)).argsort()
-            g_h = t.gmem_gpu[(t.gmem_base + rank[t.gmem_gpu]).argsort()]
-            g_h = g_h[_ragged(t.gmem_start[hw], kh)]
-            q_h = np.add.reduceat(b.q[g_h], h_start)
+            rank = np.minimum(rank, state.num_free)
+            best = []
+            for k, w in zip(kh.tolist(), hw.tolist(), strict=True):
+                a, z = t.sw_gpus[w]
+                part = np.argpartition(rank[a:z], k - 1)[:k] if k < z - a else np.arange(z - a)
+                best.append(a + part)
+            g_h = np.concatenate(best)
+            q_h = np.array([b.q[g].sum() for g in best])
             span = np.zeros((len(hi), len(lo)), dtype=bool)
             span[np.arange(len(hi)).repeat(kh), t.gpu_server[g_h]] = True
             n_h = span.sum(axis=1)
