@@ -303,24 +303,26 @@ def _generate(
     si, ss = fit.nonzero()
     q1 = q_srv[si, ss]
 
-    # Compact rows: a subtree's free GPUs, server after server in compact order (most free, least
-    # bad on average, index); a row of k GPUs is the first k of them (positions in `order`).
-    avg = (qcs[lo + f] - qcs[lo]) / np.maximum(f, 1)
-    srv_rank = np.lexsort((avg, -f)).argsort()
-    msrv = t.mem_srv[(t.mem_base + srv_rank[t.mem_srv]).argsort()]
-    mf = f[msrv]
-    mcum = np.concatenate((_ZERO_I, mf.cumsum()))
-    sw_base = mcum[t.mem_start]
-    sw_free = mcum[t.mem_end] - sw_base
+    # Compact rows, where a subtree has k free GPUs but no server inside holds k.
+    f_mem = f[t.mem_srv]
+    sw_free = np.add.reduceat(f_mem, t.mem_start)
     has = sw_free >= Kc
-    ci, cw = (has & (mf[t.mem_start] < Kc)).nonzero()  # (the first server has the most free)
+    ci, cw = (has & (np.maximum.reduceat(f_mem, t.mem_start) < Kc)).nonzero()
     kc = K[ci]
     g_c, q_c, n_c = _NO_INT, _NO_FLOAT, _NO_INT
     c_start = kc.cumsum() - kc  # where each row's GPUs start in g_c
     if len(ci):
-        pos = _ragged(lo[msrv], mf)[_ragged(sw_base[cw], kc)]
+        # A subtree's free GPUs, server after server in compact order (most free, least bad on
+        # average, index); a row of k GPUs is the first k of them (positions in `order`).
+        avg = (qcs[lo + f] - qcs[lo]) / np.maximum(f, 1)
+        srv_rank = np.lexsort((avg, -f)).argsort()
+        msrv = t.mem_srv[(t.mem_base + srv_rank[t.mem_srv]).argsort()]
+        mf = f[msrv]
+        mcum = np.concatenate((_ZERO_I, mf.cumsum()))
+        base = mcum[t.mem_start][cw]
+        pos = _ragged(lo[msrv], mf)[_ragged(base, kc)]
         g_c, q_c = order[pos], _row_sums(qs[pos], ks, ci)
-        n_c = mcum.searchsorted(sw_base[cw] + kc) - t.mem_start[cw]  # servers of the prefix
+        n_c = mcum.searchsorted(base + kc) - t.mem_start[cw]  # servers of the prefix
 
     # Health-first rows: a subtree's k best free GPUs by (rounded badness, -free GPUs of their
     # server, index), kept if healthier than every row inside.
@@ -343,17 +345,22 @@ def _generate(
             best = []
             for k, w in zip(kh.tolist(), hw.tolist(), strict=True):
                 a, z = t.sw_gpus[w]
-                part = np.argpartition(rank[a:z], k - 1)[:k] if k < z - a else np.arange(z - a)
-                best.append(a + part)
+                part = rank[a:z].argpartition(k - 1)[:k] if k < z - a else np.arange(z - a)
+                best.append(part + a)
             g_h = np.concatenate(best)
-            q_h = np.array([b.q[g].sum() for g in best])
+            q_h = _row_sums(b.q[g_h], ks, hi)
             span = np.zeros((len(hi), len(lo)), dtype=bool)
             span[np.arange(len(hi)).repeat(kh), t.gpu_server[g_h]] = True
             n_h = span.sum(axis=1)
             ok = ~(q_h >= inside[hi, hw] - _EPS)  # else a row inside is as healthy
-            hi, hw, h_start, q_h, n_h = hi[ok], hw[ok], h_start[ok], q_h[ok], n_h[ok]
+            if not ok.all():
+                hi, hw, h_start, q_h, n_h = hi[ok], hw[ok], h_start[ok], q_h[ok], n_h[ok]
 
     # Every row of every size: single-server rows, then compact rows, then health-first ones.
+    if not len(ci) and not len(hi):
+        ones = np.ones(len(si), dtype=np.int64)
+        only = _Rows(si, ones, q1, f[ss], t.sub_node[ss], order, lo[ss], len(si))
+        return _assemble(ks, K, cap, only, G)
     sub = np.concatenate((ss, cw + len(lo), hw + len(lo)))  # servers, then switch subtrees
     rows = _Rows(
         size=np.concatenate((si, ci, hi)),
