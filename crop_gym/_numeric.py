@@ -6,19 +6,17 @@ floating-point operations in the same order), so a code path may switch between 
 without changing any output:
 
 * :func:`np_sum`: ``float(np.asarray(values, dtype=np.float64).sum())`` — numpy's pairwise summation
-  of a contiguous ``float64`` vector (blocks of 8 partial sums up to 128 items, halving above).
-* :func:`np_round9`: ``float(np.round(x, 9))`` — numpy rounds by ``rint(x * 1e9) / 1e9``, which is
-  not Python's correctly rounded ``round(x, 9)``.
+  of a contiguous ``float64`` vector (blocks of 8 partial sums up to 128 items, halving above);
+* :func:`np_sum_sparse`: the same sum of a vector that is zero but at a few positions.
 
 Both are checked against numpy on random inputs in ``tests/test_fastpaths.py``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
-__all__ = ["np_round9", "np_sum", "np_sum_sparse"]
+__all__ = ["np_sum", "np_sum_sparse"]
 
 
 def np_sum(values: Sequence[float]) -> float:
@@ -75,18 +73,6 @@ def _pairwise(a: Sequence[float], lo: int, n: int) -> float:
     n2 = n // 2
     n2 -= n2 % 8
     return _pairwise(a, lo, n2) + _pairwise(a, lo + n2, n - n2)
-
-
-def np_round9(x: float) -> float:
-    """``float(np.round(x, 9))``: ``rint(x * 1e9) / 1e9`` (ties to even), numpy's algorithm.
-
-    Args:
-        x: A float.
-    """
-    y = x * 1e9
-    if not math.isfinite(y):
-        return y / 1e9
-    return round(y) / 1e9
 
 
 def np_sum_sparse(n: int, items: Sequence[tuple[int, float]]) -> float:
