@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import crop_gym
-from crop_gym import perf
+from crop_gym.model import timing as perf
 from crop_gym.calibration import (
     LINK_KEYS,
     CalibrationResult,
@@ -158,20 +158,22 @@ def test_closed_form_matches_real_topology(
             [lk["inter_bandwidth"], lk["intra_bandwidth"]],
             [lk["inter_latency"], lk["intra_latency"]],
         )
-        stats = perf.placement_stats(topo, Health.healthy(topo), np.arange(p.gpus))
-        assert (stats.k, stats.g, stats.s) == (p.gpus, int(g), int(s))
-        b_inter = float(topo.link_bw[stats.inter_links].min()) if len(stats.inter_links) else np.inf
+        stats = perf.placement_facts(topo, Health.healthy(topo), [np.arange(p.gpus)])
+        assert (stats.k[0], stats.g[0], stats.s[0]) == (p.gpus, int(g), int(s))
+        b_inter = perf.inter_bandwidth(topo.link_bw, 1, stats.inter_links)
         spec = fit.models[p.model]
-        comm = perf.comm_time(
-            algo,
-            MODEL_ZOO[p.model].grad_bytes,
-            stats.k,
-            stats.g,
-            stats.s,
-            stats.b_intra,
-            b_inter,
-            stats.a_intra,
-            stats.a_inter,
+        comm = float(
+            perf.comm_time(
+                algo,
+                MODEL_ZOO[p.model].grad_bytes,
+                stats.k,
+                stats.g,
+                stats.s,
+                stats.b_intra,
+                b_inter,
+                stats.a_intra,
+                stats.a_inter,
+            )[0]
         )
         via_topology = float(
             perf.iteration_time(spec.t0 + spec.per_sample * p.batch / p.gpus, comm, 0.0)
