@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.devices import Health
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import placement_facts
 
 __all__ = ["blind_health", "blind_state", "free_per_server", "own_comm_times"]

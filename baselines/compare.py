@@ -26,7 +26,7 @@ import numpy as np
 from baselines.policy import POLICIES, Placement, PlacementPolicy, apply, make_policy
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.io import atomic_write
-from crop_gym.objective import ClusterState
+from crop_gym.model.state import ClusterState
 from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler, get_scenario
 
 __all__ = [

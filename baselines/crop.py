@@ -50,8 +50,8 @@ from baselines._common import blind_state
 from baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.candidates import CandidateSet, candidate_placements
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PlacementFacts, placement_facts
 
 __all__ = ["RULES", "CandidateFn", "CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]

@@ -44,8 +44,8 @@ from baselines._common import own_comm_times
 from baselines.policy import Placement, PlacementPolicy, apply, check_placements, pending_jobs
 from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PlacementFacts, comm_time, iteration_time
 
 __all__ = [

@@ -29,9 +29,9 @@ from baselines._common import blind_state, own_comm_times
 from baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.candidates import candidate_placements
 from crop_gym.errors import check_range
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
-from crop_gym.topology import SWITCH, Topology
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
+from crop_gym.model.topology import SWITCH, Topology
 
 __all__ = [
     "BestFitPolicy",

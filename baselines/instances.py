@@ -12,11 +12,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from crop_gym.candidates import candidate_placements
-from crop_gym.devices import AbnormalityProfile, get_profile
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
-from crop_gym.perf import PerfConfig
-from crop_gym.topology import Topology, build_tree, default_link_params, make_topology
+from crop_gym.model.devices import AbnormalityProfile, get_profile
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
+from crop_gym.model.timing import PerfConfig
+from crop_gym.model.topology import Topology, build_tree, default_link_params, make_topology
 
 __all__ = ["SMALL_CLUSTERS", "small_instance", "small_topology"]
 

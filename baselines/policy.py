@@ -1,6 +1,6 @@
 """The placement-policy interface shared by CROP, the heuristics, the exact solver and the simulator.
 
-A policy looks at a :class:`~crop_gym.objective.ClusterState` and a queue of pending jobs and returns
+A policy looks at a :class:`~crop_gym.model.state.ClusterState` and a queue of pending jobs and returns
 :class:`Placement` s, in the order in which it accepted them. The contract every policy keeps:
 
 * the given state is never mutated (policies work on ``state.copy()``);
@@ -33,8 +33,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 
 __all__ = [
     "POLICIES",

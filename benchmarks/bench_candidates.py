@@ -23,8 +23,8 @@ import numpy as np
 
 import crop_gym.candidates as candidates
 from crop_gym.envs.base import DEFAULT_QUEUE_VIEW
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 from crop_gym.scenario import ScenarioSampler
 
 

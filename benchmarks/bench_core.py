@@ -12,10 +12,10 @@ import time
 import numpy as np
 
 from crop_gym.candidates import candidate_placements
-from crop_gym.devices import PROFILES
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
-from crop_gym.topology import make_topology
+from crop_gym.model.devices import PROFILES
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
+from crop_gym.model.topology import make_topology
 
 MODELS = ("resnet50", "vgg16", "bert", "gpt2", "inception3", "deepspeech2")
 

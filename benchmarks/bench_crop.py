@@ -25,10 +25,10 @@ from baselines.crop import crop_greedy
 from baselines.exact import EXACT_LIMITS, branch_and_bound, search_space
 from baselines.instances import small_instance
 from baselines.policy import apply
-from crop_gym.devices import get_profile
 from crop_gym.errors import ConfigError
+from crop_gym.model.devices import get_profile
+from crop_gym.model.topology import make_topology
 from crop_gym.scenario import SCENARIOS, Scenario, ScenarioSampler
-from crop_gym.topology import make_topology
 
 T = TypeVar("T")
 

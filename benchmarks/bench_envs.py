@@ -38,7 +38,7 @@ import numpy as np
 
 import crop_gym
 import crop_gym.envs.view as view_mod
-from crop_gym.objective import ClusterState
+from crop_gym.model.state import ClusterState
 
 DEFAULT_IDS = (
     "crop_gym/Placement-Testbed8-v0",

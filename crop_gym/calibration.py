@@ -10,7 +10,7 @@ Two data sets, both bundled with the package:
   fitted link parameters (it was measured on other hardware, so only the ordering is compared
   strictly; the absolute error is reported for information).
 
-The prediction of a profile point is the model of :mod:`crop_gym.perf` with the packed placement
+The prediction of a profile point is the model of :mod:`crop_gym.model.timing` with the packed placement
 ``g = min(k, 8)`` GPUs per server on ``s = ceil(k / 8)`` servers, healthy devices and no contention::
 
     T(B, k) = t0 + per_sample * B / k + comm_time(allreduce, M, k, g, s, B_intra, B_inter, a_intra, a_inter)
@@ -46,8 +46,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import _FACTS, MODEL_ZOO
-from crop_gym.perf import ALLREDUCE_ALGORITHMS, comm_time
+from crop_gym.model.jobs import _FACTS, MODEL_ZOO
+from crop_gym.model.timing import ALLREDUCE_ALGORITHMS, comm_time
 
 __all__ = [
     "CHRONUS_LOCAL_BATCH",
@@ -224,7 +224,7 @@ def predict_iteration_time(
     ``t0 + per_sample * local_batch + comm_time(...)`` where a job of more than one GPU spans its GPU
     links (bandwidth ``intra_bandwidth``, latency ``intra_latency``) and, on more than one server,
     its server links (``inter_bandwidth``, ``inter_latency``), exactly as
-    :func:`crop_gym.perf.placement_stats` finds on a two-level tree.
+    :func:`crop_gym.model.timing.placement_facts` finds on a two-level tree.
 
     Args:
         allreduce: ``"ring"`` or ``"hierarchical"``.
@@ -257,7 +257,7 @@ def model_coefficients(
     """``(t0, per_sample, grad_bytes)`` of a zoo model under a set of fitted coefficients.
 
     A measured model takes its fitted values; an unmeasured one is scaled from its base model by
-    GMACs per sample, the same rule :mod:`crop_gym.jobs` applies to the shipped calibration.
+    GMACs per sample, the same rule :mod:`crop_gym.model.jobs` applies to the shipped calibration.
 
     Raises:
         ConfigError: If the model is not in the zoo or its base was not fitted.

@@ -31,8 +31,8 @@ ablation): every usable GPU looks alike. Failed GPUs are never candidates.
 The generator is vectorised over servers, subtrees and job sizes: :func:`candidate_sets` computes
 what every size shares (each server's GPU order and free count, the compact server order of
 every subtree, the health ranking) once. Only pure functions of immutable inputs are cached: the
-tree arrays of a :class:`~crop_gym.topology.Topology` and the badness order of a
-:class:`~crop_gym.devices.Health`.
+tree arrays of a :class:`~crop_gym.model.topology.Topology` and the badness order of a
+:class:`~crop_gym.model.devices.Health`.
 """
 
 from __future__ import annotations
@@ -46,10 +46,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.devices import Health
 from crop_gym.errors import check_range
-from crop_gym.objective import ClusterState
-from crop_gym.topology import SWITCH, Topology
+from crop_gym.model.devices import Health
+from crop_gym.model.state import ClusterState
+from crop_gym.model.topology import SWITCH, Topology
 
 __all__ = ["CandidateSet", "candidate_placements", "candidate_sets", "gpu_quality"]
 

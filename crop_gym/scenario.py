@@ -2,7 +2,7 @@
 
 A :class:`Scenario` names a topology preset, an abnormality profile, a workload source, the size of the
 pending queue and the background load. :class:`ScenarioSampler` turns it into a
-:class:`PlacementInstance` (a :class:`~crop_gym.objective.ClusterState` with background jobs already
+:class:`PlacementInstance` (a :class:`~crop_gym.model.state.ClusterState` with background jobs already
 placed, plus a queue of pending jobs) from a ``numpy.random.Generator`` — the environment passes its
 ``np_random``; nothing here touches the global RNG.
 
@@ -39,13 +39,13 @@ from typing import Any
 import numpy as np
 
 from crop_gym.candidates import candidate_placements
-from crop_gym.devices import PROFILES, AbnormalityProfile, get_profile
 from crop_gym.errors import ConfigError
 from crop_gym.io import read_mapping
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
-from crop_gym.perf import PerfConfig
-from crop_gym.topology import PRESETS, Topology, make_topology
+from crop_gym.model.devices import PROFILES, AbnormalityProfile, get_profile
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
+from crop_gym.model.timing import PerfConfig
+from crop_gym.model.topology import PRESETS, Topology, make_topology
 
 __all__ = [
     "FLOAT_FIELDS",
@@ -149,8 +149,8 @@ class Scenario:
 
     Attributes:
         name: Scenario name.
-        cluster: Topology preset name (see :data:`crop_gym.topology.PRESETS`).
-        abnormal: Abnormality profile (a preset from :data:`crop_gym.devices.PROFILES`, possibly with
+        cluster: Topology preset name (see :data:`crop_gym.model.topology.PRESETS`).
+        abnormal: Abnormality profile (a preset from :data:`crop_gym.model.devices.PROFILES`, possibly with
             overridden fields).
         workload: Where jobs come from: a bundled trace (``"elasticflow:cluster10"``), a file path,
             or ``"synthetic"`` (the seeded synthetic generator's defaults).

@@ -266,7 +266,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
     from crop_gym.io import check_outputs
-    from crop_gym.perf import PerfConfig
+    from crop_gym.model.timing import PerfConfig
     from crop_gym.policies import make_policy
     from crop_gym.sim import SimConfig, Simulator
     from crop_gym.workloads.cli import parse_map

@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.devices import Health
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.view import build_action_table
-from crop_gym.jobs import Job
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig
-from crop_gym.topology import make_topology
+from crop_gym.model.topology import make_topology
 
 FIXTURE = Path(__file__).parent / "fixtures" / "observations.npz"
 HEALTH_FIELDS = (

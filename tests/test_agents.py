@@ -41,7 +41,6 @@ from agents.training import train  # noqa: E402
 pytestmark = pytest.mark.rl
 
 
-
 TESTBED = "crop_gym/Placement-Testbed8-v0"
 DEFAULT = "crop_gym/Placement-v0"
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,12 +10,12 @@ from hypothesis import strategies as st
 from baselines.heuristics import BestFitPolicy, FirstFitPolicy, HivedPolicy, SpreadPolicy
 from baselines.instances import small_instance
 from baselines.policy import POLICIES, Placement, apply, check_placements, make_policy
-from crop_gym.devices import Health
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
+from crop_gym.model.topology import make_topology
 from crop_gym.scenario import ScenarioSampler
-from crop_gym.topology import make_topology
 
 NAMES = list(POLICIES)
 

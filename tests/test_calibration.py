@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 import crop_gym
-from crop_gym.model import timing as perf
 from crop_gym.calibration import (
     LINK_KEYS,
     CalibrationResult,
@@ -28,10 +27,11 @@ from crop_gym.calibration import (
     profile_placement,
 )
 from crop_gym.cli import main
-from crop_gym.devices import Health
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import MODEL_ZOO, calibration_data
-from crop_gym.topology import build_tree
+from crop_gym.model import timing as perf
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import MODEL_ZOO, calibration_data
+from crop_gym.model.topology import build_tree
 
 
 @pytest.fixture(scope="module")

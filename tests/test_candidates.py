@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
 from crop_gym.candidates import CandidateSet, candidate_placements, candidate_sets, gpu_quality
-from crop_gym.devices import PROFILES, Health
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
-from crop_gym.topology import SERVER, Topology, make_topology
+from crop_gym.model.devices import PROFILES, Health
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
+from crop_gym.model.topology import SERVER, Topology, make_topology
 
 PRESETS = ("testbed-8", "leafspine-64", "hetero-64", "pollux-16x4")
 

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from crop_gym.candidates import candidate_placements
-from crop_gym.devices import PROFILES, Health, get_profile
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import MODEL_ZOO, Job, get_model
-from crop_gym.objective import ClusterState
+from crop_gym.model.devices import PROFILES, Health, get_profile
+from crop_gym.model.jobs import MODEL_ZOO, Job, get_model
+from crop_gym.model.state import ClusterState
+from crop_gym.model.topology import make_topology
 from crop_gym.scenario import SCENARIOS, Scenario, ScenarioSampler, get_scenario
-from crop_gym.topology import make_topology
 
 
 # ----------------------------------------------------------------------------------- devices

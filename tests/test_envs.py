@@ -35,8 +35,6 @@ CANDIDATE_IDS = [i for i in ALL_IDS if ENV_IDS.get(i, ("",))[0].endswith(":Place
 SMALL_CANDIDATE_IDS = [i for i in CANDIDATE_IDS if i not in BIG_IDS]
 
 
-
-
 def _battery_params() -> list[Any]:
     return [pytest.param(i, marks=pytest.mark.slow) if i in BIG_IDS else i for i in ALL_IDS]
 

@@ -22,8 +22,8 @@ from baselines.exact import (
 from baselines.instances import small_instance
 from baselines.policy import apply, check_placements
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 from crop_gym.scenario import ScenarioSampler
 
 

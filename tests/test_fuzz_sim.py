@@ -27,10 +27,10 @@ import numpy as np
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from crop_gym.devices import get_profile
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.devices import get_profile
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 from crop_gym.sim import SimConfig, SimulationError, Simulator
 
 EXAMPLES = 200

@@ -17,8 +17,8 @@ import pytest
 
 from crop_gym.cli import main as cli_main
 from crop_gym.errors import ConfigError, TopologyError, TraceFormatError
+from crop_gym.model.topology import Topology, make_topology
 from crop_gym.scenario import Scenario, get_scenario
-from crop_gym.topology import Topology, make_topology
 from crop_gym.workloads import (
     BUNDLED_TRACES,
     load_elasticflow,

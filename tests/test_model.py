@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from crop_gym.candidates import candidate_placements
-from crop_gym.devices import Health, get_profile
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
+from crop_gym.model.devices import Health, get_profile
+from crop_gym.model.jobs import Job
 from crop_gym.model.objective import evaluate_from_scratch
-from crop_gym.objective import ClusterState
-from crop_gym.perf import PerfConfig, comm_time, iteration_time
-from crop_gym.topology import build_tree, make_topology
+from crop_gym.model.state import ClusterState
+from crop_gym.model.timing import PerfConfig, comm_time, iteration_time
+from crop_gym.model.topology import build_tree, make_topology
 
 INTER, INTRA = 1e9, 4e9  # bytes/s
 

@@ -22,7 +22,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from obs_fixture_replay import Case, builder_for, load_cases, rebuild, replay
 
-from crop_gym.devices import Health
 from crop_gym.envs.observation import (
     CANDIDATE_FEATURES,
     GPU_FEATURES,
@@ -32,11 +31,12 @@ from crop_gym.envs.observation import (
 )
 from crop_gym.envs.view import ActionTable, build_action_table
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig
+from crop_gym.model.topology import Topology, make_topology
 from crop_gym.scenario import ScenarioSampler
-from crop_gym.topology import Topology, make_topology
 
 G_ = {name: i for i, name in enumerate(GPU_FEATURES)}
 C_ = {name: i for i, name in enumerate(CANDIDATE_FEATURES)}

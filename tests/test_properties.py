@@ -8,11 +8,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crop_gym.devices import PROFILES
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
-from crop_gym.perf import PerfConfig
-from crop_gym.topology import make_topology
+from crop_gym.model.devices import PROFILES
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
+from crop_gym.model.timing import PerfConfig
+from crop_gym.model.topology import make_topology
 
 MODELS = ("resnet50", "vgg16", "bert", "gpt2", "inception3", "deepspeech2")
 

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 
 from crop_gym.candidates import candidate_placements
-from crop_gym.devices import get_profile
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.devices import get_profile
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
+from crop_gym.model.topology import make_topology
 from crop_gym.sim import (
     PlacementPolicy,
     SimConfig,
     SimulationError,
     Simulator,
 )
-from crop_gym.topology import make_topology
 from crop_gym.workloads import load_workload
 
 

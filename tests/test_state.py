@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crop_gym.devices import PROFILES, get_profile
-from crop_gym.jobs import MODEL_ZOO, Job, ModelSpec, get_model, register_model
+from crop_gym.model.devices import PROFILES, get_profile
+from crop_gym.model.jobs import MODEL_ZOO, Job, ModelSpec, get_model, register_model
 from crop_gym.model.objective import evaluate_from_scratch
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig, ideal_time, placement_facts
-from crop_gym.topology import make_topology
+from crop_gym.model.topology import make_topology
 
 TOPOLOGIES = ("testbed-8", "leafspine-64", "n64g8")
 MODELS = sorted(MODEL_ZOO)
@@ -69,7 +69,9 @@ CASES = dict(
 
 @settings(max_examples=60, deadline=None)
 @given(**CASES)
-def test_incremental_add_remove_equals_from_scratch(seed, topo_name, profile, algo, overlap) -> None:
+def test_incremental_add_remove_equals_from_scratch(
+    seed, topo_name, profile, algo, overlap
+) -> None:
     rng, _topo, state = _random_state(seed, topo_name, profile, algo, overlap)
     placed: list[str] = []
     for i in range(20):

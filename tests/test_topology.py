@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from crop_gym.errors import ConfigError, TopologyError
-from crop_gym.topology import PRESETS, Topology, build_tree, make_topology
+from crop_gym.model.topology import PRESETS, Topology, build_tree, make_topology
 
 
 def small_graph() -> nx.DiGraph:

@@ -7,11 +7,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crop_gym.devices import PROFILES
 from crop_gym.envs.view import action_index, build_action_table, select_view
-from crop_gym.jobs import Job
+from crop_gym.model.devices import PROFILES
+from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.topology import make_topology
+from crop_gym.model.topology import make_topology
 
 MODELS = ("resnet50", "vgg16", "bert")
 SIZES = (1, 2, 4, 8, 16)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from crop_gym.cli import main as cli_main
 from crop_gym.errors import ConfigError, TraceFormatError
-from crop_gym.jobs import MODEL_ZOO
+from crop_gym.model.jobs import MODEL_ZOO
 from crop_gym.workloads import (
     BUNDLED_TRACES,
     POLLUX_APPLICATIONS,

@@ -23,12 +23,12 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.devices import Health
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.envs.view import ActionTable, build_action_table
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
 

@@ -14,7 +14,7 @@ from crop_gym.envs.base import Obs, StaticPlacementBase
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.rewards import NO_TERMS, placement_terms, total
 from crop_gym.envs.view import action_index
-from crop_gym.jobs import Job
+from crop_gym.model.jobs import Job
 from crop_gym.scenario import Scenario
 
 __all__ = ["HEAD_FEATURES", "GPUPlacementEnv"]

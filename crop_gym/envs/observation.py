@@ -9,7 +9,7 @@ describe the rows of an :class:`~crop_gym.envs.view.ActionTable` (action ``q * C
 is in ``[-1, 1]``. docs/ENVS.md explains each column.
 
 What the agent sees of the devices is the *observed* health (a noisy reading drawn once per
-episode, :meth:`~crop_gym.devices.Health.observe`, or the true health): the per-GPU health
+episode, :meth:`~crop_gym.model.devices.Health.observe`, or the true health): the per-GPU health
 columns, the health-dependent candidate columns (slowdown, survival, η, bandwidth) and the
 abnormal-GPU shares use it. What the agent sees of the jobs (free and busy GPUs, link loads, the
 placed jobs' η, F) is the true state. The privileged ``gain`` is the true ΔF of each row.
@@ -29,14 +29,14 @@ from gymnasium import spaces
 from numpy.typing import NDArray
 
 from crop_gym.candidates import CandidateSet
-from crop_gym.devices import Health
 from crop_gym.envs.view import ActionTable
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig, inter_bandwidth, job_times, placement_facts
-from crop_gym.topology import Topology
+from crop_gym.model.topology import Topology
 
 __all__ = [
     "CANDIDATE_FEATURES",

@@ -10,7 +10,6 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.devices import AbnormalityProfile, get_profile
 from crop_gym.envs.base import (
     RENDER_MODES,
     EpisodeGuard,
@@ -23,10 +22,11 @@ from crop_gym.envs.render import ClusterRenderer
 from crop_gym.envs.rewards import HOUR, online_reward
 from crop_gym.envs.view import ActionTable, action_space, build_action_table
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.jobs import Job
+from crop_gym.model.devices import AbnormalityProfile, get_profile
+from crop_gym.model.jobs import Job
 from crop_gym.model.timing import PerfConfig
+from crop_gym.model.topology import Topology, make_topology
 from crop_gym.sim import SimConfig, SimulationError, Simulator
-from crop_gym.topology import Topology, make_topology
 
 __all__ = ["ONLINE_FEATURES", "OnlinePlacementEnv"]
 

@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.model.state import ClusterState
-from crop_gym.topology import Topology
+from crop_gym.model.topology import Topology
 
 __all__ = ["ANSI_LEGEND", "ClusterRenderer"]
 

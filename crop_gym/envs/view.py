@@ -26,7 +26,7 @@ from gymnasium import spaces
 from numpy.typing import NDArray
 
 from crop_gym.candidates import CandidateSet, candidate_sets
-from crop_gym.jobs import Job
+from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState, Gains
 from crop_gym.model.timing import PlacementFacts, placement_facts
 

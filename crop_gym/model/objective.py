@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.devices import Health
-from crop_gym.jobs import Job
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import Job
 from crop_gym.model.timing import (
     JobTimes,
     PerfConfig,
@@ -32,7 +32,7 @@ from crop_gym.model.timing import (
     job_times,
     placement_facts,
 )
-from crop_gym.topology import Topology
+from crop_gym.model.topology import Topology
 
 __all__ = ["ClusterMetrics", "Evaluation", "evaluate_from_scratch", "job_value"]
 

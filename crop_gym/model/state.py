@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.devices import Health
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
 from crop_gym.model.timing import (
     FACT_COLUMNS,
@@ -33,7 +33,7 @@ from crop_gym.model.timing import (
     job_times,
     placement_facts,
 )
-from crop_gym.topology import Topology
+from crop_gym.model.topology import Topology
 
 __all__ = ["ClusterState", "Gains", "JobRecord", "PlacedJobs"]
 
@@ -187,7 +187,7 @@ class ClusterState:
         version: Incremented by every change (placements and health).
 
     Example:
-        >>> from crop_gym.topology import make_topology
+        >>> from crop_gym.model.topology import make_topology
         >>> state = ClusterState(make_topology("testbed-8"))
         >>> _ = state.add(Job("a", "resnet50", 4, 128), np.arange(4))
         >>> round(state.F, 6)
@@ -419,7 +419,8 @@ class ClusterState:
             on = np.zeros((R, self.topology.num_nodes), dtype=bool)
             on[np.arange(R)[:, None], links] = True
             on[:, 0] = False
-            rows = np.flatnonzero(on.any(axis=0)[t.links].any(axis=1) & t.active)
+            crossed: NDArray[np.bool_] = on.any(axis=0)
+            rows = np.flatnonzero(crossed[t.links].any(axis=1) & t.active)
             if len(rows):
                 d, jl = t.data[rows], t.links[rows]  # [J, 16], [J, W]
                 hit = on[:, jl]  # [R, J, W]
@@ -562,7 +563,8 @@ class ClusterState:
         self._health = health
         self._set_health_arrays()
         if slots:
-            facts = placement_facts(self.topology, health, [self._slot_gpus[s] for s in slots])
+            held = [g for g in (self._slot_gpus[s] for s in slots) if g is not None]
+            facts = placement_facts(self.topology, health, held)
             width = facts.inter_links.shape[1]
             if width > self._table.links.shape[1]:
                 self._table = self._table.resized(self._table.slots, width)

@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.devices import Health
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.jobs import Job, ModelSpec, calibration_data, get_model
-from crop_gym.topology import Topology
+from crop_gym.model.devices import Health
+from crop_gym.model.jobs import Job, ModelSpec, calibration_data, get_model
+from crop_gym.model.topology import Topology
 
 __all__ = [
     "ALLREDUCE_ALGORITHMS",

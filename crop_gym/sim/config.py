@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from crop_gym.devices import AbnormalityProfile
 from crop_gym.errors import ConfigError, CropGymError, check_bool, check_int, check_real
-from crop_gym.perf import PerfConfig
-from crop_gym.topology import Topology
+from crop_gym.model.devices import AbnormalityProfile
+from crop_gym.model.timing import PerfConfig
+from crop_gym.model.topology import Topology
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",

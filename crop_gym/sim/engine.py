@@ -3,7 +3,7 @@
 Events are job arrivals (from a workload), job completions, and device-health events (abnormal
 onsets and recoveries, GPU and link failures, repairs; see :mod:`crop_gym.sim.health`). Between two
 events every running job trains at the constant speed ``1 / T_j`` iterations per second, where
-``T_j`` is its iteration time in the current :class:`~crop_gym.objective.ClusterState` (which
+``T_j`` is its iteration time in the current :class:`~crop_gym.model.state.ClusterState` (which
 accounts for contention on shared links and for device health). Progress is integrated **exactly**
 (:class:`~crop_gym.sim.ledger.SlotTable`); there is no time step. Events at one instant are taken
 in the order completions, health events, arrivals (time 0 included); then the policy is asked.
@@ -38,17 +38,18 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.devices import AbnormalityProfile, get_profile
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState, ideal_time
+from crop_gym.model.devices import AbnormalityProfile, get_profile
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
+from crop_gym.model.timing import ideal_time
+from crop_gym.model.topology import Topology, make_topology
 from crop_gym.sim.config import SimConfig, SimulationError, check_simulator_args
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
 from crop_gym.sim.ledger import DONE, QUEUED, RUNNING, JobLedger, SlotTable
 from crop_gym.sim.progress import SimProgress
 from crop_gym.sim.protocol import PlacementPolicy
 from crop_gym.sim.result import SimResult
-from crop_gym.topology import Topology, make_topology
 from crop_gym.workloads.workload import Workload
 
 __all__ = ["Simulator", "simulate"]
@@ -63,8 +64,8 @@ class Simulator:
     Args:
         jobs: A :class:`~crop_gym.workloads.Workload` or a sequence of jobs (sorted by arrival here,
             stably; job ids must be unique).
-        topology: A :class:`~crop_gym.topology.Topology` or a preset name.
-        profile: Abnormality profile (a name from :data:`crop_gym.devices.PROFILES` or an object).
+        topology: A :class:`~crop_gym.model.topology.Topology` or a preset name.
+        profile: Abnormality profile (a name from :data:`crop_gym.model.devices.PROFILES` or an object).
         config: Simulator options.
         seed: Seed of every random draw (health timeline, policy's ``rng``); ``None`` = fresh entropy.
         scripted_failures: Extra GPU failures ``(time_s, gpu[, repair_s])``.

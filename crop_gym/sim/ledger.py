@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.jobs import Job
+from crop_gym.model.jobs import Job
 
 __all__ = ["DONE", "FUTURE", "QUEUED", "RUNNING", "JobLedger", "SlotTable"]
 

@@ -12,8 +12,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.jobs import Job
-from crop_gym.objective import ClusterState
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 
 __all__ = ["PlacementLike", "PlacementPolicy"]
 

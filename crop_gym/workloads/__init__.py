@@ -1,7 +1,7 @@
 """Workloads: trace loaders, bundled traces, a seeded synthetic generator and summaries.
 
 Everything returns a :class:`Workload`: a frozen, arrival-sorted tuple of
-:class:`~crop_gym.jobs.Job` whose first arrival is 0, with a cached numpy view
+:class:`~crop_gym.model.jobs.Job` whose first arrival is 0, with a cached numpy view
 (:attr:`Workload.arrays`) for the simulator.
 
 >>> from crop_gym.workloads import load_workload, summarize

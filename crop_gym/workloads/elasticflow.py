@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from crop_gym.jobs import MODEL_ZOO
+from crop_gym.model.jobs import MODEL_ZOO
 from crop_gym.workloads._table import (
     MAX_BATCH,
     MAX_GPUS,

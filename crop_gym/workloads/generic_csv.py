@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from crop_gym.io import atomic_write_text
-from crop_gym.jobs import MODEL_ZOO
+from crop_gym.model.jobs import MODEL_ZOO
 from crop_gym.workloads._table import (
     MAX_BATCH,
     MAX_GPUS,

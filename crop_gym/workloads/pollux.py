@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.jobs import get_model
+from crop_gym.model.jobs import get_model
 from crop_gym.workloads._table import (
     MAX_BATCH,
     MAX_GPUS,

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import Job
+from crop_gym.model.jobs import Job
 from crop_gym.workloads.workload import Workload
 
 __all__ = ["sample_queue"]

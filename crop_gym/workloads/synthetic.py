@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.jobs import MODEL_ZOO, get_model
+from crop_gym.model.jobs import MODEL_ZOO, get_model
 from crop_gym.workloads.workload import Workload, build_workload
 
 __all__ = [

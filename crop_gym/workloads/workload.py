@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
-from crop_gym.jobs import MODEL_ZOO, Job
+from crop_gym.model.jobs import MODEL_ZOO, Job
 
 __all__ = ["Workload", "WorkloadArrays", "build_workload"]
 
@@ -180,7 +180,7 @@ def build_workload(
     """Assemble a :class:`Workload` from validated columns on the source's clock.
 
     Sorts by arrival (stable), rebases arrivals and deadlines so that the first arrival is 0, and
-    builds the :class:`~crop_gym.jobs.Job` objects. NaN in ``weight`` means the default 1; NaN in
+    builds the :class:`~crop_gym.model.jobs.Job` objects. NaN in ``weight`` means the default 1; NaN in
     ``deadline`` means no deadline; NaN in ``duration`` means unknown.
 
     Args:

@@ -1,6 +1,6 @@
 """Abnormal devices: slow, failed and failure-prone GPUs; degraded and failure-prone links.
 
-A :class:`Health` holds the per-device state as arrays aligned with a :class:`~crop_gym.topology.Topology`:
+A :class:`Health` holds the per-device state as arrays aligned with a :class:`~crop_gym.model.topology.Topology`:
 
 * ``gpu_slowdown`` σ ≥ 1: compute time is multiplied by σ (a straggler);
 * ``gpu_failed``: the GPU is unusable;
@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError, check_range, check_real
-from crop_gym.topology import Topology
+from crop_gym.model.topology import Topology
 
 __all__ = [
     "MAX_ONSET_RATE_PER_GPU_HOUR",

@@ -35,7 +35,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError, TopologyError
-from crop_gym.jobs import calibration_data
+from crop_gym.model.jobs import calibration_data
 
 __all__ = [
     "PRESETS",
