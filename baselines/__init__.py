@@ -2,7 +2,7 @@
 
 * :mod:`baselines.policy`: the :class:`~baselines.policy.PlacementPolicy` interface, :class:`~baselines.policy.Placement`,
   :func:`~baselines.policy.apply` and the registry (:data:`~baselines.policy.POLICIES`, :func:`~baselines.policy.make_policy`).
-* :mod:`baselines.crop`: CROP (lazy submodular greedy on the true ΔF, DESIGN §3) — :func:`~baselines.crop.crop_greedy`.
+* :mod:`baselines.crop`: CROP (lazy submodular greedy on the true ΔF, docs/CROP.md) — :func:`~baselines.crop.crop_greedy`.
 * :mod:`baselines.heuristics`: random, first-fit, best-fit, spread, hived, comm-greedy.
 * :mod:`baselines.exact`: branch-and-bound optimum of F and the min-communication MILP, for small instances.
 * :mod:`baselines.compare`: the logic of ``crop-gym compare``.

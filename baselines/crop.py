@@ -1,4 +1,4 @@
-"""CROP: efficient and robust multi-job placement by greedy maximisation of F (DESIGN §3).
+"""CROP: efficient and robust multi-job placement by greedy maximisation of F (docs/CROP.md).
 
 The algorithm (a reconstruction; docs/CROP.md has the pseudo-code and the measured ratios):
 

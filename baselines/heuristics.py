@@ -1,4 +1,4 @@
-"""Classic placement policies under the same model and interface as CROP (DESIGN §3, "Baselines").
+"""Classic placement policies under the same model and interface as CROP (docs/CROP.md, baselines).
 
 Every policy here serves the queue in FIFO order with backfilling: a job that does not fit waits and
 the next one is tried. None of them sees stragglers, failure-prone devices or degraded links (they are

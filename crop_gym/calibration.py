@@ -1,4 +1,4 @@
-"""Calibration of the performance model against measured data (DESIGN §2.6).
+"""Calibration of the performance model against measured data (docs/MODEL.md, calibration).
 
 Two data sets, both bundled with the package:
 
@@ -687,7 +687,7 @@ def choose_default(results: Mapping[str, CalibrationResult]) -> tuple[str, str]:
 
     Algorithms that meet both targets (median error <= 15%, Chronus rank agreement >= 0.9) come
     first; among them the higher rank agreement wins, then the lower median error, then ``ring``
-    (DESIGN's reference) on a tie.
+    (the reference algorithm) on a tie.
 
     Returns:
         ``(algorithm, reason)``.

@@ -1,4 +1,4 @@
-"""Candidate placements: compact GPU sets for a job of ``k`` GPUs (DESIGN §3, step 1).
+"""Candidate placements: compact GPU sets for a job of ``k`` GPUs (docs/CROP.md, step 1).
 
 Shared by CROP, the baselines and the environments. Every GPU has a *badness* score
 ``σ_g / speed_g / (1 - π_g)`` (:func:`gpu_quality`; 1 is a healthy reference GPU). Inside a

@@ -278,7 +278,7 @@ def test_masked_dqn_explores_only_valid_actions() -> None:
 def test_behaviour_cloning_agrees_with_crop() -> None:
     """BC on CROP's demonstrations on the 8-GPU testbed reaches >= 90 % agreement with CROP.
 
-    The demonstrations come from CROP's ΔF greedy (``rule="gain"``, DESIGN §3's CROP), whose next
+    The demonstrations come from CROP's ΔF greedy (``rule="gain"``, docs/CROP.md), whose next
     action is a function of the current state. The default CROP (``rule="best"``) keeps the better of
     two greedy passes, so its first action depends on a counterfactual pass the state does not show;
     there exact agreement saturates near 0.89, and we check agreement counting CROP-equivalent

@@ -1,4 +1,4 @@
-"""Calibration of the performance model (DESIGN §2.6) and the all-reduce formulas it relies on."""
+"""Calibration of the performance model (docs/MODEL.md, calibration) and the all-reduce formulas it relies on."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The iteration-time model and the objective against hand-computed numbers (DESIGN §2.4-2.5)."""
+"""The iteration-time model and the objective against hand-computed numbers (docs/MODEL.md §1)."""
 
 from __future__ import annotations
 

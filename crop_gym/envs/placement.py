@@ -24,7 +24,7 @@ class PlacementEnv(StaticPlacementBase):
     devices, background jobs already running) and a queue of ``K`` pending jobs. At every step the
     agent places one pending job on one of its candidate placements — the compact GPU sets CROP
     considers, from :func:`crop_gym.candidates.candidate_sets` — or stops. The reward is the
-    change of the objective F (expected effective GPUs, DESIGN §2.5), so the undiscounted return is
+    change of the objective F (expected effective GPUs, docs/MODEL.md §1.7), so the undiscounted return is
     ``F(end) - F(start)``, the same number CROP, the baselines and the exact optimum report.
 
     **Action space** ``Discrete(Q * C + 1)``. The *view* is the first ``Q`` pending jobs, in queue

@@ -419,7 +419,7 @@ class ClusterState:
             on = np.zeros((R, self.topology.num_nodes), dtype=bool)
             on[np.arange(R)[:, None], links] = True
             on[:, 0] = False
-            crossed: NDArray[np.bool_] = on.any(axis=0)
+            crossed = np.asarray(on.any(axis=0))
             rows = np.flatnonzero(crossed[t.links].any(axis=1) & t.active)
             if len(rows):
                 d, jl = t.data[rows], t.links[rows]  # [J, 16], [J, W]

@@ -8,7 +8,7 @@ links.
 A link is identified by its *child* node: link ``e`` joins node ``e`` to ``parent[e]``. Nodes are
 numbered in depth-first preorder from the root (node 0), so the GPUs of any subtree form a contiguous
 range of GPU indices and a ring that visits GPUs in increasing index order is the DFS ring of
-DESIGN §2.4. Node 0 (the root) is not a link; it is used as padding in link-index arrays and has
+docs/MODEL.md §1. Node 0 (the root) is not a link; it is used as padding in link-index arrays and has
 infinite bandwidth.
 
 Graph attributes understood by :meth:`Topology.from_graph`:

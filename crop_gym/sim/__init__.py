@@ -1,4 +1,4 @@
-"""Discrete-event, trace-driven simulator of a GPU cluster under a placement policy (DESIGN §4).
+"""Discrete-event, trace-driven simulator of a GPU cluster under a placement policy (docs/SIMULATOR.md).
 
 >>> from crop_gym.sim import Simulator, SimConfig
 >>> from crop_gym.workloads import load_workload

@@ -1,4 +1,4 @@
-"""The discrete-event simulator (DESIGN §4).
+"""The discrete-event simulator (docs/SIMULATOR.md).
 
 Events are job arrivals (from a workload), job completions, and device-health events (abnormal
 onsets and recoveries, GPU and link failures, repairs; see :mod:`crop_gym.sim.health`). Between two
