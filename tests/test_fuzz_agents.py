@@ -9,12 +9,11 @@ cases per verdict (``pytest -s``). Needs the rl extra.
 
 from __future__ import annotations
 
+import contextlib
 import math
-import signal
 import zipfile
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,8 @@ import yaml
 th = pytest.importorskip("torch")
 pytest.importorskip("stable_baselines3")
 pytest.importorskip("sb3_contrib")
+
+from timeouts import no_hang  # noqa: E402
 
 from agents.checkpoint import default_checkpoint, load_checkpoint  # noqa: E402
 from agents.config import config_path, load_config, parse_hyperparams  # noqa: E402
@@ -62,22 +63,9 @@ BAD_VALUES: list[Any] = [
 ]
 
 
-class Hang(Exception):
-    """A case ran past :data:`ALARM_S`."""
-
-
-@contextmanager
-def alarm(seconds: int = ALARM_S) -> Iterator[None]:
-    def fire(signum: int, frame: Any) -> None:
-        raise Hang(f"case ran past {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+def alarm(seconds: int = ALARM_S) -> contextlib.AbstractContextManager[None]:
+    """Fail a case that runs past ``seconds``."""
+    return no_hang(seconds)
 
 
 def verdict_of(call: Callable[[], Any]) -> tuple[str, Any]:

@@ -9,12 +9,10 @@ module (run with ``-s`` to see them).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
 import os
-import signal
 import tempfile
 from collections import Counter
 from collections.abc import Iterator
@@ -25,6 +23,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from timeouts import no_hang
 
 from crop_gym.errors import ConfigError, TraceFormatError
 from crop_gym.scenario import FLOAT_FIELDS, INT_FIELDS, Scenario
@@ -53,20 +52,6 @@ def report() -> Iterator[None]:
         f"\nfuzz_loaders: {total} cases: "
         + ", ".join(f"{k} {v}" for k, v in sorted(VERDICTS.items()))
     )
-
-
-@contextlib.contextmanager
-def no_hang(seconds: int = 10) -> Iterator[None]:
-    def alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"blocked for more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def check_error(exc: Exception, path: Path) -> None:

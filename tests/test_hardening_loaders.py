@@ -3,10 +3,8 @@ huge traces, numbers that would wrap or mean something else, parallel topology e
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import Any
 
 import networkx as nx
 import pytest
+from timeouts import no_hang
 
 from crop_gym.cli import main as cli_main
 from crop_gym.errors import ConfigError, TopologyError, TraceFormatError
@@ -33,22 +32,6 @@ CSV_HEADER = "job_id,arrival_s,model,num_gpus,batch_size,iterations,weight,deadl
 CSV_ROW = "j1,50,resnet50,4,128,1000,2.5,,"
 POLLUX_HEADER = "name,time,application,num_replicas,batch_size"
 POLLUX_ROW = "cifar10-0,107,cifar10,6,2048"
-
-
-@contextlib.contextmanager
-def no_hang(seconds: int = 5) -> Iterator[None]:
-    """Fail (instead of hanging) when the body blocks longer than ``seconds``."""
-
-    def alarm(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"blocked for more than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, alarm)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def one_line(exc: BaseException, *parts: str) -> None:
