@@ -239,8 +239,10 @@ class PlacementFacts:
     @classmethod
     def of(cls, inter_links: NDArray[np.int32], **columns: Any) -> PlacementFacts:
         """Facts from one array per column of :data:`FACT_COLUMNS` (all of them, by name)."""
-        values = np.column_stack([np.asarray(columns[c], dtype=np.float64) for c in FACT_COLUMNS])
-        return cls(values.reshape(len(inter_links), len(FACT_COLUMNS)), inter_links)
+        values = np.empty((len(inter_links), len(FACT_COLUMNS)))
+        for i, c in enumerate(FACT_COLUMNS):
+            values[:, i] = columns[c]
+        return cls(values, inter_links)
 
     def __len__(self) -> int:
         return len(self.values)
