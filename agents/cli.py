@@ -19,10 +19,10 @@ stderr and exit status 2; Ctrl-C gets one line and status 130. Results are writt
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
-from collections.abc import Callable
 from typing import Any
+
+from crop_gym.cli import int_at_least
 
 __all__ = ["register"]
 
@@ -47,40 +47,8 @@ _TRUST_HELP = (
 )
 
 
-def _guarded(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Turn input errors into one line and exit 2, Ctrl-C into one line and exit 130."""
-
-    @functools.wraps(func)
-    def run(args: argparse.Namespace) -> int:
-        from crop_gym.errors import ConfigError
-
-        try:
-            return func(args)
-        except ConfigError as exc:
-            print(f"crop-gym {args.command}: error: {exc}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            print(f"crop-gym {args.command}: interrupted", file=sys.stderr)
-            return 130
-
-    return run
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
-
-
-def _pos_int(text: str) -> int:
-    v = _nonneg_int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {v}")
-    return v
+_nonneg_int = int_at_least(0)
+_pos_int = int_at_least(1)
 
 
 def register(subparsers: Any) -> None:
@@ -168,7 +136,7 @@ def register(subparsers: Any) -> None:
         help="check the config, environment, outputs and model, print the resolved config, exit",
     )
     t.add_argument("--trust-checkpoint", action="store_true", help=f"with --resume: {_TRUST_HELP}")
-    t.set_defaults(func=_guarded(_train))
+    t.set_defaults(func=_train)
 
     e = subparsers.add_parser(
         "eval",
@@ -220,7 +188,7 @@ def register(subparsers: Any) -> None:
     )
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.add_argument("--trust-checkpoint", action="store_true", help=_TRUST_HELP)
-    e.set_defaults(func=_guarded(_eval))
+    e.set_defaults(func=_eval)
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crop_gym.cli import int_at_least
+
 __all__ = ["register"]
 
 _EPILOG = """examples:
@@ -25,23 +27,8 @@ _EPILOG = """examples:
 """
 
 
-def _int_at_least(low: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer >= {low}, got {text!r}"
-            ) from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
-        return v
-
-    return parse
-
-
-_positive_int = _int_at_least(1)
-_nonneg_int = _int_at_least(0)
+_positive_int = int_at_least(1)
+_nonneg_int = int_at_least(0)
 
 
 def register(subparsers: Any) -> None:

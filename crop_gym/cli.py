@@ -159,6 +159,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 # --------------------------------------------------------------------------- shared by commands
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer ``>= low``, else one line naming the value."""
+
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer >= {low}, got {text!r}"
+            ) from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
+        return v
+
+    return parse
+
+
 def check_input_file(path: str | os.PathLike[str] | None, *, what: str) -> None:
     """Refuse ``path`` unless it is a regular file, when something exists at that path.
 

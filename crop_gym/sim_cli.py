@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crop_gym.cli import int_at_least
+
 __all__ = ["ELASTICFLOW_CLUSTERS", "default_cluster", "format_metrics", "register"]
 
 #: The cluster ElasticFlow simulated each of its traces on (the rest used n64g8).
@@ -44,24 +46,8 @@ def default_cluster(trace: str) -> str:
     return ELASTICFLOW_CLUSTERS.get(name, "n64g8")
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {v}")
-    return v
-
-
-def _seed(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {v}")
-    return v
+_positive_int = int_at_least(1)
+_seed = int_at_least(0)
 
 
 def _hours(text: str) -> float:

@@ -14,14 +14,14 @@ done since its last checkpoint (checkpoints every ``checkpoint_interval_s`` of w
 its (re)start) and goes back to the queue in its original arrival position.
 
 At each event the placement policy — any object with the :class:`~crop_gym.sim.PlacementPolicy`
-interface, e.g. CROP from ``baselines`` — is asked for placements (non-preemptive), but only when
+interface, e.g. CROP (``crop_gym.policies.make_policy("crop")``) — is asked for placements (non-preemptive), but only when
 something it could act on changed: jobs arrived, GPUs were freed, or health changed, and the smallest
 queued job fits in the free GPUs.
 
 Typical use::
 
     from crop_gym.sim import Simulator, SimConfig
-    from baselines.policy import make_policy
+    from crop_gym.policies import make_policy
     sim = Simulator(load_workload("elasticflow:cluster10"), "n32g8", profile="mild", seed=0)
     result = sim.run(make_policy("crop"), progress=True)
     print(result.metrics["mean_jct_s"])
