@@ -203,7 +203,7 @@ def build_action_table(
     """The action table of ``state`` with ``pending`` jobs (in queue order).
 
     One candidate generation for the view's distinct sizes, one placement-facts evaluation over
-    every valid row, and one gains evaluation per distinct job class of the view.
+    the distinct candidate sets, and one vectorised gains evaluation over every valid row.
     """
     Q, C = num_slots, max_candidates
     positions, copies = select_view(pending, state.num_free, Q, group_identical)

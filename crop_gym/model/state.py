@@ -135,12 +135,6 @@ class PlacedJobs:
         """The placement facts of slot ``rows``."""
         return PlacementFacts(self.data[rows, :_NF], self.links[rows])
 
-    def column(self, name: str) -> FloatArray:
-        """A column of :attr:`data` by name (a view: every slot)."""
-        names = (*FACT_COLUMNS, *JOB_COLUMNS, *OUTPUT_COLUMNS)
-        out: FloatArray = self.data[:, names.index(name)]
-        return out
-
     T = property(lambda self: self.data[:, _OUT], doc="``float64[S]`` iteration times.")
     C = property(lambda self: self.data[:, _OUT + 1], doc="``float64[S]`` all-reduce times.")
     eta = property(lambda self: self.data[:, _OUT + 2], doc="``float64[S]`` η.")
@@ -266,16 +260,6 @@ class ClusterState:
     def slot_iteration_times(self) -> FloatArray:
         """Read-only ``T_j`` per slot (index with :attr:`jobs` or :attr:`gpu_owner`)."""
         return _readonly(self._table.T)
-
-    @property
-    def slot_eta(self) -> FloatArray:
-        """Read-only ``η_j`` per slot."""
-        return _readonly(self._table.eta)
-
-    @property
-    def slot_num_gpus(self) -> NDArray[np.int64]:
-        """Read-only ``k_j`` per slot."""
-        return _readonly(self._table.k)
 
     def placed_jobs(self) -> list[Job]:
         """The placed jobs, in slot order."""
