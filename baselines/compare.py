@@ -4,7 +4,7 @@ Each seed's instance is sampled once (``ScenarioSampler(scenario).sample(np.rand
 and every policy sees the same instance. A policy's F is the state's F after its placements are applied
 (so it counts the background jobs); its gain is that F minus the instance's initial F. With
 ``exact=True`` the exact optimum of F (:func:`baselines.exact.optimum`) and the MILP that places the
-most jobs with the least communication (:func:`baselines.exact.milp_min_comm`) are added.
+most jobs with the least communication (:func:`baselines.milp.milp_min_comm`) are added.
 """
 
 from __future__ import annotations
@@ -196,7 +196,8 @@ def run_compare(
     result = CompareResult(sc, seed_list, [i.initial_F for i in insts], sc.queue_size)
     result.policies = {n: Runs() for n in names}
     if exact:
-        from baselines.exact import OptimumPolicy, milp_variables
+        from baselines.exact import OptimumPolicy
+        from baselines.milp import milp_variables
 
         result.optimum_space = _check_exact(insts, seed_list)
         result.optimum = Runs()
@@ -233,7 +234,7 @@ def run_compare(
 
 
 def _run_exact(result: CompareResult, inst: PlacementInstance, optimum: PlacementPolicy) -> None:
-    from baselines.exact import milp_min_comm
+    from baselines.milp import milp_min_comm
 
     assert result.optimum is not None
     t0 = time.perf_counter()

@@ -14,12 +14,11 @@ from baselines.exact import (
     OptimumPolicy,
     branch_and_bound,
     gpu_groups,
-    milp_min_comm,
-    milp_variables,
     optimum,
     search_space,
 )
 from baselines.instances import small_instance
+from baselines.milp import milp_min_comm, milp_variables
 from baselines.policy import apply, check_placements
 from crop_gym.errors import ConfigError
 from crop_gym.model.jobs import Job
