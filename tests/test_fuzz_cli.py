@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from guards import no_hang, null_device
 
 import crop_gym
 from crop_gym.cli import main
@@ -176,39 +175,11 @@ CASES: list[tuple[str, str, str]] = [
 ]
 
 
-def null_device(folder: Path) -> Path:
-    """A character device to use as an output path: a copy of /dev/null made in ``folder``.
-
-    Never the real /dev/null as an output: run as root, a regression would replace it with a
-    regular file for the whole machine. Without the right to make device nodes (not root), the real
-    one is safe to use, as /dev is then not writable.
-    """
-    node = folder / "null"
-    try:
-        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-    except (PermissionError, AttributeError):
-        return Path(os.devnull)
-    return node
-
-
-class _Hang(Exception):
-    pass
-
-
 @pytest.fixture
 def alarm() -> Iterator[None]:
     """Turn a case that blocks (e.g. on a FIFO) into a failure instead of a hung test run."""
-
-    def fire(signum: int, frame: object) -> None:
-        raise _Hang("the command did not finish (blocked?)")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.alarm(120)
-    try:
+    with no_hang(120):
         yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def files(tmp: Path) -> dict[str, str]:

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 import yaml
+from guards import no_hang
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from timeouts import no_hang
 
 from crop_gym.errors import ConfigError, TraceFormatError
 from crop_gym.scenario import FLOAT_FIELDS, INT_FIELDS, Scenario

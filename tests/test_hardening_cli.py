@@ -7,12 +7,12 @@ import ast
 import errno
 import json
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from guards import null_device
 
 import crop_gym
 from crop_gym.cli import main, run_cli, write_outputs
@@ -32,21 +32,6 @@ def trace(tmp_path: Path) -> Path:
     path = tmp_path / "t.csv"
     path.write_text("\n".join((EF_HEADER, *EF_ROWS)) + "\n")
     return path
-
-
-def null_device(folder: Path) -> Path:
-    """A character device to use as an output path: a copy of /dev/null made in ``folder``.
-
-    Never the real /dev/null as an output: run as root, a regression would replace it with a
-    regular file for the whole machine. Without the right to make device nodes (not root), the real
-    one is safe to use, as /dev is then not writable.
-    """
-    node = folder / "null"
-    try:
-        os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-    except (PermissionError, AttributeError):
-        return Path(os.devnull)
-    return node
 
 
 def _sim(trace: Path, *extra: str) -> list[str]:
