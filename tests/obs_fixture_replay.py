@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.envs.observation import ObservationBuilder
-from crop_gym.envs.view import build_action_table
+from crop_gym.envs.view import ActionTable, build_action_table
 from crop_gym.model.devices import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
@@ -84,20 +84,25 @@ def builder_for(case: Case, **overrides: Any) -> ObservationBuilder:
     return ObservationBuilder(topology, PerfConfig(m["allreduce"], m["overlap"]), **kwargs)
 
 
+def table_for(state: ClusterState, pending: list[Job], meta: dict[str, Any]) -> ActionTable:
+    """The action table of a rebuilt case, with the case's view options."""
+    return build_action_table(
+        state,
+        pending,
+        num_slots=meta["Q"],
+        max_candidates=meta["C"],
+        robust=meta["robust"],
+        group_identical=meta["group_identical"],
+    )
+
+
 def replay(
     case: Case,
 ) -> tuple[dict[str, NDArray[np.float32]], dict[str, NDArray[Any]], NDArray[Any], NDArray[Any]]:
     """``(new observation, recorded observation, recorded mask, new mask)`` of a case."""
     m = case.meta
     state, observed, pending = rebuild(case)
-    table = build_action_table(
-        state,
-        pending,
-        num_slots=m["Q"],
-        max_candidates=m["C"],
-        robust=m["robust"],
-        group_identical=m["group_identical"],
-    )
+    table = table_for(state, pending, m)
     obs = builder_for(case).build(
         state, observed, pending, table, m["step"], m["max_steps"], extra=case.arrays.get("extra")
     )

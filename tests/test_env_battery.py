@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import assert_same
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -52,22 +53,6 @@ def _rollout(env: gym.Env[Any, Any], seed: int, steps: int) -> list[Any]:
             obs, info = env.reset()
             out += [obs, info["action_mask"]]
     return out
-
-
-def _same(a: Any, b: Any) -> None:
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            _same(a[k], b[k])
-    elif isinstance(a, list | tuple):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            _same(x, y)
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
-    else:
-        assert a == b
 
 
 def _snapshot(env: gym.Env[Any, Any]) -> tuple[Any, ...]:
@@ -124,7 +109,7 @@ def test_seeded_determinism_and_masks(env_id: str) -> None:
     n = _steps(env_id, 40, 10)
     a = _rollout(gym.make(env_id), seed=5, steps=n)
     b = _rollout(gym.make(env_id), seed=5, steps=n)
-    _same(a, b)
+    assert_same(a, b)
 
 
 # ------------------------------------------------------------------------ invalid actions

@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from helpers import assert_same
 
 import crop_gym  # noqa: F401  (registers the IDs)
 from crop_gym.envs import ENV_IDS, GPUPlacementEnv, PlacementEnv
@@ -56,23 +57,6 @@ def masked_rollout(env: gym.Env[Any, Any], seed: int, steps: int) -> list[Any]:
             obs, info = env.reset()
             trace.append(obs)
     return trace
-
-
-def assert_same(a: Any, b: Any) -> None:
-    """Exact equality of nested obs / tuples / arrays / scalars."""
-    if isinstance(a, dict):
-        assert a.keys() == b.keys()
-        for k in a:
-            assert_same(a[k], b[k])
-    elif isinstance(a, tuple | list):
-        assert len(a) == len(b)
-        for x, y in zip(a, b, strict=True):
-            assert_same(x, y)
-    elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype
-        np.testing.assert_array_equal(a, b)
-    else:
-        assert a == b
 
 
 def play(env: gym.Env[Any, Any], actions: list[int]) -> list[Any]:

@@ -25,7 +25,7 @@ th = pytest.importorskip("torch")
 pytest.importorskip("stable_baselines3")
 pytest.importorskip("sb3_contrib")
 
-from guards import no_hang  # noqa: E402
+from helpers import no_hang  # noqa: E402
 
 from agents.checkpoint import default_checkpoint, load_checkpoint  # noqa: E402
 from agents.config import config_path, load_config, parse_hyperparams  # noqa: E402

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from guards import no_hang, null_device
+from helpers import no_hang, null_device
 
 import crop_gym
 from crop_gym.cli import main

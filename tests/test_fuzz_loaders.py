@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from guards import no_hang
+from helpers import no_hang
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from guards import null_device
+from helpers import null_device
 
 import crop_gym
 from crop_gym.cli import main, run_cli, write_outputs

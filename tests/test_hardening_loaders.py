@@ -12,7 +12,7 @@ from typing import Any
 
 import networkx as nx
 import pytest
-from guards import no_hang
+from helpers import no_hang
 
 from crop_gym.cli import main as cli_main
 from crop_gym.errors import ConfigError, TopologyError, TraceFormatError

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from obs_fixture_replay import Case, builder_for, load_cases, rebuild, replay
+from obs_fixture_replay import Case, builder_for, load_cases, rebuild, replay, table_for
 
 from crop_gym.envs.observation import (
     CANDIDATE_FEATURES,
@@ -79,7 +79,7 @@ def test_an_equal_observed_health_object_gives_the_same_observation() -> None:
     for case in _cases()[:40]:
         state, _, pending = rebuild(case)
         m = case.meta
-        table = _table(state, pending, m)
+        table = table_for(state, pending, m)
         b = builder_for(case)
         h = state.health
         twin = Health(
@@ -90,17 +90,6 @@ def test_an_equal_observed_health_object_gives_the_same_observation() -> None:
         c = b.build(state, twin, pending, table, 1, 3, extra=extra)
         for key in a:
             np.testing.assert_allclose(a[key], c[key], rtol=1e-12, atol=1e-12, err_msg=key)
-
-
-def _table(state: ClusterState, pending: list[Job], m: dict[str, Any]) -> ActionTable:
-    return build_action_table(
-        state,
-        pending,
-        num_slots=m["Q"],
-        max_candidates=m["C"],
-        robust=m["robust"],
-        group_identical=m["group_identical"],
-    )
 
 
 # --------------------------------------------------------------------------- testbed-8 by hand
@@ -326,7 +315,7 @@ def test_builders_share_nothing_but_pure_caches() -> None:
     cases = [c for c in _cases() if c.meta["topology"] in ("testbed-8", "leafspine-64")][::5][:8]
     assert len({c.meta["topology"] for c in cases}) == 2
     built = [(c, *rebuild(c)) for c in cases]
-    tables = [_table(s, p, c.meta) for c, s, _, p in built]
+    tables = [table_for(s, p, c.meta) for c, s, _, p in built]
     builders = [builder_for(c) for c in cases]
     builders[0] = pickle.loads(pickle.dumps(builders[0]))
     first = [

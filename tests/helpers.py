@@ -1,5 +1,6 @@
-"""Guards shared by the fuzz and hardening tests: a hang becomes a failure, and outputs that must
-be special files never touch the machine's own /dev/null."""
+"""Helpers shared by several test files: a hang becomes a failure (:func:`no_hang`), outputs that
+must be special files never touch the machine's own /dev/null (:func:`null_device`), and exact
+equality of nested observations (:func:`assert_same`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 class Hang(TimeoutError):
@@ -45,3 +48,20 @@ def null_device(folder: Path) -> Path:
     except (PermissionError, AttributeError):
         return Path(os.devnull)
     return node
+
+
+def assert_same(a: Any, b: Any) -> None:
+    """Exact equality of nested observations: dicts, tuples and lists, arrays (with dtype), scalars."""
+    if isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            assert_same(a[k], b[k])
+    elif isinstance(a, tuple | list):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            assert_same(x, y)
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(a, b)
+    else:
+        assert a == b
