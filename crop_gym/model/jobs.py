@@ -29,6 +29,7 @@ __all__ = [
     "calibration_data",
     "get_model",
     "register_model",
+    "scaling_base",
 ]
 
 BYTES_PER_PARAM = 4.0
@@ -87,6 +88,13 @@ _FACTS: dict[str, tuple[float, float, str | None]] = {
     "resnet101": (44.55e6, 7.80, "resnet50"),
     "mobilenet_v2": (3.50e6, 0.30, "resnet50"),
 }
+
+
+def scaling_base(name: str) -> str | None:
+    """The calibrated model that ``name``'s compute is scaled from (``None`` if fitted itself or
+    not a zoo fact)."""
+    facts = _FACTS.get(name)
+    return None if facts is None else facts[2]
 
 
 @cache

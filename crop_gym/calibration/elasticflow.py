@@ -1,4 +1,4 @@
-"""Calibration of the performance model against measured data (docs/MODEL.md, calibration).
+"""Fitting the link parameters and compute coefficients to the bundled ElasticFlow A100 profiles.
 
 Two data sets, both bundled with the package:
 
@@ -28,53 +28,46 @@ per-step latency splits between the two levels (all their multi-server points ar
 without the constraint the hierarchical fit makes spreading a job over servers *faster*, which
 contradicts Chronus.
 
-Run it with ``crop-gym calibrate``; ``crop-gym calibrate --write`` regenerates
+The data and the prediction of a point are in :mod:`crop_gym.calibration.bundled`, the Chronus
+check in :mod:`crop_gym.calibration.chronus`. Run it with ``crop-gym calibrate``; ``crop-gym calibrate --write`` regenerates
 ``crop_gym/data/calibration.json``, which the package reads as its defaults.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from crop_gym.calibration.bundled import (
+    CHRONUS_LOCAL_BATCH,
+    GPUS_PER_SERVER,
+    ProfilePoint,
+    load_profiles,
+    predict_iteration_time,
+    profile_placement,
+)
+from crop_gym.calibration.chronus import ChronusComparison, chronus_check
 from crop_gym.errors import ConfigError
-from crop_gym.model.jobs import _FACTS, MODEL_ZOO
-from crop_gym.model.timing import ALLREDUCE_ALGORITHMS, comm_time
+from crop_gym.model.jobs import MODEL_ZOO
+from crop_gym.model.timing import ALLREDUCE_ALGORITHMS
 
 __all__ = [
-    "CHRONUS_LOCAL_BATCH",
-    "GPUS_PER_SERVER",
     "LINK_KEYS",
     "MEDIAN_ERROR_TARGET",
     "RANK_AGREEMENT_TARGET",
     "CalibrationResult",
-    "ChronusComparison",
     "ModelFit",
-    "ProfilePoint",
     "calibration_json",
     "choose_default",
-    "chronus_check",
     "fit_all",
     "fit_calibration",
-    "load_chronus",
-    "load_profiles",
-    "model_coefficients",
-    "predict_iteration_time",
-    "profile_placement",
 ]
 
-#: GPUs per server in the ElasticFlow A100 profiles (columns 1-8 inside one server).
-GPUS_PER_SERVER = 8
-#: Per-GPU batch assumed for the Chronus jobs (their batch sizes are not in model_info.json).
-CHRONUS_LOCAL_BATCH = 32.0
 #: Targets that decide the default all-reduce algorithm.
 MEDIAN_ERROR_TARGET = 0.15
 RANK_AGREEMENT_TARGET = 0.9
@@ -86,8 +79,7 @@ LINK_KEYS: tuple[str, ...] = (
     "inter_latency",
 )
 
-_PROFILE_DIR = "data/profiles/throughputs_A100"
-_CHRONUS_FILE = "data/chronus/model_info.json"
+
 # Units of the fitted vector: t0 and per_sample in ms; bandwidth in GB/s and latency in µs (logs).
 _MS = 1e-3
 _GBPS = 1e9
@@ -101,177 +93,6 @@ _STARTS: tuple[tuple[float, float, float, float], ...] = (
     (10.0, 1.0, 1.0, 100.0),
     (200.0, 100.0, 100.0, 1000.0),
 )
-# Relative difference below which two predicted throughputs count as tied.
-_TIE_RTOL = 1e-9
-
-
-# --------------------------------------------------------------------------------------- data
-@dataclass(frozen=True, slots=True)
-class ProfilePoint:
-    """One measured point of an ElasticFlow throughput profile.
-
-    Attributes:
-        model: Model name (file stem).
-        batch: Global batch size ``B``.
-        gpus: GPU count ``k``.
-        throughput: Measured iterations per second.
-    """
-
-    model: str
-    batch: int
-    gpus: int
-    throughput: float
-
-    @property
-    def iteration_time(self) -> float:
-        """Measured seconds per iteration (``1 / throughput``)."""
-        return 1.0 / self.throughput
-
-
-def _parse_measured(text: str) -> float | None:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value > 0 else None
-
-
-def load_profiles(models: Iterable[str] | None = None) -> tuple[ProfilePoint, ...]:
-    """Read the bundled ElasticFlow A100 profiles.
-
-    Empty, ``nan`` and ``0`` cells are "not measured" and skipped.
-
-    Args:
-        models: Models to read (file stems); default all bundled profiles.
-
-    Returns:
-        Every measured point, sorted by model, batch and GPU count.
-
-    Raises:
-        ConfigError: If a requested model has no bundled profile or a header is malformed.
-    """
-    folder = resources.files("crop_gym").joinpath(_PROFILE_DIR)
-    available = sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".csv"))
-    wanted = available if models is None else list(models)
-    points: list[ProfilePoint] = []
-    for model in wanted:
-        if model not in available:
-            raise ConfigError(f"no bundled profile for {model!r}; profiles: {', '.join(available)}")
-        rows = list(csv.reader(folder.joinpath(f"{model}.csv").read_text().splitlines()))
-        header = [h.strip() for h in rows[0]]
-        if not header or header[0] != "global_batch_size":
-            raise ConfigError(
-                f"{_PROFILE_DIR}/{model}.csv: header must start with global_batch_size"
-            )
-        gpu_counts = [int(h) for h in header[1:]]
-        for row in rows[1:]:
-            if not row or not row[0].strip():
-                continue
-            batch = int(float(row[0]))
-            for k, cell in zip(gpu_counts, row[1:]):
-                value = _parse_measured(cell)
-                if value is not None:
-                    points.append(ProfilePoint(model, batch, k, value))
-    points.sort(key=lambda p: (p.model, p.batch, p.gpus))
-    return tuple(points)
-
-
-def load_chronus() -> dict[str, dict[int, dict[int, float]]]:
-    """Read the bundled Chronus placement sensitivity.
-
-    Returns:
-        ``{model: {job_gpus: {servers_spanned: relative_throughput}}}`` with integer keys.
-    """
-    text = resources.files("crop_gym").joinpath(_CHRONUS_FILE).read_text()
-    raw: dict[str, dict[str, dict[str, float]]] = json.loads(text)
-    return {
-        model: {int(k): {int(s): float(v) for s, v in by_s.items()} for k, by_s in by_k.items()}
-        for model, by_k in raw.items()
-    }
-
-
-# -------------------------------------------------------------------------------- prediction
-def profile_placement(k: Any, gpus_per_server: int = GPUS_PER_SERVER) -> tuple[Any, Any]:
-    """The packed placement of a profile point: ``(g, s) = (min(k, 8), ceil(k / 8))``.
-
-    Args:
-        k: GPU count(s) (scalar or array).
-        gpus_per_server: Server size.
-
-    Returns:
-        GPUs per server ``g`` and servers spanned ``s`` (float arrays).
-    """
-    kf = np.asarray(k, dtype=np.float64)
-    return np.minimum(kf, gpus_per_server), np.ceil(kf / gpus_per_server)
-
-
-def predict_iteration_time(
-    allreduce: str,
-    t0: Any,
-    per_sample: Any,
-    grad_bytes: Any,
-    local_batch: Any,
-    k: Any,
-    g: Any,
-    s: Any,
-    links: Mapping[str, float],
-) -> Any:
-    """Iteration time of a job on a healthy, uncontended placement (vectorised).
-
-    ``t0 + per_sample * local_batch + comm_time(...)`` where a job of more than one GPU spans its GPU
-    links (bandwidth ``intra_bandwidth``, latency ``intra_latency``) and, on more than one server,
-    its server links (``inter_bandwidth``, ``inter_latency``), exactly as
-    :func:`crop_gym.model.timing.placement_facts` finds on a two-level tree.
-
-    Args:
-        allreduce: ``"ring"`` or ``"hierarchical"``.
-        t0: Fixed compute time per iteration (s).
-        per_sample: Compute time per local sample (s).
-        grad_bytes: Gradient size ``M`` (bytes).
-        local_batch: Per-GPU batch.
-        k: GPUs.
-        g: GPUs per server (most on one server).
-        s: Servers spanned.
-        links: The four :data:`LINK_KEYS`.
-
-    Returns:
-        Seconds per iteration.
-    """
-    kf = np.asarray(k, dtype=np.float64)
-    sf = np.asarray(s, dtype=np.float64)
-    multi_gpu, multi_server = kf > 1, sf > 1
-    b_intra = np.where(multi_gpu, links["intra_bandwidth"], np.inf)
-    b_inter = np.where(multi_server, links["inter_bandwidth"], np.inf)
-    a_intra = np.where(multi_gpu, links["intra_latency"], 0.0)
-    a_inter = np.where(multi_server, links["inter_latency"], 0.0)
-    comm = comm_time(allreduce, grad_bytes, kf, g, sf, b_intra, b_inter, a_intra, a_inter)
-    return t0 + per_sample * np.asarray(local_batch, dtype=np.float64) + comm
-
-
-def model_coefficients(
-    name: str, fitted: Mapping[str, Mapping[str, float]]
-) -> tuple[float, float, float]:
-    """``(t0, per_sample, grad_bytes)`` of a zoo model under a set of fitted coefficients.
-
-    A measured model takes its fitted values; an unmeasured one is scaled from its base model by
-    GMACs per sample, the same rule :mod:`crop_gym.model.jobs` applies to the shipped calibration.
-
-    Raises:
-        ConfigError: If the model is not in the zoo or its base was not fitted.
-    """
-    if name not in MODEL_ZOO:
-        raise ConfigError(f"unknown model {name!r}")
-    spec = MODEL_ZOO[name]
-    if name in fitted:
-        return float(fitted[name]["t0"]), float(fitted[name]["per_sample"]), spec.grad_bytes
-    base = _FACTS[name][2] if name in _FACTS else None
-    if base is None or base not in fitted:
-        raise ConfigError(f"model {name!r} is neither fitted nor scaled from a fitted model")
-    ratio = spec.gmacs / MODEL_ZOO[base].gmacs
-    return float(fitted[base]["t0"]), float(fitted[base]["per_sample"]) * ratio, spec.grad_bytes
 
 
 # ------------------------------------------------------------------------------------ results
@@ -294,27 +115,6 @@ class ModelFit:
     per_sample: float
     median_abs_rel_error: float
     max_abs_rel_error: float
-
-
-@dataclass(frozen=True, slots=True)
-class ChronusComparison:
-    """Predicted against measured relative throughput of one Chronus (model, job size).
-
-    Attributes:
-        model: Model name.
-        gpus: Job size ``k``.
-        servers: Servers spanned, ascending (1 included).
-        measured: Measured throughput relative to one server, per entry of ``servers``.
-        predicted: Predicted ``T(1 server) / T(s servers)``, per entry of ``servers``.
-        order_matches: Whether the predicted order over ``servers`` equals the measured one.
-    """
-
-    model: str
-    gpus: int
-    servers: tuple[int, ...]
-    measured: tuple[float, ...]
-    predicted: tuple[float, ...]
-    order_matches: bool
 
 
 @dataclass(frozen=True)
@@ -408,66 +208,6 @@ class CalibrationResult:
             "options": dict(self.options),
             "meets_targets": self.meets_targets,
         }
-
-
-# ------------------------------------------------------------------------------------ chronus
-def _order_signs(values: Sequence[float], *, rtol: float) -> list[int]:
-    signs = []
-    for i in range(len(values)):
-        for j in range(i + 1, len(values)):
-            a, b = values[i], values[j]
-            diff = a - b
-            tie = abs(diff) <= rtol * max(abs(a), abs(b))
-            signs.append(0 if tie else (1 if diff > 0 else -1))
-    return signs
-
-
-def chronus_check(
-    allreduce: str,
-    links: Mapping[str, float],
-    fitted: Mapping[str, Mapping[str, float]],
-    *,
-    local_batch: float = CHRONUS_LOCAL_BATCH,
-    data: Mapping[str, Mapping[int, Mapping[int, float]]] | None = None,
-) -> tuple[tuple[ChronusComparison, ...], float, float]:
-    """Compare predicted and measured Chronus placement sensitivity.
-
-    For each (model, job size ``k``) and servers spanned ``s``, the job has ``k / s`` GPUs on each of
-    ``s`` servers and a per-GPU batch ``local_batch``; the predicted relative throughput is
-    ``T(1 server) / T(s servers)``.
-
-    Args:
-        allreduce: ``"ring"`` or ``"hierarchical"``.
-        links: Link parameters (:data:`LINK_KEYS`).
-        fitted: Fitted coefficients of the measured models (unmeasured ones are scaled).
-        local_batch: Per-GPU batch of the Chronus jobs.
-        data: Chronus data; default the bundled file.
-
-    Returns:
-        ``(comparisons, rank_agreement, mean_abs_error)``.
-    """
-    chronus = load_chronus() if data is None else data
-    rows: list[ChronusComparison] = []
-    errors: list[float] = []
-    for model in sorted(chronus):
-        t0, per_sample, grad = model_coefficients(model, fitted)
-        for k in sorted(chronus[model]):
-            by_s = chronus[model][k]
-            servers = tuple(sorted(set(by_s) | {1}))
-            if any(k % s for s in servers):
-                raise ConfigError(f"Chronus {model} k={k}: servers {servers} do not divide the job")
-            ss = np.asarray(servers, dtype=np.float64)
-            times = predict_iteration_time(
-                allreduce, t0, per_sample, grad, local_batch, k, k / ss, ss, links
-            )
-            predicted = tuple(float(times[0] / t) for t in times)
-            measured = tuple(float(by_s.get(s, 1.0)) for s in servers)
-            match = _order_signs(predicted, rtol=_TIE_RTOL) == _order_signs(measured, rtol=0.0)
-            rows.append(ChronusComparison(model, k, servers, measured, predicted, match))
-            errors.extend(abs(p - m) for s, p, m in zip(servers, predicted, measured) if s > 1)
-    agreement = sum(r.order_matches for r in rows) / len(rows) if rows else float("nan")
-    mae = float(np.mean(errors)) if errors else float("nan")
-    return tuple(rows), agreement, mae
 
 
 # ---------------------------------------------------------------------------------------- fit
@@ -730,7 +470,7 @@ def calibration_json(
     chosen = results[default]
     return {
         "comment": (
-            "Generated by `crop-gym calibrate --write` (crop_gym/calibration.py): least-squares fit "
+            "Generated by `crop-gym calibrate --write` (crop_gym/calibration/elasticflow.py): least-squares fit "
             "of log iteration time to the ElasticFlow A100 profiles (data/profiles/throughputs_A100), "
             f"packed placements of {GPUS_PER_SERVER} GPUs per server, constraints inter_latency >= "
             f"{chosen.options['min_latency_ratio']:g} x intra_latency and {chosen.options['min_bandwidth_ratio']:g} x "
