@@ -358,7 +358,7 @@ class HardwareProfile:
         fit = data.get("fit", {})
         if not isinstance(fit, Mapping):
             raise ConfigError(f"{source}: field 'fit' must be a table")
-        return cls(
+        kwargs: dict[str, Any] = dict(
             name=_text(data["name"], f"{source}: name"),
             citation=_text(data.get("citation", ""), f"{source}: citation", empty=True),
             gpus_per_node=check_int(f"{source}: gpus_per_node", data["gpus_per_node"], 1, 4096),
@@ -384,6 +384,10 @@ class HardwareProfile:
             grad_bytes=grad,
             fit=fit,
         )
+        try:
+            return cls(**kwargs)
+        except ConfigError as e:  # a cross-field check: say which file
+            raise ConfigError(f"{source}: {e}") from None
 
 
 def _text(value: Any, where: str, *, empty: bool = False) -> str:
