@@ -9,19 +9,33 @@ For a placement ``P`` (``k`` GPUs on ``s`` servers, at most ``g`` of them on one
   are the minima of that share over the job's spanned intra and inter links (``inf`` if none). GPU
   links are never shared, so ``b_intra`` is a fact of the placement; ``b_inter`` depends on the
   other jobs (:func:`inter_bandwidth`).
+* Node fabric and network card (off by default). A node's GPUs share its fabric of bandwidth ``F``
+  (PCIe switch / host bridge / NVSwitch), so a GPU's intra-node bandwidth is
+  ``b_i = min(b_intra, F / g)``; and the job's ``g`` co-located GPUs share the node's network card, so
+  its inter-node bandwidth is ``b_e = b_inter / g^ν`` (``ν = nic_sharing``; ``ν = 0`` is today's
+  model, ``ν = 1`` one card carrying the traffic of every co-located GPU).
 * Communication, ring all-reduce::
 
-      C = 2(k-1)/k · M / min(b_intra, b_inter) + 2(k-1) · max(a_intra, a_inter)
+      C = 2(k-1)/k · M / min(b_i, b_e) + 2(k-1) · max(a_intra, a_inter) + λ·[k > 1]
 
 * Communication, hierarchical all-reduce (intra-server reduce-scatter, inter-server ring of the
   server shards, intra-server all-gather)::
 
-      C = 2(g-1)/g · M / b_intra + 2(s-1)/s · M / b_inter + 2(g-1) · a_intra + 2(s-1) · a_inter
+      C = 2(g-1)/g · M / b_i + 2(s-1)/s · M / b_e + 2(g-1) · a_intra + 2(s-1) · a_inter + λ·[k > 1]
 
-  where ``a_intra`` / ``a_inter`` are the largest latencies among the spanned intra / inter links.
+  where ``a_intra`` / ``a_inter`` are the largest latencies among the spanned intra / inter links
+  and ``λ`` a fixed per-step synchronisation cost (``step_latency``, 0 by default).
   Both reduce to the same ring when the job is on one server or has one GPU per server.
-* Compute: ``t = t_c · max_{g in P} σ_g / speed_g`` (the slowest worker sets the pace).
-* Iteration time with overlap φ: ``T = (1-φ)(t + C) + φ · max(t, C)``.
+* Compute: ``t = t_c · max_{g in P} σ_g / speed_g · (1 + κ (g - 1))`` (the slowest worker sets the
+  pace; ``κ = compute_sharing`` is the slowdown each co-located GPU of the job adds through the
+  node's shared CPU, memory and PCIe, 0 by default). ``t_c`` comes from the model's compute curve
+  (:func:`compute_curve`).
+* Iteration time with overlap: backward compute hides up to ``φ_t · t`` of the all-reduce, and at
+  most ``φ_c · C`` of it::
+
+      T = t + C - min(φ_t · t, φ_c · C)
+
+  ``PerfConfig(overlap=φ)`` is ``φ_t = φ_c = φ``, i.e. ``T = (1-φ)(t + C) + φ · max(t, C)``.
 * Normalised throughput: ``η = min(1, T* / T)``, where ``T*`` (:func:`ideal_time`) is the same job
   alone on a compact placement of healthy GPUs.
 
@@ -51,6 +65,7 @@ __all__ = [
     "PerfConfig",
     "PlacementFacts",
     "comm_time",
+    "compute_curve",
     "ideal_time",
     "inter_bandwidth",
     "iteration_time",
@@ -69,16 +84,27 @@ def _default_allreduce() -> str:
 
 @dataclass(frozen=True)
 class PerfConfig:
-    """Options of the iteration-time model.
+    """Options of the iteration-time model (every term beyond the all-reduce is off by default).
 
     Attributes:
         allreduce: ``"ring"`` or ``"hierarchical"``; the default is the calibrated choice
             (docs/MODEL.md says why).
-        overlap: φ in [0, 1], the fraction of communication hidden behind compute.
+        overlap: φ_t in [0, 1], the fraction of compute that hides communication.
+        overlap_cap: φ_c in [0, 1], the largest hidden fraction of the all-reduce; ``None`` means
+            ``overlap`` (the single-φ model ``T = (1-φ)(t + C) + φ·max(t, C)``).
+        fabric_bandwidth: ``F`` (bytes/s, > 0), a node's fabric shared by its GPUs; ``inf`` = off.
+        nic_sharing: ν in [0, 1]: the inter-node share is divided by ``g^ν``; 0 = off.
+        compute_sharing: κ >= 0, compute slowdown per co-located GPU of the job; 0 = off.
+        step_latency: λ >= 0 seconds added to every step of a job of more than one GPU; 0 = off.
     """
 
     allreduce: str = ""
     overlap: float = 0.0
+    overlap_cap: float | None = None
+    fabric_bandwidth: float = float("inf")
+    nic_sharing: float = 0.0
+    compute_sharing: float = 0.0
+    step_latency: float = 0.0
 
     def __post_init__(self) -> None:
         if self.allreduce == "":
@@ -88,6 +114,12 @@ class PerfConfig:
                 f"allreduce={self.allreduce!r} is not one of {', '.join(ALLREDUCE_ALGORITHMS)}"
             )
         check_range("overlap", self.overlap, 0.0, 1.0)
+        if self.overlap_cap is not None:
+            check_range("overlap_cap", self.overlap_cap, 0.0, 1.0)
+        check_range("fabric_bandwidth", self.fabric_bandwidth, 0.0, low_inclusive=False)
+        check_range("nic_sharing", self.nic_sharing, 0.0, 1.0)
+        check_range("compute_sharing", self.compute_sharing, 0.0, 1e3)
+        check_range("step_latency", self.step_latency, 0.0, 1e3)
 
 
 # ----------------------------------------------------------------------------- formulas
@@ -101,6 +133,10 @@ def comm_time(
     b_inter: Any,
     a_intra: Any,
     a_inter: Any,
+    *,
+    fabric_bandwidth: float = float("inf"),
+    nic_sharing: float = 0.0,
+    step_latency: float = 0.0,
 ) -> Any:
     """All-reduce time of ``grad_bytes`` per iteration (vectorised over jobs).
 
@@ -114,29 +150,67 @@ def comm_time(
         b_inter: Bottleneck bandwidth share over the spanned inter-server links (``inf`` if none).
         a_intra: Largest latency over the spanned intra-server links (0 if none).
         a_inter: Largest latency over the spanned inter-server links (0 if none).
+        fabric_bandwidth: ``F``, a node's fabric shared by its ``g`` GPUs (``inf``: off).
+        nic_sharing: ν: the inter-server share is divided by ``g^ν`` (0: off).
+        step_latency: λ, seconds added when ``k > 1`` (0: off).
 
     Returns:
         Seconds per iteration spent in the all-reduce.
     """
     # No branch is needed: a term whose step count is 0 has an infinite bandwidth (no link spanned),
     # and 0 * (M / inf) = 0. Bandwidths are > 0 by construction.
+    gf = np.asarray(g, dtype=np.float64)
+    if fabric_bandwidth != np.inf:
+        b_intra = np.minimum(b_intra, fabric_bandwidth / gf)
+    if nic_sharing != 0.0:
+        b_inter = b_inter / gf**nic_sharing
     if allreduce == "ring":
         steps = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0)
-        return steps / k * (grad_bytes / np.minimum(b_intra, b_inter)) + steps * np.maximum(
+        out = steps / k * (grad_bytes / np.minimum(b_intra, b_inter)) + steps * np.maximum(
             a_intra, a_inter
         )
-    gf = np.asarray(g, dtype=np.float64)
-    sf = np.asarray(s, dtype=np.float64)
-    intra = (2.0 * (gf - 1.0) / gf) * (grad_bytes / b_intra) + 2.0 * (gf - 1.0) * a_intra
-    inter = (2.0 * (sf - 1.0) / sf) * (grad_bytes / b_inter) + 2.0 * (sf - 1.0) * a_inter
-    return intra + inter
+    else:
+        sf = np.asarray(s, dtype=np.float64)
+        intra = (2.0 * (gf - 1.0) / gf) * (grad_bytes / b_intra) + 2.0 * (gf - 1.0) * a_intra
+        inter = (2.0 * (sf - 1.0) / sf) * (grad_bytes / b_inter) + 2.0 * (sf - 1.0) * a_inter
+        out = intra + inter
+    if step_latency != 0.0:
+        out = out + step_latency * (np.asarray(k) > 1)
+    return out
 
 
-def iteration_time(compute: Any, comm: Any, overlap: float = 0.0) -> Any:
-    """``T = (1-φ)(t + C) + φ·max(t, C)`` (vectorised)."""
-    if overlap == 0.0:
-        return compute + comm
-    return (1.0 - overlap) * (compute + comm) + overlap * np.maximum(compute, comm)
+def iteration_time(
+    compute: Any, comm: Any, overlap: float = 0.0, overlap_cap: float | None = None
+) -> Any:
+    """``T = t + C - min(φ_t·t, φ_c·C)`` with ``φ_t = overlap``, ``φ_c = overlap_cap`` (vectorised).
+
+    With ``overlap_cap=None`` this is ``(1-φ)(t + C) + φ·max(t, C)``, the same value.
+    """
+    if overlap_cap is None:
+        if overlap == 0.0:
+            return compute + comm
+        return (1.0 - overlap) * (compute + comm) + overlap * np.maximum(compute, comm)
+    return compute + comm - np.minimum(overlap * compute, overlap_cap * comm)
+
+
+def compute_curve(knot_batch: Any, knot_time: Any, local_batch: Any) -> Any:
+    """Per-GPU compute time of one iteration from a compute curve (vectorised over ``local_batch``).
+
+    The curve is piecewise linear through the knots ``(knot_batch[i], knot_time[i])`` (batches
+    increasing) and extends the first and last segments linearly beyond them; two knots are the
+    affine ``t0 + per_sample · b``. The result is floored at 0.
+
+    Args:
+        knot_batch: ``float[n >= 2]`` increasing local batches.
+        knot_time: ``float[n]`` seconds at those batches.
+        local_batch: Local batch(es) to evaluate.
+    """
+    xb = np.asarray(knot_batch, dtype=np.float64)
+    yt = np.asarray(knot_time, dtype=np.float64)
+    b = np.asarray(local_batch, dtype=np.float64)
+    seg = np.clip(np.searchsorted(xb, b, side="right") - 1, 0, len(xb) - 2)
+    slope = (yt[seg + 1] - yt[seg]) / (xb[seg + 1] - xb[seg])
+    return np.maximum(yt[seg] + slope * (b - xb[seg]), 0.0)
 
 
 def inter_bandwidth(eff_bw: FloatArray, load: Any, links: NDArray[np.int32]) -> Any:
@@ -203,8 +277,14 @@ def job_times(
         b_inter,
         facts.a_intra,
         facts.a_inter,
+        fabric_bandwidth=perf.fabric_bandwidth,
+        nic_sharing=perf.nic_sharing,
+        step_latency=perf.step_latency,
     )
-    T = iteration_time(compute * facts.slowdown, C, perf.overlap)
+    t = compute * facts.slowdown
+    if perf.compute_sharing != 0.0:
+        t = t * (1.0 + perf.compute_sharing * (facts.g - 1.0))
+    T = iteration_time(t, C, perf.overlap, perf.overlap_cap)
     return JobTimes(T=T, C=C, eta=np.minimum(1.0, tstar / T))
 
 

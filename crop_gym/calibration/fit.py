@@ -1,0 +1,366 @@
+"""Fit a hardware profile to measured per-placement step times (Pollux / Sia format).
+
+The measured rows (:class:`~crop_gym.calibration.measurements.Measurements`) are predicted by the
+iteration-time model itself (:func:`crop_gym.model.timing.job_times`, no second formula): a row of
+``k`` GPUs spread over nodes as ``(g_1, g_2, ...)`` becomes the placement facts of that spread on a
+tree of ``gpus_per_node``-GPU nodes under one switch, healthy and alone (``k``, ``g = max g_i``,
+``s`` nodes; the GPU links and, on more than one node, the NIC links spanned). A test checks the
+facts against :func:`~crop_gym.model.timing.placement_facts` on a real topology.
+
+Free parameters (deterministic robust fit, :func:`scipy.optimize.least_squares`, soft-L1 loss on
+the log error of the step time, fixed starting points, the best kept):
+
+* shared by the cluster (at most 4, chosen by ``free``; see :data:`SHARED_PARAMETERS`): the node
+  fabric ``F``, the NIC bandwidth, the overlap φ_t (with φ_c = 1), the compute sharing κ, the NIC
+  latency or a per-step latency λ;
+* per application (3): the compute curve ``t0 + per_sample · b`` on the cluster's GPU type and the
+  effective gradient bytes ``M`` (log scale, with a weak pull towards the zoo's size, since ``M``
+  and the bandwidths are only identified together).
+
+Structural choices that are not fitted: ``nic_sharing`` (ν, default 1: the job's co-located GPUs
+share a node's card, see docs/MODEL.md), the hierarchical all-reduce, and the GPU link bandwidth
+(``gpu_bandwidth``; the fabric ``F / g`` binds below it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from crop_gym.calibration.measurements import Measurements
+from crop_gym.errors import ConfigError
+from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
+from crop_gym.model.jobs import get_model
+from crop_gym.model.timing import PerfConfig, PlacementFacts, job_times
+
+__all__ = [
+    "DEFAULT_FREE",
+    "SHARED_PARAMETERS",
+    "FitReport",
+    "fit_profile",
+    "measurement_facts",
+    "predict_step_time",
+]
+
+FloatArray = NDArray[np.float64]
+
+#: Shared parameters that can be fitted, and how each maps from the fitted (unbounded) value.
+SHARED_PARAMETERS: tuple[str, ...] = (
+    "fabric",  # F, bytes/s (log of F / NIC)
+    "nic",  # NIC bandwidth, bytes/s (log)
+    "overlap",  # φ_t in (0, 1) (logistic), φ_c = 1
+    "compute_sharing",  # κ >= 0 (log)
+    "nic_latency",  # NIC link latency, s (log)
+    "step_latency",  # λ, s (log)
+)
+#: The shared parameters fitted by default.
+DEFAULT_FREE: tuple[str, ...] = ("fabric", "nic", "overlap", "compute_sharing")
+MAX_SHARED = 4
+PER_APP = 3
+# Units of the fitted vector: GB/s, ms, µs.
+_GB, _MS, _US = 1e9, 1e-3, 1e-6
+# Weight of the pull of ln(M / M_zoo) towards 0 (one pseudo-row per application).
+_PRIOR = 0.1
+# GPU link bandwidth of a profile fitted without a base: high enough never to bind, so that the
+# node fabric (F / g per GPU) alone sets the intra-node bandwidth.
+_GPU_LINK = 1e13
+_F_SCALE = 0.05  # soft-L1 scale of the log error (5 %)
+# Fixed starting points of (fabric GB/s, nic GB/s); the other shared values start at _START.
+_LINK_STARTS: tuple[tuple[float, float], ...] = ((20.0, 5.0), (100.0, 20.0), (5.0, 1.0))
+# Bounds of the unbounded shared values: GB/s and µs in log, κ in log, φ_t as a logit.
+_BOUNDS = {
+    "fabric": (math.log(1e-3), math.log(1e5)),  # F / NIC
+    "nic": (math.log(0.01), math.log(1e4)),
+    "overlap": (-12.0, 12.0),
+    "compute_sharing": (-12.0, math.log(2.0)),
+    "nic_latency": (-5.0, math.log(1e5)),
+    "step_latency": (-5.0, math.log(1e5)),
+}
+_START = {
+    "overlap": 0.0,
+    "compute_sharing": math.log(0.02),
+    "nic_latency": math.log(50.0),
+    "step_latency": math.log(1000.0),
+}
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """What a fit did (kept in the profile's ``fit`` field as a mapping).
+
+    Attributes:
+        rows: Rows fitted.
+        shared: Names of the fitted shared parameters.
+        applications: Applications fitted (each with :data:`PER_APP` parameters).
+        parameters: Total fitted parameters.
+        median_abs_rel_error: In-sample median ``|pred / meas - 1|``.
+        p90_abs_rel_error: In-sample 90th percentile.
+        cost: Final robust cost.
+    """
+
+    rows: int
+    shared: tuple[str, ...]
+    applications: tuple[str, ...]
+    parameters: int
+    median_abs_rel_error: float
+    p90_abs_rel_error: float
+    cost: float
+
+    def to_mapping(self) -> dict[str, Any]:
+        """A JSON-able mapping."""
+        return {
+            "rows": self.rows,
+            "shared": list(self.shared),
+            "applications": list(self.applications),
+            "parameters": self.parameters,
+            "median_abs_rel_error": round(self.median_abs_rel_error, 5),
+            "p90_abs_rel_error": round(self.p90_abs_rel_error, 5),
+            "cost": round(self.cost, 6),
+        }
+
+
+def measurement_facts(
+    placement: NDArray[np.int64], gpu_link: LinkLevel, nic: LinkLevel
+) -> tuple[PlacementFacts, FloatArray]:
+    """Placement facts and NIC bandwidth per measured row (healthy, alone, one switch).
+
+    Args:
+        placement: ``int[R, N]`` GPUs per node, zero-padded.
+        gpu_link: The GPU link level (bandwidth and latency of a spanned GPU link).
+        nic: The NIC level.
+
+    Returns:
+        ``(facts, b_inter)``: what :func:`~crop_gym.model.timing.placement_facts` and
+        :func:`~crop_gym.model.timing.inter_bandwidth` give on ``build_tree([nodes, gpus], ...)``.
+    """
+    p = np.asarray(placement)
+    k = p.sum(axis=1).astype(np.float64)
+    g = p.max(axis=1, initial=0).astype(np.float64)
+    s = (p > 0).sum(axis=1).astype(np.float64)
+    multi, spread = k >= 2, s >= 2
+    facts = PlacementFacts.of(
+        np.zeros((len(p), 0), dtype=np.int32),
+        k=k,
+        g=g,
+        s=s,
+        b_intra=np.where(multi, gpu_link.bandwidth, np.inf),
+        a_intra=np.where(multi, gpu_link.latency, 0.0),
+        a_inter=np.where(spread, nic.latency, 0.0),
+        slowdown=np.ones(len(p)),
+        survival=np.ones(len(p)),
+    )
+    return facts, np.where(spread, nic.bandwidth, np.inf)
+
+
+def predict_step_time(profile: HardwareProfile, measurements: Measurements) -> FloatArray:
+    """Predicted step time of every measured row on ``profile`` (via :func:`job_times`)."""
+    facts, b_inter = measurement_facts(measurements.placement, profile.links[0], profile.links[1])
+    models = measurements.model
+    compute = np.empty(len(measurements))
+    grad = np.empty(len(measurements))
+    for m in np.unique(models):
+        sel = models == m
+        compute[sel] = profile.compute_time(str(m), measurements.local_bsz[sel])
+        grad[sel] = profile.model_grad_bytes(str(m))
+    times = job_times(profile.perf(), grad, compute, np.inf, facts, b_inter)
+    out: FloatArray = times.T
+    return out
+
+
+def fit_profile(
+    measurements: Measurements,
+    *,
+    gpus_per_node: int,
+    gpu_type: str,
+    base: HardwareProfile | None = None,
+    name: str | None = None,
+    citation: str = "",
+    free: Sequence[str] = DEFAULT_FREE,
+    nic_sharing: float = 1.0,
+    gpu_bandwidth: float | None = None,
+) -> HardwareProfile:
+    """Fit a hardware profile to measured step times.
+
+    Args:
+        measurements: The rows to fit (e.g. ``load_measurements(dir, kinds=("placements",))``).
+        gpus_per_node: GPUs per node of the measured cluster (every row must fit in it).
+        gpu_type: Name of the measured GPU type.
+        base: Profile whose fixed values (GPU link, fixed shared terms, other models' curves) are
+            kept; default none (GPU link ``gpu_bandwidth`` or 10 TB/s, never binding, latencies 0).
+        name: Name of the result (default ``fitted-<gpu_type>``).
+        citation: Citation text of the result.
+        free: Shared parameters to fit (a subset of :data:`SHARED_PARAMETERS`, at most 4).
+        nic_sharing: ν of the result (structural, not fitted).
+        gpu_bandwidth: GPU link bandwidth, bytes/s (default the base's, else 10 TB/s: the fabric binds).
+
+    Returns:
+        The fitted profile; its ``fit`` field holds a :class:`FitReport` mapping.
+
+    Raises:
+        ConfigError: On no rows, an unknown or repeated shared parameter, more than 4 of them, or a
+            row wider than ``gpus_per_node``.
+    """
+    from scipy.optimize import least_squares
+
+    free = tuple(free)
+    for f in free:
+        if f not in SHARED_PARAMETERS:
+            raise ConfigError(f"free={f!r} is not one of {', '.join(SHARED_PARAMETERS)}")
+    if len(set(free)) != len(free) or len(free) > MAX_SHARED:
+        raise ConfigError(f"free={list(free)}: at most {MAX_SHARED} distinct shared parameters")
+    if len(measurements) == 0:
+        raise ConfigError("no measured rows to fit")
+    if int(measurements.placement.max()) > gpus_per_node:
+        raise ConfigError(
+            f"a row uses {int(measurements.placement.max())} GPUs on one node; "
+            f"gpus_per_node={gpus_per_node}"
+        )
+    base_gpu = base.links[0] if base is not None else None
+    gpu_bw = gpu_bandwidth or (base_gpu.bandwidth if base_gpu else _GPU_LINK)
+    gpu_link = LinkLevel("gpu", gpu_bw, base_gpu.latency if base_gpu else 0.0)
+    fixed = {
+        "fabric": base.fabric_bandwidth if base else math.inf,
+        "nic": base.links[1].bandwidth if base else 10 * _GB,
+        "overlap": base.overlap if base else 0.0,
+        "compute_sharing": base.compute_sharing if base else 0.0,
+        "nic_latency": base.links[1].latency if base else 0.0,
+        "step_latency": base.step_latency if base else 0.0,
+    }
+    models = tuple(str(m) for m in np.unique(measurements.model))
+    apps = {m: str(measurements.app[measurements.model == m][0]) for m in models}
+    idx = np.searchsorted(np.array(models), measurements.model)
+    na, ns = len(models), len(free)
+    zoo_grad = np.array([get_model(m).grad_bytes for m in models])
+    b = measurements.local_bsz
+    measured = measurements.step_time
+
+    def unpack(x: FloatArray) -> tuple[dict[str, float], FloatArray, FloatArray, FloatArray]:
+        shared = dict(fixed)
+        for j, f in enumerate(free):
+            v = float(x[3 * na + j])
+            shared[f] = (
+                1.0 / (1.0 + math.exp(-v))
+                if f == "overlap"
+                else math.exp(v) * {"fabric": 1.0, "nic": _GB, "compute_sharing": 1.0}.get(f, _US)
+            )
+        # The fabric is fitted relative to the NIC, so that scaling every bandwidth and every M
+        # together (the one direction the step times cannot see) stays free for the prior on M.
+        if "fabric" in free:
+            shared["fabric"] *= shared["nic"]
+        return shared, x[:na] * _MS, x[na : 2 * na] * _MS, zoo_grad * np.exp(x[2 * na : 3 * na])
+
+    def predict(x: FloatArray) -> FloatArray:
+        shared, t0, ps, grad = unpack(x)
+        perf = _perf(shared, nic_sharing)
+        facts, b_inter = measurement_facts(
+            measurements.placement, gpu_link, LinkLevel("nic", shared["nic"], shared["nic_latency"])
+        )
+        compute = t0[idx] + ps[idx] * b
+        out: FloatArray = job_times(perf, grad[idx], compute, np.inf, facts, b_inter).T
+        return out
+
+    def residuals(x: FloatArray) -> FloatArray:
+        r = np.log(predict(x)) - np.log(measured)
+        return np.concatenate([r, _PRIOR * x[2 * na : 3 * na]])
+
+    t0_start, ps_start = _compute_start(models, measurements)
+    lo = np.concatenate([np.zeros(2 * na), np.full(na, -8.0), [_BOUNDS[f][0] for f in free]])
+    hi = np.concatenate([np.full(2 * na, np.inf), np.full(na, 8.0), [_BOUNDS[f][1] for f in free]])
+    best = None
+    for f_bw, n_bw in _LINK_STARTS:
+        starts = {**_START, "fabric": math.log(f_bw / n_bw), "nic": math.log(n_bw)}
+        x0 = np.concatenate([t0_start, ps_start, np.zeros(na), [starts[f] for f in free]])
+        x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
+        res = least_squares(
+            residuals,
+            x0,
+            bounds=(lo, hi),
+            loss="soft_l1",
+            f_scale=_F_SCALE,
+            method="trf",
+            max_nfev=3000,
+            xtol=1e-10,
+            ftol=1e-10,
+        )
+        if best is None or res.cost < best.cost - 1e-12:
+            best = res
+    assert best is not None
+    x = np.asarray(best.x, dtype=np.float64)
+    shared, t0, ps, grad = unpack(x)
+    rel = np.abs(predict(x) / measured - 1.0)
+    report = FitReport(
+        rows=len(measured),
+        shared=free,
+        applications=tuple(apps[m] for m in models),
+        parameters=ns + PER_APP * na,
+        median_abs_rel_error=float(np.median(rel)),
+        p90_abs_rel_error=float(np.quantile(rel, 0.9)),
+        cost=float(best.cost),
+    )
+    compute: dict[str, dict[str, ComputeCurve]] = (
+        {m: dict(c) for m, c in base.compute.items()} if base else {}
+    )
+    for i, m in enumerate(models):
+        compute.setdefault(m, {})[gpu_type] = ComputeCurve.affine(_sig(t0[i]), _sig(ps[i]))
+    grads = dict(base.grad_bytes) if base else {}
+    grads.update({m: _sig(grad[i]) for i, m in enumerate(models)})
+    speeds = dict(base.gpu_speeds) if base else {}
+    speeds.setdefault(gpu_type, 1.0)
+    return HardwareProfile(
+        name=name or f"fitted-{gpu_type}",
+        citation=citation,
+        gpus_per_node=gpus_per_node,
+        gpu_type=gpu_type,
+        gpu_speeds=speeds,
+        allreduce="hierarchical",
+        links=(
+            gpu_link,
+            LinkLevel("nic", _sig(shared["nic"]), _sig(shared["nic_latency"])),
+            *(base.links[2:] if base else ()),
+        ),
+        fabric_bandwidth=_sig(shared["fabric"]) if math.isfinite(shared["fabric"]) else math.inf,
+        nic_sharing=nic_sharing,
+        compute_sharing=_sig(shared["compute_sharing"]),
+        step_latency=_sig(shared["step_latency"]),
+        overlap=_sig(shared["overlap"]),
+        overlap_cap=1.0 if shared["overlap"] > 0 else None,
+        compute=compute,
+        grad_bytes=grads,
+        fit=report.to_mapping(),
+    )
+
+
+def _perf(shared: Mapping[str, float], nic_sharing: float) -> PerfConfig:
+    return PerfConfig(
+        allreduce="hierarchical",
+        overlap=shared["overlap"],
+        overlap_cap=1.0 if shared["overlap"] > 0 else None,
+        fabric_bandwidth=shared["fabric"],
+        nic_sharing=nic_sharing,
+        compute_sharing=shared["compute_sharing"],
+        step_latency=shared["step_latency"],
+    )
+
+
+def _compute_start(models: Sequence[str], m: Measurements) -> tuple[FloatArray, FloatArray]:
+    """Starting ``t0`` and ``per_sample`` (ms) from a line through each model's one-GPU rows."""
+    t0, ps = np.full(len(models), 10.0), np.full(len(models), 1.0)
+    for i, model in enumerate(models):
+        sel = (m.model == model) & (m.num_gpus == 1)
+        if sel.sum() >= 2:
+            slope, icpt = np.polyfit(m.local_bsz[sel], m.step_time[sel] / _MS, 1)
+            ps[i], t0[i] = max(float(slope), 1e-4), max(float(icpt), 1e-2)
+        else:
+            sel = m.model == model
+            ps[i] = float(np.median(m.step_time[sel] / m.local_bsz[sel])) / _MS / 2
+            t0[i] = float(np.median(m.step_time[sel])) / _MS / 2
+    return t0, ps
+
+
+def _sig(value: float, digits: int = 6) -> float:
+    return float(f"{value:.{digits}g}")

@@ -1,0 +1,471 @@
+"""Hardware profiles: the measured or fitted constants of one kind of cluster, in one typed record.
+
+A profile says what a cluster's hardware does to the iteration-time model of
+:mod:`crop_gym.model.timing`:
+
+* the link levels from a GPU upwards (``gpu``: a GPU's link into its node's fabric, ``nic``: the
+  node's network card into the first switch, then any upper switch levels), each with a bandwidth
+  (bytes/s per direction) and a latency (s);
+* the node fabric ``F`` shared by a node's GPUs, how far co-located GPUs share the network card
+  (ν), the compute slowdown per co-located GPU (κ), a per-step latency (λ) and the overlap of
+  backward compute with the all-reduce (φ_t, φ_c) — every one "off" unless given;
+* per (model, GPU type) compute curves (affine ``t0 + per_sample · b`` or a knot table), per-model
+  gradient bytes where a fit found the zoo's size wrong, and the relative speeds of GPU types;
+* a citation (where the constants come from) and, for fitted profiles, the fit's figures.
+
+Profiles are JSON or TOML files (``crop_gym/data/hardware/*.json`` are bundled); :func:`get_hardware`
+takes a bundled name or a path. Bad input is refused with one line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+from crop_gym.errors import ConfigError, check_int, check_real
+from crop_gym.io import parse_mapping, read_mapping
+from crop_gym.model.jobs import get_model
+from crop_gym.model.timing import ALLREDUCE_ALGORITHMS, PerfConfig, compute_curve
+from crop_gym.model.topology import Topology, build_tree
+
+__all__ = [
+    "BUNDLED_DIR",
+    "ComputeCurve",
+    "HardwareProfile",
+    "LinkLevel",
+    "bundled_hardware",
+    "get_hardware",
+    "load_hardware",
+]
+
+#: Package folder of the bundled profiles (``<name>.json``).
+BUNDLED_DIR = "data/hardware"
+_KEYS = {
+    "name",
+    "citation",
+    "gpus_per_node",
+    "gpu_type",
+    "gpu_speeds",
+    "allreduce",
+    "links",
+    "fabric_bandwidth",
+    "nic_sharing",
+    "compute_sharing",
+    "step_latency",
+    "overlap",
+    "overlap_cap",
+    "compute",
+    "grad_bytes",
+    "fit",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LinkLevel:
+    """One level of links, from a GPU upwards.
+
+    Attributes:
+        level: ``"gpu"`` (GPU into the node fabric), ``"nic"`` (node into the first switch) or the
+            name of an upper switch level.
+        bandwidth: Bytes/s per direction, > 0 and finite.
+        latency: Seconds, >= 0.
+    """
+
+    level: str
+    bandwidth: float
+    latency: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeCurve:
+    """Per-GPU compute time of one iteration as a function of the local batch ``b``.
+
+    Either affine, ``t0 + per_sample · b`` (no knots), or piecewise linear through knots and
+    extended linearly beyond them (:func:`crop_gym.model.timing.compute_curve`).
+
+    Attributes:
+        t0: Fixed seconds (affine curve).
+        per_sample: Seconds per local sample (affine curve).
+        local_batch: Increasing knot batches (empty, or >= 2 knots).
+        time: Seconds at the knots (>= 0).
+    """
+
+    t0: float = 0.0
+    per_sample: float = 0.0
+    local_batch: tuple[float, ...] = ()
+    time: tuple[float, ...] = ()
+
+    @classmethod
+    def affine(cls, t0: float, per_sample: float) -> ComputeCurve:
+        """The curve ``t0 + per_sample · b``."""
+        return cls(float(t0), float(per_sample))
+
+    @property
+    def is_affine(self) -> bool:
+        """Whether the curve is ``t0 + per_sample · b`` (no knots)."""
+        return not self.local_batch
+
+    def __call__(self, local_batch: Any) -> Any:
+        """Seconds at ``local_batch`` (scalar or array)."""
+        if self.is_affine:
+            return self.t0 + self.per_sample * np.asarray(local_batch, dtype=np.float64)
+        return compute_curve(self.local_batch, self.time, local_batch)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """``{"t0", "per_sample"}`` for an affine curve, else ``{"local_batch", "time"}``."""
+        if self.is_affine:
+            return {"t0": self.t0, "per_sample": self.per_sample}
+        return {"local_batch": list(self.local_batch), "time": list(self.time)}
+
+
+@dataclass(frozen=True, eq=False)
+class HardwareProfile:
+    """A cluster's hardware constants (see the module docstring). Build with :meth:`from_mapping`
+    or :func:`get_hardware`; every field is validated.
+
+    Attributes:
+        name: Profile name.
+        citation: Where the constants come from.
+        gpus_per_node: GPUs per node (>= 1).
+        gpu_type: The profile's GPU type (a key of ``gpu_speeds``).
+        gpu_speeds: Relative speed per GPU type (> 0); used for models without a curve for a type.
+        allreduce: ``"ring"`` or ``"hierarchical"``.
+        links: Link levels from the GPU upwards; at least ``gpu`` and ``nic``.
+        fabric_bandwidth: ``F`` bytes/s shared by a node's GPUs (``inf``: off).
+        nic_sharing: ν in [0, 1].
+        compute_sharing: κ >= 0.
+        step_latency: λ >= 0 s.
+        overlap: φ_t in [0, 1].
+        overlap_cap: φ_c in [0, 1], or ``None`` (= ``overlap``).
+        compute: ``{model: {gpu_type: ComputeCurve}}``.
+        grad_bytes: ``{model: bytes}`` overriding the zoo's gradient size.
+        fit: Free-form provenance of a fitted profile (errors, parameter counts).
+    """
+
+    name: str
+    citation: str
+    gpus_per_node: int
+    gpu_type: str
+    links: tuple[LinkLevel, ...]
+    gpu_speeds: Mapping[str, float] = field(default_factory=dict)
+    allreduce: str = "hierarchical"
+    fabric_bandwidth: float = math.inf
+    nic_sharing: float = 0.0
+    compute_sharing: float = 0.0
+    step_latency: float = 0.0
+    overlap: float = 0.0
+    overlap_cap: float | None = None
+    compute: Mapping[str, Mapping[str, ComputeCurve]] = field(default_factory=dict)
+    grad_bytes: Mapping[str, float] = field(default_factory=dict)
+    fit: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        speeds = dict(self.gpu_speeds) or {self.gpu_type: 1.0}
+        object.__setattr__(self, "gpu_speeds", MappingProxyType(speeds))
+        object.__setattr__(
+            self,
+            "compute",
+            MappingProxyType({m: MappingProxyType(dict(c)) for m, c in self.compute.items()}),
+        )
+        object.__setattr__(self, "grad_bytes", MappingProxyType(dict(self.grad_bytes)))
+        object.__setattr__(self, "fit", MappingProxyType(dict(self.fit)))
+        object.__setattr__(self, "links", tuple(self.links))
+        _validate(self, self.name or "hardware profile")
+
+    # ------------------------------------------------------------------ use
+    def perf(self) -> PerfConfig:
+        """The model options of this hardware."""
+        return PerfConfig(
+            allreduce=self.allreduce,
+            overlap=self.overlap,
+            overlap_cap=self.overlap_cap,
+            fabric_bandwidth=self.fabric_bandwidth,
+            nic_sharing=self.nic_sharing,
+            compute_sharing=self.compute_sharing,
+            step_latency=self.step_latency,
+        )
+
+    def topology(self, fanouts: int | Sequence[int], *, name: str | None = None) -> Topology:
+        """A regular tree of this hardware.
+
+        Args:
+            fanouts: Nodes under one switch (an int, for a profile of two link levels), or one
+                fan-out per switch level above the nodes, root first, ending with nodes per switch
+                (``len(links) - 1`` entries).
+            name: Topology name (default the profile's).
+        """
+        fans = [int(fanouts)] if isinstance(fanouts, (int, np.integer)) else list(fanouts)
+        if len(fans) != len(self.links) - 1:
+            raise ConfigError(
+                f"hardware {self.name}: fanouts needs {len(self.links) - 1} entries (one per "
+                f"switch level above the nodes), got {len(fans)}"
+            )
+        upward = list(self.links)[::-1]  # root level first, the GPU's link last
+        return build_tree(
+            [*fans, self.gpus_per_node],
+            [lv.bandwidth for lv in upward],
+            [lv.latency for lv in upward],
+            name=name or self.name,
+        )
+
+    def curve(self, model: str, gpu_type: str | None = None) -> ComputeCurve | None:
+        """The compute curve of ``model`` on ``gpu_type`` (default the profile's), if the profile has one."""
+        return self.compute.get(model, {}).get(gpu_type or self.gpu_type)
+
+    def compute_time(self, model: str, local_batch: Any, gpu_type: str | None = None) -> Any:
+        """Per-GPU compute seconds of ``model`` at ``local_batch`` on ``gpu_type``.
+
+        A curve of that type is used as is; else a curve of the profile's own type scaled by the
+        relative speeds; else the zoo's affine curve (reference GPU) divided by the type's speed.
+        """
+        gtype = gpu_type or self.gpu_type
+        if gtype not in self.gpu_speeds:
+            raise ConfigError(
+                f"hardware {self.name}: unknown GPU type {gtype!r}; types: "
+                + ", ".join(sorted(self.gpu_speeds))
+            )
+        own = self.curve(model, gtype)
+        if own is not None:
+            return own(local_batch)
+        base = self.curve(model)
+        if base is not None:
+            return base(local_batch) * (self.gpu_speeds[self.gpu_type] / self.gpu_speeds[gtype])
+        spec = get_model(model)
+        zoo = ComputeCurve.affine(spec.t0, spec.per_sample)
+        return zoo(local_batch) / self.gpu_speeds[gtype]
+
+    def model_grad_bytes(self, model: str) -> float:
+        """Gradient bytes of ``model`` on this hardware (the profile's override, else the zoo's)."""
+        return float(self.grad_bytes.get(model, get_model(model).grad_bytes))
+
+    # ------------------------------------------------------------ serialise
+    def to_mapping(self) -> dict[str, Any]:
+        """A JSON-able mapping that :meth:`from_mapping` reads back (``inf`` fabric omitted)."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "citation": self.citation,
+            "gpus_per_node": self.gpus_per_node,
+            "gpu_type": self.gpu_type,
+            "gpu_speeds": dict(self.gpu_speeds),
+            "allreduce": self.allreduce,
+            "links": [
+                {"level": lv.level, "bandwidth": lv.bandwidth, "latency": lv.latency}
+                for lv in self.links
+            ],
+            "nic_sharing": self.nic_sharing,
+            "compute_sharing": self.compute_sharing,
+            "step_latency": self.step_latency,
+            "overlap": self.overlap,
+        }
+        if math.isfinite(self.fabric_bandwidth):
+            out["fabric_bandwidth"] = self.fabric_bandwidth
+        if self.overlap_cap is not None:
+            out["overlap_cap"] = self.overlap_cap
+        out["compute"] = {
+            m: {t: c.to_mapping() for t, c in by.items()} for m, by in self.compute.items()
+        }
+        out["grad_bytes"] = dict(self.grad_bytes)
+        if self.fit:
+            out["fit"] = dict(self.fit)
+        return out
+
+    def to_json(self) -> str:
+        """:meth:`to_mapping` as indented JSON text."""
+        return json.dumps(self.to_mapping(), indent=2) + "\n"
+
+    @classmethod
+    def from_mapping(
+        cls, data: Mapping[str, Any], source: str = "hardware profile"
+    ) -> HardwareProfile:
+        """Build a profile from a parsed JSON/TOML table.
+
+        Raises:
+            ConfigError: One line naming ``source`` and the field, on an unknown or missing field
+                or a value outside its range.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{source}: a hardware profile must be a table")
+        unknown = sorted(set(data) - _KEYS)
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown field {unknown[0]!r} (fields: {', '.join(sorted(_KEYS))})"
+            )
+        for key in ("name", "gpus_per_node", "gpu_type", "links"):
+            if key not in data:
+                raise ConfigError(f"{source}: missing field {key!r}")
+        links_raw = data["links"]
+        if not isinstance(links_raw, list):
+            raise ConfigError(f"{source}: field 'links' must be a list of tables")
+        links = []
+        for i, lv in enumerate(links_raw):
+            where = f"{source}: links[{i}]"
+            if not isinstance(lv, Mapping) or set(lv) - {"level", "bandwidth", "latency"}:
+                raise ConfigError(f"{where} must be a table of level, bandwidth, latency")
+            if "bandwidth" not in lv:
+                raise ConfigError(f"{where}: missing field 'bandwidth'")
+            links.append(
+                LinkLevel(
+                    level=_text(lv.get("level", ""), f"{where}.level"),
+                    bandwidth=check_real(
+                        f"{where}.bandwidth",
+                        lv["bandwidth"],
+                        0,
+                        math.inf,
+                        low_inclusive=False,
+                        high_inclusive=False,
+                    ),
+                    latency=check_real(f"{where}.latency", lv.get("latency", 0.0), 0, 1.0),
+                )
+            )
+        compute: dict[str, dict[str, ComputeCurve]] = {}
+        comp_raw = data.get("compute", {})
+        if not isinstance(comp_raw, Mapping):
+            raise ConfigError(
+                f"{source}: field 'compute' must be a table {{model: {{gpu_type: curve}}}}"
+            )
+        for model, by_type in comp_raw.items():
+            if not isinstance(by_type, Mapping):
+                raise ConfigError(f"{source}: compute.{model} must be a table {{gpu_type: curve}}")
+            compute[model] = {
+                t: _curve(c, f"{source}: compute.{model}.{t}") for t, c in by_type.items()
+            }
+        grad_raw = data.get("grad_bytes", {})
+        if not isinstance(grad_raw, Mapping):
+            raise ConfigError(f"{source}: field 'grad_bytes' must be a table {{model: bytes}}")
+        grad = {
+            m: check_real(f"{source}: grad_bytes.{m}", v, 0, 1e15, low_inclusive=False)
+            for m, v in grad_raw.items()
+        }
+        speeds_raw = data.get("gpu_speeds", {})
+        if not isinstance(speeds_raw, Mapping):
+            raise ConfigError(f"{source}: field 'gpu_speeds' must be a table {{gpu_type: speed}}")
+        speeds = {
+            t: check_real(f"{source}: gpu_speeds.{t}", v, 0, 1e6, low_inclusive=False)
+            for t, v in speeds_raw.items()
+        }
+        fabric = data.get("fabric_bandwidth")
+        cap = data.get("overlap_cap")
+        fit = data.get("fit", {})
+        if not isinstance(fit, Mapping):
+            raise ConfigError(f"{source}: field 'fit' must be a table")
+        kwargs: dict[str, Any] = dict(
+            name=_text(data["name"], f"{source}: name"),
+            citation=_text(data.get("citation", ""), f"{source}: citation", empty=True),
+            gpus_per_node=check_int(f"{source}: gpus_per_node", data["gpus_per_node"], 1, 4096),
+            gpu_type=_text(data["gpu_type"], f"{source}: gpu_type"),
+            gpu_speeds=speeds,
+            allreduce=_text(data.get("allreduce", "hierarchical"), f"{source}: allreduce"),
+            links=tuple(links),
+            fabric_bandwidth=math.inf
+            if fabric is None
+            else check_real(
+                f"{source}: fabric_bandwidth", fabric, 0, math.inf, low_inclusive=False
+            ),
+            nic_sharing=check_real(f"{source}: nic_sharing", data.get("nic_sharing", 0.0), 0, 1),
+            compute_sharing=check_real(
+                f"{source}: compute_sharing", data.get("compute_sharing", 0.0), 0, 1e3
+            ),
+            step_latency=check_real(
+                f"{source}: step_latency", data.get("step_latency", 0.0), 0, 1e3
+            ),
+            overlap=check_real(f"{source}: overlap", data.get("overlap", 0.0), 0, 1),
+            overlap_cap=None if cap is None else check_real(f"{source}: overlap_cap", cap, 0, 1),
+            compute=compute,
+            grad_bytes=grad,
+            fit=fit,
+        )
+        try:
+            return cls(**kwargs)
+        except ConfigError as e:  # a cross-field check: say which file
+            raise ConfigError(f"{source}: {e}") from None
+
+
+def _text(value: Any, where: str, *, empty: bool = False) -> str:
+    if not isinstance(value, str) or (not empty and not value.strip()):
+        raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _curve(raw: Any, where: str) -> ComputeCurve:
+    """A curve from ``{t0, per_sample}`` or ``{local_batch: [...], time: [...]}``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a table {{t0, per_sample}} or {{local_batch, time}}")
+    if set(raw) == {"t0", "per_sample"}:
+        return ComputeCurve.affine(
+            check_real(f"{where}.t0", raw["t0"], 0, 1e6),
+            check_real(f"{where}.per_sample", raw["per_sample"], 0, 1e6),
+        )
+    if set(raw) == {"local_batch", "time"}:
+        b, t = raw["local_batch"], raw["time"]
+        if not isinstance(b, list) or not isinstance(t, list) or len(b) != len(t) or len(b) < 2:
+            raise ConfigError(f"{where}: local_batch and time must be lists of equal length >= 2")
+        bb = [check_real(f"{where}.local_batch[{i}]", v, 0, 1e9) for i, v in enumerate(b)]
+        tt = [check_real(f"{where}.time[{i}]", v, 0, 1e6) for i, v in enumerate(t)]
+        if any(y <= x for x, y in itertools.pairwise(bb)):
+            raise ConfigError(f"{where}.local_batch must be strictly increasing")
+        return ComputeCurve(local_batch=tuple(bb), time=tuple(tt))
+    raise ConfigError(f"{where} must have fields t0, per_sample or local_batch, time")
+
+
+def _validate(p: HardwareProfile, where: str) -> None:
+    """Cross-field checks (the per-field ranges are checked when reading)."""
+    if p.allreduce not in ALLREDUCE_ALGORITHMS:
+        raise ConfigError(
+            f"{where}: allreduce={p.allreduce!r} is not one of {', '.join(ALLREDUCE_ALGORITHMS)}"
+        )
+    if len(p.links) < 2 or p.links[0].level != "gpu" or p.links[1].level != "nic":
+        raise ConfigError(f"{where}: links must start with levels 'gpu' then 'nic' (GPU upwards)")
+    for lv in p.links:
+        if not (lv.bandwidth > 0 and math.isfinite(lv.bandwidth)) or not lv.latency >= 0:
+            raise ConfigError(f"{where}: link level {lv.level!r} needs bandwidth > 0, latency >= 0")
+    if p.gpu_type not in p.gpu_speeds:
+        raise ConfigError(f"{where}: gpu_type {p.gpu_type!r} is not a key of gpu_speeds")
+    for model, by_type in p.compute.items():
+        for t in by_type:
+            if t not in p.gpu_speeds:
+                raise ConfigError(f"{where}: compute.{model}.{t}: GPU type not in gpu_speeds")
+    p.perf()  # the model options' own ranges
+
+
+def load_hardware(path: str | os.PathLike[str]) -> HardwareProfile:
+    """Read a profile from a ``.json`` or ``.toml`` file (one-line errors naming file and field)."""
+    p = Path(path)
+    if p.suffix.lower() not in (".json", ".toml"):
+        raise ConfigError(f"{p}: hardware profile must be a .json or .toml file")
+    return HardwareProfile.from_mapping(read_mapping(p, what="hardware profile"), str(p))
+
+
+def bundled_hardware() -> tuple[str, ...]:
+    """Names of the bundled profiles."""
+    folder = resources.files("crop_gym").joinpath(BUNDLED_DIR)
+    return tuple(sorted(f.name[:-5] for f in folder.iterdir() if f.name.endswith(".json")))
+
+
+def get_hardware(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
+    """A bundled profile by name, or a profile file by path.
+
+    Raises:
+        ConfigError: If the name is neither bundled nor an existing file (the message lists the
+            bundled names), or the file is malformed.
+    """
+    text = str(name_or_path)
+    if text in bundled_hardware():
+        source = f"crop_gym/{BUNDLED_DIR}/{text}.json"
+        raw = resources.files("crop_gym").joinpath(f"{BUNDLED_DIR}/{text}.json").read_text()
+        return HardwareProfile.from_mapping(parse_mapping(raw, "json", source), source)
+    if os.path.exists(text) or text.endswith((".json", ".toml")):
+        return load_hardware(text)
+    raise ConfigError(
+        f"unknown hardware {text!r}: not a file, and not a bundled profile "
+        f"({', '.join(bundled_hardware())})"
+    )

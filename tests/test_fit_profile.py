@@ -1,0 +1,149 @@
+"""The Sia-format fit: placement facts as on a real tree, recovery of known parameters from
+synthetic data, and (when the raw data are present) the fitted error figures."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crop_gym.calibration.fit import fit_profile, measurement_facts, predict_step_time
+from crop_gym.calibration.measurements import Measurements
+from crop_gym.errors import ConfigError
+from crop_gym.model.devices import Health
+from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
+from crop_gym.model.jobs import MODEL_ZOO
+from crop_gym.model.timing import placement_facts
+
+GB = 1e9
+SPREADS = [(1,), (2,), (4,), (1, 1), (2, 2), (1, 3), (4, 4), (1, 1, 1, 1), (2, 2, 2, 2), (3, 1)]
+
+
+def synthetic(profile: HardwareProfile, noise: float = 0.0, seed: int = 0) -> Measurements:
+    rows = [
+        (m, p, b)
+        for m, p, b in itertools.product(["bert", "resnet50"], SPREADS, [4, 8, 16, 32, 64])
+    ]
+    width = max(len(p) for _, p, _ in rows)
+    placement = np.array([sorted(p, reverse=True) + [0] * (width - len(p)) for _, p, _ in rows])
+    n = len(rows)
+    m = Measurements(
+        app=np.array([r[0] for r in rows]),
+        model=np.array([r[0] for r in rows]),
+        kind=np.full(n, "placements"),
+        placement=placement,
+        local_bsz=np.array([float(r[2]) for r in rows]),
+        step_time=np.ones(n),
+        sync_time=np.full(n, np.nan),
+        source=np.array([f"synthetic:{i}" for i in range(n)]),
+    )
+    t = predict_step_time(profile, m)
+    rng = np.random.default_rng(seed)
+    t = t * np.exp(noise * rng.standard_normal(n))
+    return Measurements(m.app, m.model, m.kind, m.placement, m.local_bsz, t, m.sync_time, m.source)
+
+
+def truth() -> HardwareProfile:
+    return HardwareProfile(
+        name="truth",
+        citation="synthetic",
+        gpus_per_node=4,
+        gpu_type="x",
+        links=(LinkLevel("gpu", 1e13), LinkLevel("nic", 5 * GB, 0.0)),
+        fabric_bandwidth=20 * GB,
+        nic_sharing=1.0,
+        compute_sharing=0.03,
+        overlap=0.3,
+        overlap_cap=1.0,
+        compute={
+            "bert": {"x": ComputeCurve.affine(0.05, 0.01)},
+            "resnet50": {"x": ComputeCurve.affine(0.02, 0.002)},
+        },
+        grad_bytes={m: MODEL_ZOO[m].grad_bytes for m in ("bert", "resnet50")},
+    )
+
+
+def test_measurement_facts_match_a_real_tree() -> None:
+    p = truth()
+    topo = p.topology(4)
+    spreads = [(1,), (3,), (2, 2), (3, 1), (1, 1, 1, 1), (4, 2, 1)]
+    placements = [
+        np.concatenate([np.arange(4 * i, 4 * i + c) for i, c in enumerate(s)]) for s in spreads
+    ]
+    real = placement_facts(topo, Health.healthy(topo), placements)
+    pl = np.array([list(s) + [0] * (4 - len(s)) for s in spreads])
+    facts, b_inter = measurement_facts(pl, p.links[0], p.links[1])
+    cols = ["k", "g", "s", "b_intra", "a_intra", "a_inter", "slowdown", "survival"]
+    for c in cols:
+        assert np.array_equal(getattr(facts, c), getattr(real, c)), c
+    expect = np.where(real.s > 1, 5 * GB, np.inf)
+    assert np.array_equal(b_inter, expect)
+
+
+def test_fit_recovers_known_parameters() -> None:
+    true = truth()
+    data = synthetic(true)
+    got = fit_profile(data, gpus_per_node=4, gpu_type="x")
+    assert got.fit["median_abs_rel_error"] < 1e-3
+    assert got.fit["parameters"] == 4 + 3 * 2
+    assert got.fabric_bandwidth == pytest.approx(20 * GB, rel=0.02)
+    assert got.links[1].bandwidth == pytest.approx(5 * GB, rel=0.02)
+    assert got.overlap == pytest.approx(0.3, rel=0.02)
+    assert got.compute_sharing == pytest.approx(0.03, rel=0.05)
+    for m in ("bert", "resnet50"):
+        c, t = got.compute[m]["x"], true.compute[m]["x"]
+        assert c.t0 == pytest.approx(t.t0, rel=0.02) and c.per_sample == pytest.approx(
+            t.per_sample, rel=0.02
+        )
+        assert got.grad_bytes[m] == pytest.approx(true.grad_bytes[m], rel=0.02)
+    # Noisy data: still close, and deterministic.
+    noisy = synthetic(true, noise=0.03)
+    a = fit_profile(noisy, gpus_per_node=4, gpu_type="x")
+    b = fit_profile(noisy, gpus_per_node=4, gpu_type="x")
+    assert a.to_mapping() == b.to_mapping()
+    assert a.links[1].bandwidth == pytest.approx(5 * GB, rel=0.15)
+
+
+def test_fit_refuses_bad_arguments() -> None:
+    data = synthetic(truth())
+    with pytest.raises(ConfigError, match="at most 4"):
+        fit_profile(
+            data,
+            gpus_per_node=4,
+            gpu_type="x",
+            free=("fabric", "nic", "overlap", "compute_sharing", "step_latency"),
+        )
+    with pytest.raises(ConfigError, match="not one of"):
+        fit_profile(data, gpus_per_node=4, gpu_type="x", free=("colour",))
+    with pytest.raises(ConfigError, match="gpus_per_node=2"):
+        fit_profile(data, gpus_per_node=2, gpu_type="x")
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "sia_validation.json"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sia-profiles"
+if not DATA.is_dir():
+    DATA = Path("/work/shared/data/sia-profiles")
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="Sia measurements are not in the repository")
+def test_fitted_errors_reproduce_the_published_table() -> None:
+    """Refit one cluster and compare with docs/results/sia_validation.json (the figures in MODEL.md)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "validate_sia", Path(__file__).resolve().parents[1] / "scripts" / "validate_sia.py"
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    published = {r["cluster"]: r for r in json.loads(RESULTS.read_text())["clusters"]}
+    got, _ = mod.run_cluster(DATA, "quad")
+    want = published["quad"]
+    for split in ("in_sample", "out_of_sample"):
+        assert got[split]["median_abs_rel_error"] == pytest.approx(
+            want[split]["median_abs_rel_error"], rel=1e-3
+        )
+    assert got["parameters"] == want["parameters"]

@@ -1,0 +1,149 @@
+"""Hardware profiles: bundled ones load, a100-elasticflow equals the shipped calibration, bad input
+is refused with one line naming file and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from crop_gym.errors import ConfigError
+from crop_gym.model.hardware import ComputeCurve, HardwareProfile, bundled_hardware, get_hardware
+from crop_gym.model.jobs import MODEL_ZOO, calibration_data
+from crop_gym.model.timing import PerfConfig
+
+
+def test_a100_elasticflow_is_the_shipped_calibration() -> None:
+    p = get_hardware("a100-elasticflow")
+    cal = calibration_data()
+    assert p.perf() == PerfConfig()
+    assert p.links[0].bandwidth == cal["links"]["intra_bandwidth"]
+    assert p.links[0].latency == cal["links"]["intra_latency"]
+    assert p.links[1].bandwidth == cal["links"]["inter_bandwidth"]
+    assert p.links[1].latency == cal["links"]["inter_latency"]
+    for m, coef in cal["models"].items():
+        b = np.array([1.0, 32.0])
+        assert np.array_equal(p.compute_time(m, b), MODEL_ZOO[m].t0 + MODEL_ZOO[m].per_sample * b)
+        assert coef["t0"] == p.compute[m]["a100"].t0
+    assert p.model_grad_bytes("vgg16") == MODEL_ZOO["vgg16"].grad_bytes
+
+
+def test_every_bundled_profile_loads_and_round_trips(tmp_path: Path) -> None:
+    names = bundled_hardware()
+    assert "a100-elasticflow" in names
+    for name in names:
+        p = get_hardware(name)
+        assert p.citation
+        f = tmp_path / f"{name}.json"
+        f.write_text(p.to_json())
+        q = get_hardware(str(f))
+        assert q.to_mapping() == p.to_mapping()
+        topo = p.topology(2) if len(p.links) == 2 else None
+        assert topo is None or topo.num_gpus == 2 * p.gpus_per_node
+
+
+TOML = """
+name = "toy"
+citation = "made up"
+gpus_per_node = 4
+gpu_type = "t4"
+fabric_bandwidth = 2e10
+nic_sharing = 1.0
+overlap = 0.3
+overlap_cap = 1.0
+[gpu_speeds]
+t4 = 1.0
+v100 = 2.0
+[[links]]
+level = "gpu"
+bandwidth = 1e13
+[[links]]
+level = "nic"
+bandwidth = 1.25e9
+latency = 5e-5
+[compute.resnet50.t4]
+t0 = 0.02
+per_sample = 0.004
+[compute.bert.t4]
+local_batch = [4, 8, 16]
+time = [0.1, 0.2, 0.6]
+[grad_bytes]
+bert = 1e9
+"""
+
+
+def test_toml_profile(tmp_path: Path) -> None:
+    f = tmp_path / "toy.toml"
+    f.write_text(TOML)
+    p = get_hardware(f)
+    assert p.perf() == PerfConfig(
+        allreduce="hierarchical",
+        overlap=0.3,
+        overlap_cap=1.0,
+        fabric_bandwidth=2e10,
+        nic_sharing=1.0,
+    )
+    assert p.compute_time("resnet50", 10.0) == pytest.approx(0.06)
+    assert p.compute_time("resnet50", 10.0, "v100") == pytest.approx(0.03)  # scaled by speed
+    assert p.compute_time("bert", 12.0) == pytest.approx(0.4)
+    assert p.model_grad_bytes("bert") == 1e9
+    zoo = MODEL_ZOO["vgg16"]
+    assert p.compute_time("vgg16", 2.0, "v100") == pytest.approx((zoo.t0 + 2 * zoo.per_sample) / 2)
+    topo = p.topology(3)
+    assert topo.num_gpus == 12 and topo.num_servers == 3
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        ({"gpus_per_node": 0}, "gpus_per_node"),
+        ({"gpus_per_node": True}, "gpus_per_node"),
+        ({"links": [{"level": "gpu", "bandwidth": 1e9}]}, "links must start"),
+        (
+            {"links": [{"level": "gpu", "bandwidth": -1}, {"level": "nic", "bandwidth": 1}]},
+            "links[0].bandwidth",
+        ),
+        ({"nic_sharing": 2}, "nic_sharing"),
+        ({"overlap": "x"}, "overlap"),
+        ({"colour": 1}, "unknown field 'colour'"),
+        ({"allreduce": "tree"}, "allreduce"),
+        ({"gpu_type": "h100"}, "gpu_type"),
+        ({"compute": {"bert": {"h100": {"t0": 1, "per_sample": 1}}}}, "compute.bert.h100"),
+        ({"compute": {"bert": {"v100": {"t0": -1, "per_sample": 1}}}}, "compute.bert.v100.t0"),
+        (
+            {"compute": {"bert": {"v100": {"local_batch": [2, 1], "time": [1, 2]}}}},
+            "strictly increasing",
+        ),
+        ({"grad_bytes": {"bert": 0}}, "grad_bytes.bert"),
+    ],
+)
+def test_bad_profiles_one_line(tmp_path: Path, edit: dict, needle: str) -> None:
+    data = get_hardware("a100-elasticflow").to_mapping()
+    data["gpu_speeds"] = (
+        {"a100": 1.0, "v100": 0.5} if "gpu_type" not in edit else data["gpu_speeds"]
+    )
+    data.update(edit)
+    f = tmp_path / "bad.json"
+    f.write_text(json.dumps(data))
+    with pytest.raises(ConfigError) as e:
+        get_hardware(f)
+    msg = str(e.value)
+    assert "\n" not in msg and needle in msg
+    assert str(f) in msg
+
+
+def test_missing_and_unknown() -> None:
+    with pytest.raises(ConfigError, match="unknown hardware 'nope'"):
+        get_hardware("nope")
+    with pytest.raises(ConfigError, match="missing field 'links'"):
+        HardwareProfile.from_mapping({"name": "x", "gpus_per_node": 1, "gpu_type": "a"}, "f.json")
+    with pytest.raises(ConfigError, match="not found"):
+        get_hardware("/nonexistent/x.json")
+
+
+def test_affine_curve_matches_zoo_formula() -> None:
+    c = ComputeCurve.affine(0.01, 0.002)
+    assert c.is_affine and c(5.0) == pytest.approx(0.02)
+    assert ComputeCurve.affine(0.01, 0.002).to_mapping() == {"t0": 0.01, "per_sample": 0.002}

@@ -1,0 +1,101 @@
+"""The iteration-time model's terms against hand-computed numbers (docs/MODEL.md §1)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from crop_gym.errors import ConfigError
+from crop_gym.model.timing import PerfConfig, comm_time, compute_curve, iteration_time
+
+GB = 1e9
+
+
+def test_defaults_are_todays_hierarchical_formula() -> None:
+    # k=8 on 2 nodes x 4: intra 2*3/4*M/b_i + 2*3*a_i, inter 2*1/2*M/b_e + 2*1*a_e.
+    M, bi, be, ai, ae = 4e8, 100 * GB, 10 * GB, 1e-5, 5e-5
+    got = comm_time("hierarchical", M, 8, 4, 2, bi, be, ai, ae)
+    assert got == pytest.approx(1.5 * M / bi + 6 * ai + 1.0 * M / be + 2 * ae, rel=1e-15)
+
+
+def test_node_fabric_binds_below_the_gpu_link() -> None:
+    # F = 20 GB/s shared by g = 4 GPUs: each gets 5 GB/s < the 100 GB/s link.
+    M = 4e8
+    got = comm_time(
+        "hierarchical", M, 4, 4, 1, 100 * GB, np.inf, 0.0, 0.0, fabric_bandwidth=20 * GB
+    )
+    assert got == pytest.approx(2 * 3 / 4 * M / (5 * GB), rel=1e-15)
+    # g = 2: 10 GB/s each.
+    got2 = comm_time(
+        "hierarchical", M, 2, 2, 1, 100 * GB, np.inf, 0.0, 0.0, fabric_bandwidth=20 * GB
+    )
+    assert got2 == pytest.approx(M / (10 * GB), rel=1e-15)
+
+
+def test_nic_shared_by_co_located_gpus() -> None:
+    # '44' vs '17' vs '11' with nu = 1: the NIC share is b_inter / g.
+    M, be = 1e8, 10 * GB
+    kw = {"nic_sharing": 1.0}
+    c44 = comm_time("hierarchical", M, 8, 4, 2, np.inf, be, 0.0, 0.0, **kw)
+    c17 = comm_time("hierarchical", M, 8, 7, 2, np.inf, be, 0.0, 0.0, **kw)
+    c11 = comm_time("hierarchical", M, 2, 1, 2, np.inf, be, 0.0, 0.0, **kw)
+    assert c11 == pytest.approx(M / be)
+    assert c44 == pytest.approx(4 * M / be)
+    assert c17 == pytest.approx(7 * M / be)
+    # nu = 0.5: sqrt(g).
+    half = comm_time("hierarchical", M, 8, 4, 2, np.inf, be, 0.0, 0.0, nic_sharing=0.5)
+    assert half == pytest.approx(2 * M / be)
+
+
+def test_step_latency_only_for_multi_gpu_jobs() -> None:
+    got = comm_time(
+        "ring",
+        1e8,
+        np.array([1, 2]),
+        np.array([1, 2]),
+        np.array([1, 1]),
+        np.array([np.inf, 10 * GB]),
+        np.inf,
+        np.array([0.0, 0.0]),
+        0.0,
+        step_latency=0.003,
+    )
+    assert got[0] == 0.0
+    assert got[1] == pytest.approx(2 * 1 / 2 * 1e8 / (10 * GB) + 0.003)
+
+
+def test_overlap_two_sided_and_single_phi_agree() -> None:
+    t, C = np.array([0.2, 0.5, 1.0]), np.array([0.4, 0.1, 1.0])
+    phi = 0.3
+    single = iteration_time(t, C, phi)
+    two = iteration_time(t, C, phi, phi)
+    assert np.allclose(single, two, rtol=1e-14)
+    # Hand numbers: t=0.2, C=0.4, phi_t=0.5, phi_c=1: hides min(0.1, 0.4) = 0.1 -> 0.5.
+    assert iteration_time(0.2, 0.4, 0.5, 1.0) == pytest.approx(0.5)
+    # Floor: phi_c = 0.25 leaves at least 0.75 C exposed: hides min(0.5, 0.1) -> 0.2 + 0.3.
+    assert iteration_time(0.2, 0.4, 1.0, 0.25) == pytest.approx(0.5)
+    assert iteration_time(0.3, 0.2, 0.0) == 0.5
+
+
+def test_compute_curve_affine_and_knots() -> None:
+    assert compute_curve([0.0, 1.0], [0.05, 0.06], [0.0, 10.0]) == pytest.approx([0.05, 0.15])
+    knots_b, knots_t = [4.0, 8.0, 16.0], [0.1, 0.2, 0.6]
+    got = compute_curve(knots_b, knots_t, [2.0, 4.0, 6.0, 12.0, 20.0])
+    # Below the first knot the first segment extends (slope 0.025), above the last the last (0.05).
+    assert got == pytest.approx([0.05, 0.1, 0.15, 0.4, 0.8])
+    assert compute_curve([1.0, 2.0], [1.0, 0.5], 10.0) == 0.0  # floored
+
+
+def test_perf_config_ranges() -> None:
+    PerfConfig(fabric_bandwidth=1e9, nic_sharing=1.0, compute_sharing=0.1, overlap_cap=0.5)
+    for bad in (
+        {"nic_sharing": 1.5},
+        {"fabric_bandwidth": 0.0},
+        {"overlap_cap": -0.1},
+        {"compute_sharing": -1.0},
+        {"step_latency": math.nan},
+    ):
+        with pytest.raises(ConfigError, match=next(iter(bad))):
+            PerfConfig(**bad)
