@@ -359,3 +359,9 @@ def test_ray_backend_matches_local_and_retries_killed_workers(
         import shutil
 
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_the_full_study_file_is_valid() -> None:
+    spec = load_study(Path(__file__).resolve().parents[1] / "docs/studies/elasticflow_full.yaml")
+    assert len(spec.traces) == 10 and spec.abnormal == ("none", "mild", "severe")
+    assert spec.seeds == (0, 1, 2) and "crop" in spec.policies and spec.jobs is None
