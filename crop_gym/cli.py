@@ -54,6 +54,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crop_gym.calibration_cli",
     "crop_gym.workloads.cli",
     "crop_gym.sim_cli",
+    "crop_gym.study.cli",
     "agents.cli",
 )
 

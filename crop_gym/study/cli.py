@@ -1,0 +1,250 @@
+"""The ``crop-gym study`` command: a grid of simulations, run locally or on Ray, resumable.
+
+Usage::
+
+    crop-gym study --traces elasticflow:cluster10 --cluster n32g8 --policies crop,best-fit \
+        --abnormal mild --seeds 2 --backend local --out DIR
+    crop-gym study --study study.yaml --backend ray --address auto --out DIR
+
+Lists are comma-separated; ``--policies all`` is every registered policy, ``--cluster auto`` (the
+default) ElasticFlow's cluster for each trace. Flags override the fields of a ``--study`` file.
+A re-run with the same ``--out`` skips the runs already finished there (docs/STUDY.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from crop_gym.cli import int_at_least
+
+__all__ = ["register", "run"]
+
+_positive_int = int_at_least(1)
+_count = int_at_least(0)
+
+#: Merged outputs written under ``--out`` after the runs (see :mod:`crop_gym.study.results`).
+MERGED_OUTPUTS: tuple[str, ...] = (
+    "results.json",
+    "results.csv",
+    "summary.csv",
+    "summary.md",
+    "summary.png",
+)
+
+
+def _scale(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
+    return v
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``study`` sub-command to the ``crop-gym`` parser."""
+    p = subparsers.add_parser(
+        "study",
+        help="run a grid of simulations (traces x clusters x policies x profiles x seeds)",
+        description=(
+            "Run every combination of traces, clusters, hardware profiles, policies, abnormality "
+            "profiles and seeds in the simulator, on local processes or a Ray cluster. Each run's "
+            "result is written atomically to OUT/runs/<run id>.json; a re-run skips finished "
+            "runs. Then writes merged JSON/CSV, a summary with bootstrap 95%% intervals over "
+            "seeds (CSV and markdown) and a figure."
+        ),
+    )
+    p.add_argument("--study", metavar="FILE", default=None, help="study file (.yaml/.json/.toml)")
+    p.add_argument("--traces", default=None, metavar="LIST", help="bundled traces or files")
+    p.add_argument(
+        "--cluster",
+        "--clusters",
+        dest="clusters",
+        default=None,
+        metavar="LIST",
+        help="topology presets, or auto: ElasticFlow's cluster per trace (default auto)",
+    )
+    p.add_argument(
+        "--hardware", default=None, metavar="LIST", help="hardware profiles (default: default)"
+    )
+    p.add_argument(
+        "--policies", default=None, metavar="LIST", help="policies, or all (every registered one)"
+    )
+    p.add_argument(
+        "--abnormal",
+        default=None,
+        metavar="LIST",
+        help="abnormality profiles: none, mild, severe, testbed (default none)",
+    )
+    p.add_argument(
+        "--seeds", type=_positive_int, default=None, metavar="N", help="N seeds (default 1)"
+    )
+    p.add_argument(
+        "--first-seed", type=_count, default=0, metavar="S", help="seeds S .. S+N-1 (default 0)"
+    )
+    p.add_argument(
+        "--jobs",
+        "--max-jobs",
+        dest="jobs",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="simulate the first N jobs of each trace (default all)",
+    )
+    p.add_argument(
+        "--arrival-scale",
+        type=_scale,
+        default=None,
+        metavar="X",
+        help="multiply arrival times by X (< 1 loads the cluster more; default 1)",
+    )
+    p.add_argument("--backend", choices=("local", "ray"), default="local", help="default local")
+    p.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="local worker processes (default: the CPU count; 1 = in this process)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="Ray cluster: auto, ray://HOST:10001 (default: RAY_ADDRESS, else a local Ray)",
+    )
+    p.add_argument(
+        "--retries",
+        type=_count,
+        default=3,
+        metavar="N",
+        help="times a run is retried when its worker dies (default 3)",
+    )
+    p.add_argument(
+        "--out", required=True, metavar="DIR", help="results folder (created if missing)"
+    )
+    p.add_argument(
+        "--rerun", action="store_true", help="run finished runs again (default: skip them)"
+    )
+    p.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing; merge and summarise the finished runs of the study",
+    )
+    p.add_argument(
+        "--bootstrap",
+        type=_positive_int,
+        default=2000,
+        metavar="N",
+        help="bootstrap resamples of each interval (default 2000)",
+    )
+    p.add_argument(
+        "--bootstrap-seed", type=_count, default=0, metavar="S", help="seed of the bootstrap"
+    )
+    p.add_argument(
+        "--reference",
+        default="crop",
+        metavar="POLICY",
+        help="policy the summary's headline compares with the best other (default crop)",
+    )
+    p.add_argument("--no-plot", action="store_true", help="do not draw summary.png")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def build_spec(args: argparse.Namespace) -> Any:
+    """The :class:`~crop_gym.study.spec.StudySpec` of the command line (over ``--study``)."""
+    from crop_gym.errors import ConfigError
+    from crop_gym.study.spec import StudySpec, load_study
+
+    flags = {
+        "traces": args.traces,
+        "clusters": args.clusters,
+        "hardware": args.hardware,
+        "policies": args.policies,
+        "abnormal": args.abnormal,
+        "jobs": args.jobs,
+        "arrival_scale": args.arrival_scale,
+    }
+    if args.seeds is not None:
+        flags["seeds"] = tuple(range(args.first_seed, args.first_seed + args.seeds))
+    elif args.first_seed:
+        flags["seeds"] = (args.first_seed,)
+    given = {k: v for k, v in flags.items() if v is not None}
+    if args.study is not None:
+        base = load_study(args.study)
+        return base.replace(**given) if given else base
+    for required in ("traces", "policies"):
+        if required not in given:
+            raise ConfigError(f"--{required} is required without --study")
+    return StudySpec(**given)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``crop-gym study``; returns the exit code."""
+    from crop_gym.cli import check_input_file, write_outputs
+    from crop_gym.errors import ConfigError
+    from crop_gym.io import check_outputs
+    from crop_gym.study.backends import make_backend
+    from crop_gym.study.grid import expand
+    from crop_gym.study.report import plot_summary, summarize, summary_csv, summary_markdown
+    from crop_gym.study.results import finished_records, merged_csv, merged_json, scalar_metrics
+    from crop_gym.study.runner import StudyOutcome, run_study
+
+    check_input_file(args.study, what="study")
+    spec = build_spec(args)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {args.out}: is not a folder")
+    if args.address is not None and args.backend != "ray":
+        raise ConfigError("--address is for --backend ray")
+    names = [n for n in MERGED_OUTPUTS if not (args.no_plot and n.endswith(".png"))]
+    inputs = [args.study, *spec.trace_files]
+    out.mkdir(parents=True, exist_ok=True)
+    check_outputs({f"--out {n}": str(out / n) for n in names}, inputs=inputs)
+    if args.report_only:
+        runs = expand(spec)
+        found = finished_records(out, runs)
+        if not found:
+            raise ConfigError(f"--out {args.out}: no finished run of this study")
+        outcome = StudyOutcome(tuple(runs), found, len(found), 0, 0.0)
+    else:
+        workers = args.workers or os.cpu_count() or 1
+        backend = make_backend(
+            args.backend, workers=workers, address=args.address, retries=args.retries
+        )
+        print(f"study: {spec.size} runs, results in {out}", flush=True)
+        outcome = run_study(
+            spec, out, backend, resume=not args.rerun, progress=not args.no_progress
+        )
+        print(
+            f"{outcome.executed} run(s) executed on {backend.name} in {outcome.wall_s:.1f} s, "
+            f"{outcome.skipped} already finished",
+            flush=True,
+        )
+    records = outcome.ordered_records()
+    metrics = scalar_metrics(records)
+    rows = summarize(records, metrics, resamples=args.bootstrap, seed=args.bootstrap_seed)
+    missing = len(outcome.runs) - len(records)
+    writers: dict[str, Callable[[Path], object]] = {
+        str(out / "results.json"): lambda p: p.write_text(merged_json(records), encoding="utf-8"),
+        str(out / "results.csv"): lambda p: p.write_text(merged_csv(records), encoding="utf-8"),
+        str(out / "summary.csv"): lambda p: p.write_text(
+            summary_csv(rows, metrics), encoding="utf-8"
+        ),
+        str(out / "summary.md"): lambda p: p.write_text(
+            summary_markdown(rows, reference=args.reference) + "\n", encoding="utf-8"
+        ),
+    }
+    if not args.no_plot:
+        writers[str(out / "summary.png")] = lambda p: plot_summary(rows, p)
+    for path in write_outputs(writers):
+        print(f"wrote {path}")
+    if missing:
+        print(f"{missing} run(s) of the study not finished yet: run again without --report-only")
+    return 0
