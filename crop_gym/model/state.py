@@ -31,6 +31,7 @@ from crop_gym.model.timing import (
     ideal_time,
     inter_bandwidth,
     job_times,
+    memo_facts,
     placement_facts,
 )
 from crop_gym.model.topology import Topology
@@ -311,7 +312,8 @@ class ClusterState:
 
     def facts_for(self, gpus: NDArray[np.integer[Any]] | Sequence[int]) -> PlacementFacts:
         """Contention-independent facts of one placement under the current health (one row)."""
-        return placement_facts(self.topology, self._health, [np.asarray(gpus)])
+        key = tuple(np.sort(np.asarray(gpus)).tolist())
+        return memo_facts(self.topology, self._health, [key])
 
     # --------------------------------------------------------------- evaluation
     def _times(self, rows: NDArray[np.intp]) -> None:

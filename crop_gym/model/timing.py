@@ -31,8 +31,9 @@ job or per candidate. A single job is the call with one row. docs/MODEL.md gives
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -55,6 +56,7 @@ __all__ = [
     "inter_bandwidth",
     "iteration_time",
     "job_times",
+    "memo_facts",
     "placement_facts",
 ]
 
@@ -400,6 +402,71 @@ def _device_arrays(topology: Topology, health: Health) -> _DeviceArrays:
         gpu_link_lat=topology.link_lat[own],
         link_ok=1.0 - health.link_fail_prob,
     )
+
+
+# ----------------------------------------------------------------------------- memoised facts
+#: Rows a :class:`_FactsMemo` holds before it starts afresh (its bound).
+_MEMO_ROWS = 1 << 13
+
+
+@dataclass(eq=False)
+class _FactsMemo:
+    """Facts of the GPU sets already evaluated on one topology under one health (both immutable,
+    so a row never goes stale): row ``row[gpus]`` of ``values``, ``links`` and ``width``."""
+
+    topology: Topology
+    row: dict[tuple[int, ...], int] = field(default_factory=dict)
+    values: FloatArray = field(default_factory=lambda: np.zeros((0, len(FACT_COLUMNS))))
+    links: NDArray[np.int32] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int32))
+    width: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def add(self, keys: list[tuple[int, ...]], facts: PlacementFacts) -> None:
+        """Store ``facts`` (one row per key, in order)."""
+        n, (R, W) = len(self.row), facts.inter_links.shape
+        w = self.links.shape[1]
+        if n + R > len(self.values) or W > w:
+            cap = max(len(self.values), 2 * (n + R), 64)
+            values, links = np.zeros((cap, len(FACT_COLUMNS))), np.zeros((cap, max(w, W)), np.int32)
+            width = np.zeros(cap, dtype=np.int64)
+            values[:n], links[:n, :w], width[:n] = self.values[:n], self.links[:n], self.width[:n]
+            self.values, self.links, self.width = values, links, width
+        self.values[n : n + R] = facts.values
+        self.links[n : n + R, :W] = facts.inter_links
+        self.width[n : n + R] = np.count_nonzero(facts.inter_links, axis=1)
+        self.row.update(zip(keys, range(n, n + R), strict=True))
+
+
+#: Per health (immutable, compared by identity) its memo; dropped with the health.
+_MEMOS: weakref.WeakKeyDictionary[Health, _FactsMemo] = weakref.WeakKeyDictionary()
+
+
+def memo_facts(
+    topology: Topology, health: Health, keys: Sequence[tuple[int, ...]]
+) -> PlacementFacts:
+    """:func:`placement_facts` of the placements ``keys`` (sorted GPU tuples), memoised by GPU set.
+
+    Facts are a pure function of the immutable topology, health and GPU set, so each set is
+    evaluated once per health (in one :func:`placement_facts` call for all the new ones); the
+    memo of a health holds at most 8,192 sets and is dropped with the health.
+    """
+    memo = _MEMOS.get(health)
+    if memo is None or memo.topology is not topology or len(memo.row) > _MEMO_ROWS:
+        memo = _MEMOS[health] = _FactsMemo(topology)
+    get = memo.row.get
+    rows = [get(key, -1) for key in keys]
+    if -1 in rows:
+        by_size: dict[int, dict[tuple[int, ...], None]] = {}
+        for key, r in zip(keys, rows, strict=True):
+            if r < 0:
+                by_size.setdefault(len(key), {})[key] = None
+        new = [key for group in by_size.values() for key in group]
+        memo.add(
+            new, placement_facts(topology, health, [np.array(list(g)) for g in by_size.values()])
+        )
+        rows = [memo.row[key] for key in keys]
+    idx = np.array(rows, dtype=np.intp)
+    width = int(memo.width[idx].max(initial=0))
+    return PlacementFacts(memo.values[idx], memo.links[idx, :width])
 
 
 # ----------------------------------------------------------------------------- ideal time
