@@ -423,12 +423,19 @@ class _FactsMemo:
     def add(self, keys: list[tuple[int, ...]], facts: PlacementFacts) -> None:
         """Store ``facts`` (one row per key, in order)."""
         n, (R, W) = len(self.row), facts.inter_links.shape
-        w = self.links.shape[1]
-        if n + R > len(self.values) or W > w:
+        old_w = self.links.shape[1]
+        if n + R > len(self.values) or old_w < W:
             cap = max(len(self.values), 2 * (n + R), 64)
-            values, links = np.zeros((cap, len(FACT_COLUMNS))), np.zeros((cap, max(w, W)), np.int32)
+            values, links = (
+                np.zeros((cap, len(FACT_COLUMNS))),
+                np.zeros((cap, max(old_w, W)), np.int32),
+            )
             width = np.zeros(cap, dtype=np.int64)
-            values[:n], links[:n, :w], width[:n] = self.values[:n], self.links[:n], self.width[:n]
+            values[:n], links[:n, :old_w], width[:n] = (
+                self.values[:n],
+                self.links[:n],
+                self.width[:n],
+            )
             self.values, self.links, self.width = values, links, width
         self.values[n : n + R] = facts.values
         self.links[n : n + R, :W] = facts.inter_links
