@@ -471,24 +471,56 @@ class ClusterState:
             The change of F.
         """
         p = self.check_placement(job, gpus)
-        p.setflags(write=False)
-        f = facts if facts is not None else self.facts_for(p)
-        s = self._free_slot(f.inter_links.shape[1])
-        t = self._table
-        t.write(s, f, 0, job, self.ideal_time(job))
-        t.active[s] = True
-        self._jobs[job.job_id] = s
-        self._slot_job[s], self._slot_gpus[s] = job, p
-        self._owner[p] = s
-        links = f.inter_links[0]
-        links = links[links > 0]
-        self._load[links] += 1
+        links = self._place(job, p, facts if facts is not None else self.facts_for(p))
         # The jobs sharing one of its links include the new job itself.
-        rows = self._sharing(links) if len(links) else np.array([s])
+        rows = self._sharing(links) if len(links) else np.array([self._jobs[job.job_id]])
         delta = self._reevaluate(rows)
         self._F += delta
         self.version += 1
         return delta
+
+    def add_many(
+        self, jobs: Sequence[Job], placements: Sequence[NDArray[np.integer[Any]] | Sequence[int]]
+    ) -> float:
+        """Place ``jobs[i]`` on ``placements[i]`` for every ``i``, as :meth:`add` one after another
+        would, evaluating the placement facts and the times once for all of them.
+
+        Returns:
+            The change of F.
+
+        Raises:
+            ConfigError: As :meth:`add`, also for a GPU or a job id given twice; nothing is placed.
+        """
+        taken = np.zeros(self.topology.num_gpus, dtype=bool)
+        checked: list[tuple[Job, NDArray[np.int32]]] = []
+        for job, gpus in zip(jobs, placements, strict=True):
+            p = self.check_placement(job, gpus)
+            if taken[p].any() or job.job_id in (j.job_id for j, _ in checked):
+                raise ConfigError(f"job {job.job_id}: its GPUs or its id are given twice")
+            taken[p] = True
+            checked.append((job, p))
+        facts = memo_facts(self.topology, self._health, [tuple(p.tolist()) for _, p in checked])
+        for i, (job, p) in enumerate(checked):
+            self._place(job, p, facts.take(i))
+        before = self._F
+        self.version += 1
+        return self.evaluate() - before
+
+    def _place(self, job: Job, p: NDArray[np.int32], facts: PlacementFacts) -> NDArray[np.int32]:
+        """Write a checked placement with its one-row ``facts`` into a free slot and add its rings
+        to the link loads (its times are the caller's to evaluate); return its inter-server links."""
+        p.setflags(write=False)
+        s = self._free_slot(facts.inter_links.shape[1])
+        t = self._table
+        t.write(s, facts, 0, job, self.ideal_time(job))
+        t.active[s] = True
+        self._jobs[job.job_id] = s
+        self._slot_job[s], self._slot_gpus[s] = job, p
+        self._owner[p] = s
+        links = facts.inter_links[0]
+        links = links[links > 0]
+        self._load[links] += 1
+        return links
 
     def _free_slot(self, width: int) -> int:
         """A free slot whose link row holds ``width`` links (the table grows if needed)."""
