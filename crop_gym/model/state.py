@@ -361,14 +361,7 @@ class ClusterState:
             facts: Facts of ``R`` placements of ``job.num_gpus`` GPUs under the current health
                 (:func:`~crop_gym.model.timing.placement_facts`, :meth:`facts_for`).
         """
-        one = np.ones(len(facts))
-        return self._gains(
-            job.grad_bytes * one,
-            job.compute_time * one,
-            self.ideal_time(job) * one,
-            job.weight * one,
-            facts,
-        )
+        return self.row_gains([job], np.zeros(len(facts), dtype=np.int64), facts)
 
     def row_gains(
         self, jobs: Sequence[Job], job_of_row: NDArray[np.int64], facts: PlacementFacts
@@ -382,17 +375,7 @@ class ClusterState:
             [(j.grad_bytes, j.compute_time, self.ideal_time(j), j.weight) for j in jobs],
             dtype=np.float64,
         ).reshape(len(jobs), 4)[job_of_row]
-        return self._gains(const[:, 0], const[:, 1], const[:, 2], const[:, 3], facts)
-
-    def _gains(
-        self,
-        grad_bytes: FloatArray,
-        compute: FloatArray,
-        tstar: FloatArray,
-        weight: FloatArray,
-        facts: PlacementFacts,
-    ) -> Gains:
-        """:meth:`row_gains` of rows given by their job constants."""
+        grad_bytes, compute, tstar, weight = const.T
         t, load, eff = self._table, self._load, self._eff_bw
         links = facts.inter_links  # [R, Wc]
         b_own = inter_bandwidth(eff, load[links] + 1, links)
@@ -480,17 +463,11 @@ class ClusterState:
         return delta
 
     def add_many(
-        self, jobs: Sequence[Job], placements: Sequence[NDArray[np.integer[Any]] | Sequence[int]]
+        self, jobs: Sequence[Job], placements: Sequence[NDArray[np.integer[Any]]]
     ) -> float:
-        """Place ``jobs[i]`` on ``placements[i]`` for every ``i``, as :meth:`add` one after another
-        would, evaluating the placement facts and the times once for all of them.
-
-        Returns:
-            The change of F.
-
-        Raises:
-            ConfigError: As :meth:`add`, also for a GPU or a job id given twice; nothing is placed.
-        """
+        """Place ``jobs[i]`` on ``placements[i]`` (checked as by :meth:`add`; a GPU or job id given
+        twice is refused and then nothing is placed), with one facts evaluation and one
+        :meth:`evaluate` for all of them; return the change of F."""
         taken = np.zeros(self.topology.num_gpus, dtype=bool)
         checked: list[tuple[Job, NDArray[np.int32]]] = []
         for job, gpus in zip(jobs, placements, strict=True):
@@ -502,13 +479,12 @@ class ClusterState:
         facts = memo_facts(self.topology, self._health, [tuple(p.tolist()) for _, p in checked])
         for i, (job, p) in enumerate(checked):
             self._place(job, p, facts.take(i))
-        before = self._F
-        self.version += 1
+        before, self.version = self._F, self.version + 1
         return self.evaluate() - before
 
     def _place(self, job: Job, p: NDArray[np.int32], facts: PlacementFacts) -> NDArray[np.int32]:
-        """Write a checked placement with its one-row ``facts`` into a free slot and add its rings
-        to the link loads (its times are the caller's to evaluate); return its inter-server links."""
+        """Store a checked placement and add its rings to the loads (the caller evaluates the
+        times); return its inter-server links."""
         p.setflags(write=False)
         s = self._free_slot(facts.inter_links.shape[1])
         t = self._table
