@@ -52,7 +52,7 @@ from crop_gym.candidates import CandidateSet, candidate_placements
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PlacementFacts, placement_facts
+from crop_gym.model.timing import PlacementFacts, memo_facts
 
 __all__ = ["RULES", "CandidateFn", "CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]
 
@@ -196,10 +196,10 @@ class _Greedy:
     def _candidates(self, k: int) -> list[int]:
         self.st.refreshes += 1
         cs = self.candidate_fn(self.ws, k, robust=self.robust, max_candidates=self.cap)
-        keys = [tuple(row) for row in cs.gpus.tolist()]
+        keys = cs.keys
         new = [i for i, key in enumerate(keys) if key not in self.cid_of]
         if new:
-            facts = placement_facts(self.topo, self.ws.health, cs.gpus[new])
+            facts = memo_facts(self.topo, self.ws.health, [keys[i] for i in new])
             for j, i in enumerate(new):
                 self.cid_of[keys[i]] = len(self.c_gpus)
                 self.c_gpus.append(cs.gpus[i].copy())

@@ -202,7 +202,12 @@ def _badness_of(topo: Topology, health: Health | None) -> _Badness:
 
 # ------------------------------------------------------------------------------------ entry points
 def candidate_placements(
-    state: ClusterState, k: int, *, robust: bool = True, max_candidates: int = 8
+    state: ClusterState,
+    k: int,
+    *,
+    robust: bool = True,
+    max_candidates: int = 8,
+    free: NDArray[np.bool_] | None = None,
 ) -> CandidateSet:
     """Compact candidate placements of ``k`` GPUs in the current state.
 
@@ -211,6 +216,7 @@ def candidate_placements(
         k: GPUs of the job (1 to the cluster's GPUs).
         robust: Whether device health steers the choice.
         max_candidates: Cap on the number of candidates returned (>= 1).
+        free: ``bool[G]`` the GPUs to choose from (default: the state's free usable GPUs).
 
     Returns:
         Up to ``max_candidates`` distinct candidates, best first; empty if fewer than ``k`` GPUs are
@@ -219,11 +225,16 @@ def candidate_placements(
     Raises:
         ConfigError: If ``k`` or ``max_candidates`` is out of range.
     """
-    return candidate_sets(state, (k,), robust=robust, max_candidates=max_candidates)[0]
+    return candidate_sets(state, (k,), robust=robust, max_candidates=max_candidates, free=free)[0]
 
 
 def candidate_sets(
-    state: ClusterState, sizes: Iterable[int], *, robust: bool = True, max_candidates: int = 8
+    state: ClusterState,
+    sizes: Iterable[int],
+    *,
+    robust: bool = True,
+    max_candidates: int = 8,
+    free: NDArray[np.bool_] | None = None,
 ) -> list[CandidateSet]:
     """:func:`candidate_placements` of each size in ``sizes``, computed together.
 
@@ -232,6 +243,7 @@ def candidate_sets(
         sizes: GPUs of the jobs (each from 1 to the cluster's GPUs; repeats allowed).
         robust: Whether device health steers the choice.
         max_candidates: Cap on the number of candidates returned per size (>= 1).
+        free: ``bool[G]`` the GPUs to choose from (default: the state's free usable GPUs).
 
     Returns:
         The candidate set of each size, in the order of ``sizes``.
@@ -248,9 +260,10 @@ def candidate_sets(
         check_range("max_candidates", max_candidates, 1)
     if not ks:
         return []
-    n_free = state.num_free
+    free = state.free_mask if free is None else free
+    n_free = int(np.count_nonzero(free))
     fitting = sorted({k for k in ks if k <= n_free})
-    out = _generate(state, fitting, robust, int(max_candidates)) if fitting else {}
+    out = _generate(state, free, n_free, fitting, robust, int(max_candidates)) if fitting else {}
     return [out.get(k) or _empty(k) for k in ks]
 
 
@@ -277,7 +290,12 @@ def _ragged(starts: _I64, lengths: _I64) -> _I64:
 
 
 def _generate(
-    state: ClusterState, ks: list[int], robust: bool, cap: int
+    state: ClusterState,
+    free: NDArray[np.bool_],
+    n_free: int,
+    ks: list[int],
+    robust: bool,
+    cap: int,
 ) -> dict[int, CandidateSet]:
     """The candidate sets of the distinct sizes ``ks`` (each at most the free GPUs).
 
@@ -289,7 +307,6 @@ def _generate(
     G, lo = len(b.q), t.srv_lo
     K = np.array(ks, dtype=np.int64)
     Kc = K[:, None]
-    free = state.free_mask
     f = np.add.reduceat(free.view(np.uint8), lo, dtype=np.int64)  # free GPUs per server
     # The GPU order: server by server, its free GPUs (least bad first, then by index), then its
     # busy ones. A server's k best free GPUs are the k first of its block.
@@ -341,7 +358,7 @@ def _generate(
             # Ranks of the free GPUs, busy ones all alike after them; a subtree's k best are
             # taken as np.argpartition gives them, and their badness summed in that order.
             rank = np.lexsort((-f[t.gpu_server], b.q_round, ~free)).argsort()
-            rank = np.minimum(rank, state.num_free)
+            rank = np.minimum(rank, n_free)
             best = []
             for k, w in zip(kh.tolist(), hw.tolist(), strict=True):
                 a, z = t.sw_gpus[w]

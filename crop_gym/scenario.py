@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError
@@ -439,6 +440,11 @@ class ScenarioSampler:
         state = ClusterState(self.topology, health, sc.perf)
         target = round(sc.background_load * self.topology.num_gpus)
         busy, t, misses = 0, 0, 0
+        # The background jobs are chosen one after another on the GPUs left free, then placed
+        # (and evaluated) together.
+        free = state.free_mask
+        jobs: list[Job] = []
+        placements: list[NDArray[np.int32]] = []
         while busy < target and misses < 20:
             (i,) = rng.integers(0, len(self._pool), size=1).tolist()
             job = _static_copy(self._pool[i], f"bg{t}")
@@ -447,13 +453,16 @@ class ScenarioSampler:
                 misses += 1
                 continue
             cands = candidate_placements(
-                state, job.num_gpus, robust=False, max_candidates=sc.max_candidates
+                state, job.num_gpus, robust=False, max_candidates=sc.max_candidates, free=free
             )
             if len(cands) == 0:
                 misses += 1
                 continue
-            # A candidate of the current state is a valid placement: no need to check it.
-            state.add(job, cands.gpus[rng.integers(len(cands))])
+            gpus = cands.gpus[rng.integers(len(cands))]
+            free[gpus] = False
+            jobs.append(job)
+            placements.append(gpus)
             busy += job.num_gpus
+        state.add_many(jobs, placements)
         queue = tuple(self._draw(rng, sc.queue_size, "q"))
         return PlacementInstance(state=state, queue=queue, scenario=sc)

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crop_gym.errors import ConfigError
 from crop_gym.model.devices import PROFILES, get_profile
 from crop_gym.model.jobs import MODEL_ZOO, Job, ModelSpec, get_model, register_model
 from crop_gym.model.objective import evaluate_from_scratch
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PerfConfig, ideal_time, placement_facts
+from crop_gym.model.timing import PerfConfig, ideal_time, memo_facts, placement_facts
 from crop_gym.model.topology import make_topology
 
 TOPOLOGIES = ("testbed-8", "leafspine-64", "n64g8")
@@ -133,6 +134,59 @@ def test_facts_of_a_block_equal_the_facts_of_each_row(seed: int, topo_name: str)
                 )
             else:
                 assert a[0] == pytest.approx(b, rel=1e-15)
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), topo_name=st.sampled_from(TOPOLOGIES))
+def test_memoised_facts_equal_computed_facts(seed: int, topo_name: str) -> None:
+    rng = np.random.default_rng(seed)
+    topo = make_topology(topo_name)
+    health = get_profile("severe").sample(topo, rng)
+    for _ in range(3):  # later rounds find some sets in the memo
+        rows = [
+            tuple(sorted(rng.choice(topo.num_gpus, int(k), replace=False).tolist()))
+            for k in rng.choice([1, 2, 5, 8], 5)
+        ]
+        rows += rows[:2]  # repeated sets
+        memo = memo_facts(topo, health, rows)
+        for r, key in enumerate(rows):
+            alone = placement_facts(topo, health, [np.array(key)])
+            assert (memo.values[r] == alone.values[0]).all()
+            links = memo.inter_links[r]
+            assert sorted(links[links > 0]) == sorted(
+                alone.inter_links[0][alone.inter_links[0] > 0]
+            )
+
+
+@settings(max_examples=30, deadline=None)
+@given(**CASES)
+def test_add_many_equals_adding_one_by_one(seed, topo_name, profile, algo, overlap) -> None:
+    rng, _topo, state = _random_state(seed, topo_name, profile, algo, overlap)
+    one_by_one = state.copy()
+    free = np.flatnonzero(state.free_mask)
+    jobs, placements = [], []
+    for i in range(6):
+        job = _random_job(rng, i, len(free))
+        if job is None:
+            break
+        gpus = rng.choice(free, job.num_gpus, replace=False)
+        free = np.setdiff1d(free, gpus)
+        jobs.append(job)
+        placements.append(gpus)
+        one_by_one.add(job, gpus)
+    delta = state.add_many(jobs, placements)
+    assert _close(delta, one_by_one.F) and _close(state.F, one_by_one.F)
+    for job in jobs:
+        assert _close(state.job_value(job.job_id), one_by_one.job_value(job.job_id))
+    _check_against_scratch(state)
+    if jobs:  # a GPU given twice is refused and nothing is placed
+        twice = Job("twice", jobs[0].model, jobs[0].num_gpus, jobs[0].batch_size)
+        fresh = ClusterState(state.topology, state.health, state.perf)
+        with pytest.raises(ConfigError):
+            fresh.add_many([jobs[0], twice], [placements[0], placements[0]])
+        assert fresh.F == 0.0 and fresh.num_free == state.topology.num_gpus - int(
+            (~state.health.usable).sum()
+        )
 
 
 def test_copy_is_independent() -> None:

@@ -28,7 +28,7 @@ from numpy.typing import NDArray
 from crop_gym.candidates import CandidateSet, candidate_sets
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState, Gains
-from crop_gym.model.timing import PlacementFacts, placement_facts
+from crop_gym.model.timing import PlacementFacts, memo_facts
 
 __all__ = ["ActionTable", "action_index", "action_space", "build_action_table", "job_key"]
 
@@ -217,14 +217,7 @@ def build_action_table(
     row_slot = np.repeat(np.arange(len(jobs), dtype=np.int64), counts)
     starts = np.cumsum(counts) - counts
     row_cand = np.arange(len(row_slot), dtype=np.int64) - np.repeat(starts, counts)
-    # Facts once per distinct candidate set (slots of one size share it), then per row.
-    distinct = list(by_size.values())
-    set_start = dict(
-        zip(sizes, np.cumsum([0] + [len(s) for s in distinct])[:-1].tolist(), strict=True)
-    )
-    set_facts = placement_facts(state.topology, state.health, [s.gpus for s in distinct])
-    src = np.repeat([set_start[j.num_gpus] for j in jobs], counts).astype(np.int64) + row_cand
-    facts = set_facts.take(src)
+    facts = memo_facts(state.topology, state.health, [key for s in sets for key in s.keys])
     # Gains of every row in one vectorised call (each row alone against the state).
     gains = state.row_gains(jobs, row_slot, facts)
     mask = np.zeros(Q * C + 1, dtype=bool)

@@ -31,6 +31,7 @@ from crop_gym.model.timing import (
     ideal_time,
     inter_bandwidth,
     job_times,
+    memo_facts,
     placement_facts,
 )
 from crop_gym.model.topology import Topology
@@ -311,7 +312,8 @@ class ClusterState:
 
     def facts_for(self, gpus: NDArray[np.integer[Any]] | Sequence[int]) -> PlacementFacts:
         """Contention-independent facts of one placement under the current health (one row)."""
-        return placement_facts(self.topology, self._health, [np.asarray(gpus)])
+        key = tuple(np.sort(np.asarray(gpus)).tolist())
+        return memo_facts(self.topology, self._health, [key])
 
     # --------------------------------------------------------------- evaluation
     def _times(self, rows: NDArray[np.intp]) -> None:
@@ -359,14 +361,7 @@ class ClusterState:
             facts: Facts of ``R`` placements of ``job.num_gpus`` GPUs under the current health
                 (:func:`~crop_gym.model.timing.placement_facts`, :meth:`facts_for`).
         """
-        one = np.ones(len(facts))
-        return self._gains(
-            job.grad_bytes * one,
-            job.compute_time * one,
-            self.ideal_time(job) * one,
-            job.weight * one,
-            facts,
-        )
+        return self.row_gains([job], np.zeros(len(facts), dtype=np.int64), facts)
 
     def row_gains(
         self, jobs: Sequence[Job], job_of_row: NDArray[np.int64], facts: PlacementFacts
@@ -380,17 +375,7 @@ class ClusterState:
             [(j.grad_bytes, j.compute_time, self.ideal_time(j), j.weight) for j in jobs],
             dtype=np.float64,
         ).reshape(len(jobs), 4)[job_of_row]
-        return self._gains(const[:, 0], const[:, 1], const[:, 2], const[:, 3], facts)
-
-    def _gains(
-        self,
-        grad_bytes: FloatArray,
-        compute: FloatArray,
-        tstar: FloatArray,
-        weight: FloatArray,
-        facts: PlacementFacts,
-    ) -> Gains:
-        """:meth:`row_gains` of rows given by their job constants."""
+        grad_bytes, compute, tstar, weight = const.T
         t, load, eff = self._table, self._load, self._eff_bw
         links = facts.inter_links  # [R, Wc]
         b_own = inter_bandwidth(eff, load[links] + 1, links)
@@ -469,24 +454,49 @@ class ClusterState:
             The change of F.
         """
         p = self.check_placement(job, gpus)
-        p.setflags(write=False)
-        f = facts if facts is not None else self.facts_for(p)
-        s = self._free_slot(f.inter_links.shape[1])
-        t = self._table
-        t.write(s, f, 0, job, self.ideal_time(job))
-        t.active[s] = True
-        self._jobs[job.job_id] = s
-        self._slot_job[s], self._slot_gpus[s] = job, p
-        self._owner[p] = s
-        links = f.inter_links[0]
-        links = links[links > 0]
-        self._load[links] += 1
+        links = self._place(job, p, facts if facts is not None else self.facts_for(p))
         # The jobs sharing one of its links include the new job itself.
-        rows = self._sharing(links) if len(links) else np.array([s])
+        rows = self._sharing(links) if len(links) else np.array([self._jobs[job.job_id]])
         delta = self._reevaluate(rows)
         self._F += delta
         self.version += 1
         return delta
+
+    def add_many(
+        self, jobs: Sequence[Job], placements: Sequence[NDArray[np.integer[Any]]]
+    ) -> float:
+        """Place ``jobs[i]`` on ``placements[i]`` (checked as by :meth:`add`; a GPU or job id given
+        twice is refused and then nothing is placed), with one facts evaluation and one
+        :meth:`evaluate` for all of them; return the change of F."""
+        taken = np.zeros(self.topology.num_gpus, dtype=bool)
+        checked: list[tuple[Job, NDArray[np.int32]]] = []
+        for job, gpus in zip(jobs, placements, strict=True):
+            p = self.check_placement(job, gpus)
+            if taken[p].any() or job.job_id in (j.job_id for j, _ in checked):
+                raise ConfigError(f"job {job.job_id}: its GPUs or its id are given twice")
+            taken[p] = True
+            checked.append((job, p))
+        facts = memo_facts(self.topology, self._health, [tuple(p.tolist()) for _, p in checked])
+        for i, (job, p) in enumerate(checked):
+            self._place(job, p, facts.take(i))
+        before, self.version = self._F, self.version + 1
+        return self.evaluate() - before
+
+    def _place(self, job: Job, p: NDArray[np.int32], facts: PlacementFacts) -> NDArray[np.int32]:
+        """Store a checked placement and add its rings to the loads (the caller evaluates the
+        times); return its inter-server links."""
+        p.setflags(write=False)
+        s = self._free_slot(facts.inter_links.shape[1])
+        t = self._table
+        t.write(s, facts, 0, job, self.ideal_time(job))
+        t.active[s] = True
+        self._jobs[job.job_id] = s
+        self._slot_job[s], self._slot_gpus[s] = job, p
+        self._owner[p] = s
+        links = facts.inter_links[0]
+        links = links[links > 0]
+        self._load[links] += 1
+        return links
 
     def _free_slot(self, width: int) -> int:
         """A free slot whose link row holds ``width`` links (the table grows if needed)."""

@@ -45,8 +45,9 @@ job or per candidate. A single job is the call with one row. docs/MODEL.md gives
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -70,6 +71,7 @@ __all__ = [
     "inter_bandwidth",
     "iteration_time",
     "job_times",
+    "memo_facts",
     "placement_facts",
 ]
 
@@ -368,8 +370,7 @@ def placement_facts(
     blocks = [b for b in blocks if b.shape[0]]
     sizes = [b.shape[1] for b in blocks]
     kmax = max(sizes, default=0)
-    # Narrower blocks are padded by repeating their last GPU: a repeated GPU adds no server, link
-    # or ring step, and the per-GPU products below skip it (``valid``).
+    # Narrower blocks are padded by repeating their last GPU (see _facts).
     P = (
         np.concatenate(
             [np.sort(b, axis=1)[:, np.minimum(np.arange(kmax), b.shape[1] - 1)] for b in blocks]
@@ -377,40 +378,39 @@ def placement_facts(
         if blocks
         else np.zeros((0, 0), dtype=np.int64)
     )
-    R = P.shape[0]
     k = np.repeat(np.array(sizes, dtype=np.int64), [b.shape[0] for b in blocks])
-    valid = np.arange(kmax) < k[:, None]
+    return _facts(topology, health, P, k)
+
+
+def _facts(
+    topology: Topology, health: Health, P: NDArray[np.integer[Any]], k: IntArray
+) -> PlacementFacts:
+    """The facts of the rows of ``P``: row ``r`` holds its ``k[r]`` GPUs sorted, then its last GPU
+    repeated up to the width of ``P`` (a repeated GPU adds no server, link or ring step, and the
+    per-GPU products skip it)."""
+    R, kmax = P.shape
     if R == 0 or kmax == 0:
         z = np.zeros(R)
-        return PlacementFacts.of(
+        return PlacementFacts(
+            np.column_stack((k, k, k, z + np.inf, z, z, z + 1, z + 1)),
             np.zeros((R, 0), dtype=np.int32),
-            k=k,
-            g=k,
-            s=k,
-            b_intra=z + np.inf,
-            a_intra=z,
-            a_inter=z,
-            slowdown=z + 1,
-            survival=z + 1,
         )
-
     # Servers spanned, and the most GPUs on one server (rows are sorted: a server is a run).
+    idx = np.arange(kmax)
+    valid = idx < k[:, None]
     srv = topology.gpu_server[P]
     new_srv = np.ones(P.shape, dtype=bool)
     new_srv[:, 1:] = srv[:, 1:] != srv[:, :-1]
-    s = new_srv.sum(axis=1).astype(np.int64)
-    idx = np.arange(kmax)
+    s = new_srv.sum(axis=1)
     run_start = np.maximum.accumulate(np.where(new_srv, idx, 0), axis=1)
-    g = np.where(valid, idx - run_start + 1, 0).max(axis=1).astype(np.int64)
+    g = np.where(valid, idx - run_start + 1, 0).max(axis=1)
 
-    # A GPU's own (intra-server) link holds only that GPU: a ring of k >= 2 spans every one.
-    dev = _device_arrays(topology, health)
+    # Per-GPU terms in one gather. A GPU's own (intra-server) link holds only that GPU: a ring of
+    # k >= 2 spans every one.
+    X = _device_table(topology, health)[P]  # [R, k, 5]
     multi = k >= 2
-    b_intra = np.where(multi, dev.gpu_link_bw[P].min(axis=1), np.inf)
-    a_intra = np.where(multi, dev.gpu_link_lat[P].max(axis=1), 0.0)
-    ok = np.where(multi[:, None], dev.gpu_and_link_ok[P], dev.gpu_ok[P])
-    gpu_ok = np.where(valid, ok, 1.0).prod(axis=1)
-    slowdown = dev.slowdown[P].max(axis=1)
+    worst = X[:, :, :3].max(axis=1)  # -bandwidth, latency and slowdown of the GPU links
+    ok = np.where(valid[:, :, None], X[:, :, 3:], 1.0).prod(axis=1)  # (GPU, GPU and its link)
 
     # Inter-server links: at each depth, the links above the row's GPUs are contiguous runs (GPUs
     # are numbered in DFS order). If a depth holds more than one link, none of them holds all of
@@ -420,23 +420,25 @@ def placement_facts(
     first = np.ones(a.shape, dtype=bool)
     first[:, 1:, :] = change
     inter = (first & change.any(axis=1)[:, None, :] & (a > 0)).reshape(R, -1)
-    a = a.reshape(R, -1)
-    a_inter = np.where(inter, topology.link_lat[a], 0.0).max(axis=1, initial=0.0)
-    link_ok = np.where(inter, dev.link_ok[a], 1.0).prod(axis=1)
+    a = np.where(inter, a.reshape(R, -1), 0)
+    link = _link_table(topology, health)[a]  # [R, k * D, 2]: latency, 1 - π (root: 0, 1)
+    a_inter = link[:, :, 0].max(axis=1)
     width = int(inter.sum(axis=1).max(initial=0))
-    # Largest first, root-padded.
-    inter_links = -np.sort(-np.where(inter, a, 0), axis=1)[:, :width]
-    return PlacementFacts.of(
-        inter_links.astype(np.int32),
-        k=k,
-        g=g,
-        s=s,
-        b_intra=b_intra,
-        a_intra=a_intra,
-        a_inter=a_inter,
-        slowdown=slowdown,
-        survival=gpu_ok * link_ok,
+    a.sort(axis=1)
+    values = np.column_stack(
+        (
+            k,
+            g,
+            s,
+            np.where(multi, -worst[:, 0], np.inf),
+            np.where(multi, worst[:, 1], 0.0),
+            a_inter,
+            worst[:, 2],
+            np.where(multi, ok[:, 1], ok[:, 0]) * link[:, :, 1].prod(axis=1),
+        )
     )
+    # Largest first, root-padded.
+    return PlacementFacts(values, a[:, ::-1][:, :width].astype(np.int32))
 
 
 @lru_cache(maxsize=64)
@@ -455,31 +457,100 @@ def _upper_links_by_depth(topology: Topology) -> NDArray[np.int32]:
     return out
 
 
-@dataclass(frozen=True)
-class _DeviceArrays:
-    """Per-GPU and per-link health terms the facts read (a pure function of topology and health)."""
-
-    slowdown: FloatArray  # σ_g / speed_g
-    gpu_ok: FloatArray  # 1 - π_g
-    gpu_and_link_ok: FloatArray  # (1 - π_g)(1 - π of the GPU's own link)
-    gpu_link_bw: FloatArray  # ρ·B of the GPU's own link
-    gpu_link_lat: FloatArray  # latency of the GPU's own link
-    link_ok: FloatArray  # 1 - π_e per link
+@lru_cache(maxsize=16)
+def _device_table(topology: Topology, health: Health) -> FloatArray:
+    """``float64[G, 5]`` per GPU: minus the ρ·B and the latency of its own link, σ/speed, 1 - π,
+    and (1 - π)(1 - π of its own link). A pure function of the immutable topology and health."""
+    own = topology.gpu_node
+    gpu_ok = 1.0 - health.gpu_fail_prob
+    out = np.column_stack(
+        (
+            -(topology.link_bw * health.link_degradation)[own],
+            topology.link_lat[own],
+            health.gpu_slowdown / topology.gpu_speed,
+            gpu_ok,
+            gpu_ok * (1.0 - health.link_fail_prob[own]),
+        )
+    )
+    out.setflags(write=False)
+    return out
 
 
 @lru_cache(maxsize=16)
-def _device_arrays(topology: Topology, health: Health) -> _DeviceArrays:
-    """The health terms of ``health`` on ``topology`` (both immutable; kept for the last few)."""
-    own = topology.gpu_node
-    gpu_ok = 1.0 - health.gpu_fail_prob
-    return _DeviceArrays(
-        slowdown=health.gpu_slowdown / topology.gpu_speed,
-        gpu_ok=gpu_ok,
-        gpu_and_link_ok=gpu_ok * (1.0 - health.link_fail_prob[own]),
-        gpu_link_bw=(topology.link_bw * health.link_degradation)[own],
-        gpu_link_lat=topology.link_lat[own],
-        link_ok=1.0 - health.link_fail_prob,
-    )
+def _link_table(topology: Topology, health: Health) -> FloatArray:
+    """``float64[N, 2]`` per link: latency and 1 - π (the root, the padding, has 0 and 1)."""
+    out = np.column_stack((topology.link_lat, 1.0 - health.link_fail_prob))
+    out[0] = (0.0, 1.0)
+    out.setflags(write=False)
+    return out
+
+
+# ----------------------------------------------------------------------------- memoised facts
+#: Rows a :class:`_FactsMemo` holds before it starts afresh (its bound).
+_MEMO_ROWS = 1 << 13
+
+
+@dataclass(eq=False)
+class _FactsMemo:
+    """Facts of the GPU sets already evaluated on one topology under one health (both immutable,
+    so a row never goes stale): row ``row[gpus]`` of ``values``, ``links`` and ``width``."""
+
+    topology: Topology
+    row: dict[tuple[int, ...], int] = field(default_factory=dict)
+    values: FloatArray = field(default_factory=lambda: np.zeros((0, len(FACT_COLUMNS))))
+    links: NDArray[np.int32] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int32))
+    width: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def add(self, keys: list[tuple[int, ...]], facts: PlacementFacts) -> None:
+        """Store ``facts`` (one row per key, in order)."""
+        n, (R, W) = len(self.row), facts.inter_links.shape
+        old_w = self.links.shape[1]
+        if n + R > len(self.values) or old_w < W:
+            cap = max(len(self.values), 2 * (n + R), 64)
+            values, links = (
+                np.zeros((cap, len(FACT_COLUMNS))),
+                np.zeros((cap, max(old_w, W)), np.int32),
+            )
+            width = np.zeros(cap, dtype=np.int64)
+            values[:n], links[:n, :old_w], width[:n] = (
+                self.values[:n],
+                self.links[:n],
+                self.width[:n],
+            )
+            self.values, self.links, self.width = values, links, width
+        self.values[n : n + R] = facts.values
+        self.links[n : n + R, :W] = facts.inter_links
+        self.width[n : n + R] = np.count_nonzero(facts.inter_links, axis=1)
+        self.row.update(zip(keys, range(n, n + R), strict=True))
+
+
+#: Per health (immutable, compared by identity) its memo; dropped with the health.
+_MEMOS: weakref.WeakKeyDictionary[Health, _FactsMemo] = weakref.WeakKeyDictionary()
+
+
+def memo_facts(
+    topology: Topology, health: Health, keys: Sequence[tuple[int, ...]]
+) -> PlacementFacts:
+    """:func:`placement_facts` of the placements ``keys`` (sorted GPU tuples), memoised by GPU set.
+
+    Facts are a pure function of the immutable topology, health and GPU set, so each set is
+    evaluated once per health (in one :func:`placement_facts` call for all the new ones); the
+    memo of a health holds at most 8,192 sets and is dropped with the health.
+    """
+    memo = _MEMOS.get(health)
+    if memo is None or memo.topology is not topology or len(memo.row) > _MEMO_ROWS:
+        memo = _MEMOS[health] = _FactsMemo(topology)
+    get = memo.row.get
+    rows = [get(key, -1) for key in keys]
+    if -1 in rows:
+        new = list(dict.fromkeys(key for key, r in zip(keys, rows, strict=True) if r < 0))
+        kmax = max(map(len, new))
+        P = np.array([key + key[-1:] * (kmax - len(key)) for key in new])
+        memo.add(new, _facts(topology, health, P, np.array([len(key) for key in new])))
+        rows = [memo.row[key] for key in keys]
+    idx = np.array(rows, dtype=np.intp)
+    width = int(memo.width[idx].max(initial=0))
+    return PlacementFacts(memo.values[idx], memo.links[idx, :width])
 
 
 # ----------------------------------------------------------------------------- ideal time
