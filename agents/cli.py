@@ -78,7 +78,8 @@ def register(subparsers: Any) -> None:
         "--steps",
         type=_nonneg_int,
         default=None,
-        help="RL environment steps (default: the config's n_timesteps; 0: clone only)",
+        help="RL environment steps (default: the config's n_timesteps; 0: clone only); rounded up "
+        "to whole rollouts of n_steps x n_envs (DQN: train_freq x n_envs), with a one-line note",
     )
     t.add_argument("--seed", type=_nonneg_int, default=0, help="run seed, < 10^6 (default 0)")
     t.add_argument("--out", required=True, help="output directory")

@@ -50,6 +50,7 @@ __all__ = [
     "check_entry",
     "check_env_id",
     "config_path",
+    "crop_gym_ids",
     "linear_schedule",
     "load_config",
     "parse_config_text",
@@ -230,18 +231,28 @@ def resolve_schedule(value: Any) -> Any:
     return value
 
 
-def check_env_id(env_id: str, *, where: str = "--env") -> None:
-    """Raise a one-line :class:`ConfigError` unless ``env_id`` is a registered environment ID.
-
-    The message lists the ``crop_gym/`` IDs.
-    """
+def crop_gym_ids() -> list[str]:
+    """The registered ``crop_gym/`` environment IDs, sorted (registers them first)."""
     import gymnasium as gym
 
     import crop_gym  # noqa: F401  (registers the crop_gym/ IDs)
 
-    if not isinstance(env_id, str) or env_id not in gym.registry:
-        known = sorted(k for k in gym.registry if k.startswith("crop_gym/"))
-        raise ConfigError(f"{where}: unknown environment {env_id!r}; known: {', '.join(known)}")
+    return sorted(k for k in gym.registry if k.startswith("crop_gym/"))
+
+
+def check_env_id(env_id: str, *, where: str = "--env") -> None:
+    """Raise a one-line :class:`ConfigError` unless ``env_id`` is a registered ``crop_gym/`` ID.
+
+    Other Gymnasium IDs (``CartPole-v1``) are refused too: training and evaluation read the
+    placement environments' observation layout, action masks and F. The message lists the
+    ``crop_gym/`` IDs.
+    """
+    known = crop_gym_ids()
+    if not isinstance(env_id, str) or env_id not in known:
+        raise ConfigError(
+            f"{where}: unknown environment {env_id!r} (crop-gym trains and evaluates on the "
+            f"crop_gym/ placement environments); known: {', '.join(known)}"
+        )
 
 
 def config_path(algo: str) -> Path:
@@ -448,7 +459,8 @@ def load_config(algo: str, env_id: str, path: str | Path | None = None) -> RunCo
     Raises:
         ConfigError: One line naming the file (and entry and key): unreadable file, YAML error,
             alias or duplicate key, neither an entry for ``env_id`` nor a ``default`` one, an entry
-            that is not a mapping, an unknown key, a value of the wrong type or out of range.
+            named neither ``default`` nor a registered ``crop_gym/`` ID (a typo would otherwise be
+            ignored silently), an entry that is not a mapping, an unknown key, a value of the wrong type or out of range.
     """
     file = Path(path) if path is not None else config_path(algo)
     if algo not in ALGOS:
@@ -461,6 +473,13 @@ def load_config(algo: str, env_id: str, path: str | Path | None = None) -> RunCo
             raise ConfigError(
                 f"{file}: entry {name!r} must be a mapping of hyperparameters, "
                 f"got {_type_name(entry)}"
+            )
+    known = crop_gym_ids()
+    for name in data:
+        if name != "default" and name not in known:
+            raise ConfigError(
+                f"{file}: entry {name!r} is neither 'default' nor a registered environment ID; "
+                f"known: {', '.join(known)}"
             )
     base = data.get("default", {})
     for name, entry in data.items():

@@ -145,25 +145,30 @@ def callbacks() -> Any:
                 dynamic_ncols=True,
             )
 
+        def _postfix(self) -> None:
+            last = self.run.curve[-1] if self.run.curve else {}
+            if last.get("ratio_to_crop") is not None:
+                self.bar.set_postfix(ratio_to_crop=f"{last['ratio_to_crop']:.4f}", refresh=False)
+
         def _on_step(self) -> bool:
             if self.bar is not None:
                 self.bar.n = min(int(self.num_timesteps), self.total)
                 if self.n_calls % 16 == 0:
-                    last = self.run.curve[-1] if self.run.curve else {}
-                    if "ratio_to_crop" in last and last["ratio_to_crop"] is not None:
-                        self.bar.set_postfix(
-                            ratio_to_crop=f"{last['ratio_to_crop']:.4f}", refresh=False
-                        )
+                    self._postfix()
                     self.bar.refresh()
             return True
 
         def _on_training_end(self) -> None:
+            # After RunCallback's final validation (callbacks end in order): the bar closes on
+            # the steps that ran and the last validation, not the one before.
             if self.bar is not None:
                 self.bar.n = min(int(self.num_timesteps), self.total)
+                self._postfix()
                 self.bar.close()
 
     class RunCallback(BaseCallback):  # type: ignore[misc]
-        """Periodic validation (learning curve, best model) and checkpoints."""
+        """Validation (learning curve, best model; at the start, every ``eval_freq`` steps and at
+        the end, each logged as ``eval/*``) and periodic checkpoints."""
 
         def __init__(self, run: RunState) -> None:
             super().__init__()
@@ -185,6 +190,13 @@ def callbacks() -> Any:
                 self.run.save_periodic(self.model)
                 self.last_ckpt = n
             return True
+
+        def _on_training_end(self) -> None:
+            # A final validation point at the last step, logged with SB3's logger so TensorBoard
+            # has eval/* at the end (and the last update's train/*, which SB3 only dumps at the
+            # start of the next rollout).
+            if self.last_eval < int(self.num_timesteps):
+                self._validate()
 
         def _validate(self) -> None:
             row = self.run.validate(self.model, int(self.num_timesteps))

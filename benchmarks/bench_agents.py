@@ -4,7 +4,9 @@ Prints:
 
 * training throughput (environment steps per second during ``MaskablePPO.learn``, rollouts and
   updates included) on ``crop_gym/Placement-v0`` with the candidate scorer, with 1 environment
-  (``DummyVecEnv``) and 2 environments (``SubprocVecEnv``), and with SB3's ``MultiInputPolicy``;
+  (``DummyVecEnv``) and 2 environments (``DummyVecEnv`` in-process and ``SubprocVecEnv``), and with
+  SB3's ``MultiInputPolicy`` (1 and 2 environments): the median of ``--repeats`` timings, with
+  their range, and the machine's load average (other processes on the cores slow every figure);
 * the raw environment step rate with random valid actions (for reference);
 * the wall time to reach 0.98 x CROP's mean F on validation seeds: read from the ``run.json`` of
   training runs given with ``--runs`` (``time_to_target``), or measured by a short behaviour-cloning
@@ -12,14 +14,15 @@ Prints:
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/bench_agents.py [--steps 2048] [--runs runs/bc_ppo runs/scratch]
-        [--measure-target]
+    PYTHONPATH=. python benchmarks/bench_agents.py [--steps 2048] [--repeats 3]
+        [--runs runs/bc_ppo runs/scratch] [--measure-target]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -51,8 +54,14 @@ def env_rate(seconds: float = 3.0) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def train_rate(n_envs: int, steps: int, policy: str = "CandidateScorer") -> float:
-    """MaskablePPO steps/s (learn() wall time, rollouts and updates) with ``n_envs`` environments."""
+def train_rate(
+    n_envs: int, steps: int, policy: str = "CandidateScorer", vec_env: str | None = None
+) -> float:
+    """MaskablePPO steps/s (learn() wall time, rollouts and updates) with ``n_envs`` environments.
+
+    ``n_steps`` is the config's divided by ``n_envs`` (the same rollout size in steps);
+    ``vec_env`` defaults to ``subproc`` for more than one environment.
+    """
     from sb3_contrib import MaskablePPO
 
     from agents.config import load_config
@@ -69,7 +78,7 @@ def train_rate(n_envs: int, steps: int, policy: str = "CandidateScorer") -> floa
         n_envs=n_envs,
         seed=0,
         reward_scale=cfg.run["reward_scale"],
-        vec_env="subproc" if n_envs > 1 else "dummy",
+        vec_env=vec_env or ("subproc" if n_envs > 1 else "dummy"),
     )
     model = MaskablePPO(pol, venv, seed=0, policy_kwargs=pkw, **kw)
     model.learn(kw["n_steps"] * n_envs)  # warm-up (process start, first allocations)
@@ -80,6 +89,10 @@ def train_rate(n_envs: int, steps: int, policy: str = "CandidateScorer") -> floa
     return rate
 
 
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
     """Run the benchmark and print the figures."""
     ap = argparse.ArgumentParser(
@@ -88,6 +101,7 @@ def main() -> None:
     ap.add_argument(
         "--steps", type=int, default=2048, help="training steps timed per configuration"
     )
+    ap.add_argument("--repeats", type=int, default=3, help="timings per configuration (median)")
     ap.add_argument(
         "--runs", nargs="*", default=[], help="training run directories to read time-to-target from"
     )
@@ -98,15 +112,25 @@ def main() -> None:
     )
     args = ap.parse_args()
     th.set_num_threads(1)
-    print(f"environment: {ENV_ID}")
+    print(f"environment: {ENV_ID}; {os.cpu_count()} CPUs, load average {_load()}")
     print(f"raw env step rate (random valid actions): {env_rate():8.1f} steps/s")
-    for n_envs in (1, 2):
-        print(
-            f"MaskablePPO training, scorer, {n_envs} env(s):     {train_rate(n_envs, args.steps):8.1f} steps/s"
-        )
+    cases = [
+        ("scorer", 1, "CandidateScorer", "dummy"),
+        ("scorer", 2, "CandidateScorer", "dummy"),
+        ("scorer", 2, "CandidateScorer", "subproc"),
+        ("MultiInputPolicy", 1, "MultiInputPolicy", "dummy"),
+        ("MultiInputPolicy", 2, "MultiInputPolicy", "subproc"),
+    ]
     print(
-        f"MaskablePPO training, MultiInputPolicy, 1 env: {train_rate(1, args.steps, 'MultiInputPolicy'):8.1f} steps/s"
+        f"MaskablePPO training steps/s, median of {args.repeats} x {args.steps} steps [min, max]:"
     )
+    for label, n_envs, policy, vec in cases:
+        rates = [train_rate(n_envs, args.steps, policy, vec) for _ in range(args.repeats)]
+        print(
+            f"  {label:<17} {n_envs} env(s) {vec:<8} {np.median(rates):8.1f}"
+            f"   [{min(rates):.1f}, {max(rates):.1f}]"
+        )
+    print(f"load average after: {_load()}")
     runs = [Path(r) for r in args.runs]
     if args.measure_target:
         from agents.training import train

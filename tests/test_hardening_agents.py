@@ -323,6 +323,47 @@ def test_steps_rounding_is_reported_and_recorded(
     assert meta["hyperparameters"]["n_steps"] == 64
 
 
+def test_final_validation_reaches_tensorboard_and_the_bar(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The run ends with a validation point at its last step: in run.json, as TensorBoard's last
+    eval/* point, and on the progress bar, whose total is the steps that ran (not --steps)."""
+    ea_mod = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    out = tmp_path / "run"
+    argv = ["train", "--env", TESTBED, "--steps", "100", "--out", str(out)]
+    rc, _, err = cli([*argv, "--eval-freq", "100000", "--hyperparams", *TINY], capsys)
+    assert rc == 0
+    run = json.loads((out / "run.json").read_text())
+    fin = run["final_validation"]
+    assert fin["steps"] == run["steps"] == 128
+    (events,) = {p.parent for p in (out / "tb").rglob("events.out.tfevents*")}
+    acc = ea_mod.EventAccumulator(str(events))
+    acc.Reload()
+    points = acc.Scalars("eval/ratio_to_crop")
+    assert [p.step for p in points] == [0, 128]
+    assert points[-1].value == pytest.approx(fin["ratio_to_crop"], rel=1e-6)
+    assert "train/value_loss" in acc.Tags()["scalars"]  # the last update's losses were dumped
+    bar = [s for s in err.replace("\n", "\r").split("\r") if "step/s" in s or "step]" in s]
+    assert bar and all("/128 " in s for s in bar), bar[-3:]
+    assert "128/128" in bar[-1] and f"ratio_to_crop={fin['ratio_to_crop']:.4f}" in bar[-1]
+
+
+def test_other_gymnasium_ids_and_unknown_entries_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    rc, _, err = cli(["train", "--env", "CartPole-v1", "--out", str(out), "--dry-run"], capsys)
+    assert rc == 2 and "unknown environment 'CartPole-v1'" in one_line(err)
+    rc, _, err = cli(["eval", "--env", "CartPole-v1", "--episodes", "1"], capsys)
+    assert rc == 2 and "unknown environment 'CartPole-v1'" in one_line(err)
+    cfg = tmp_path / "c.yml"
+    cfg.write_text("default:\n  n_steps: 64\ncrop_gym/Placement-Testbed8-V0:\n  n_steps: 32\n")
+    rc, _, err = cli(["train", "--env", TESTBED, "--config", str(cfg), "--out", str(out)], capsys)
+    line = one_line(err)
+    assert rc == 2 and str(cfg) in line and "'crop_gym/Placement-Testbed8-V0'" in line
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(("exc", "rc_want", "status"), [(KeyboardInterrupt, 130, "interrupted")])
 def test_interrupted_training_marks_run_json(
     exc: type[BaseException],
