@@ -30,6 +30,7 @@ from crop_gym.model.timing import (
     PlacementFacts,
     ideal_time,
     inter_bandwidth,
+    job_constants,
     job_times,
     placement_facts,
 )
@@ -156,11 +157,11 @@ class PlacedJobs:
         """An independent copy."""
         return PlacedJobs(self.active.copy(), self.data.copy(), self.links.copy())
 
-    def write(self, slot: int, facts: PlacementFacts, row: int, job: Job, tstar: float) -> None:
+    def write(self, slot: int, facts: PlacementFacts, row: int, columns: FloatArray) -> None:
         """Store a job placed with row ``row`` of ``facts`` in ``slot`` (the link row must be wide
-        enough); its outputs are computed by the caller."""
+        enough); ``columns`` are its :data:`JOB_COLUMNS`; its outputs are computed by the caller."""
         self.data[slot, :_NF] = facts.values[row]
-        self.data[slot, _NF:_OUT] = (job.grad_bytes, job.compute_time, tstar, job.weight)
+        self.data[slot, _NF:_OUT] = columns
         self.data[slot, _OUT + 3] = 0.0
         links = facts.inter_links[row]
         self.links[slot] = 0
@@ -296,6 +297,12 @@ class ClusterState:
         """``T*`` of ``job`` on this cluster (:func:`~crop_gym.model.timing.ideal_time`)."""
         return ideal_time(self.topology, job, self.perf)
 
+    def job_columns(self, jobs: Sequence[Job]) -> FloatArray:
+        """``float64[n, 4]``: the :data:`JOB_COLUMNS` of ``jobs`` on this cluster (``M`` and ``t_c``
+        from :func:`~crop_gym.model.timing.job_constants`, ``T*``, ``w``)."""
+        rows = [(*job_constants(self.topology, j), self.ideal_time(j), j.weight) for j in jobs]
+        return np.array(rows, dtype=np.float64).reshape(len(jobs), _NJ)
+
     def metrics(self) -> ClusterMetrics:
         """Summary metrics of the current state."""
         t = self._table
@@ -360,13 +367,8 @@ class ClusterState:
                 (:func:`~crop_gym.model.timing.placement_facts`, :meth:`facts_for`).
         """
         one = np.ones(len(facts))
-        return self._gains(
-            job.grad_bytes * one,
-            job.compute_time * one,
-            self.ideal_time(job) * one,
-            job.weight * one,
-            facts,
-        )
+        grad_bytes, compute, tstar, weight = self.job_columns([job])[0]
+        return self._gains(grad_bytes * one, compute * one, tstar * one, weight * one, facts)
 
     def row_gains(
         self, jobs: Sequence[Job], job_of_row: NDArray[np.int64], facts: PlacementFacts
@@ -376,10 +378,7 @@ class ClusterState:
         Each row is evaluated alone against the current state (the rows are alternatives, not a
         sequence).
         """
-        const = np.array(
-            [(j.grad_bytes, j.compute_time, self.ideal_time(j), j.weight) for j in jobs],
-            dtype=np.float64,
-        ).reshape(len(jobs), 4)[job_of_row]
+        const = self.job_columns(jobs)[job_of_row]
         return self._gains(const[:, 0], const[:, 1], const[:, 2], const[:, 3], facts)
 
     def _gains(
@@ -473,7 +472,7 @@ class ClusterState:
         f = facts if facts is not None else self.facts_for(p)
         s = self._free_slot(f.inter_links.shape[1])
         t = self._table
-        t.write(s, f, 0, job, self.ideal_time(job))
+        t.write(s, f, 0, self.job_columns([job])[0])
         t.active[s] = True
         self._jobs[job.job_id] = s
         self._slot_job[s], self._slot_gpus[s] = job, p
