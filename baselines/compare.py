@@ -318,6 +318,7 @@ def to_json(result: CompareResult) -> dict[str, Any]:
     plus ``scenario``, ``seeds``, ``initial_F``, ``optimum_space`` and ``min_comm``."""
     return {
         "scenario": result.scenario.name,
+        "hardware": result.scenario.hardware,
         "seeds": list(result.seeds),
         "initial_F": list(result.initial_F),
         "policies": {name: r.to_dict() for name, r in result.policies.items()},

@@ -48,7 +48,9 @@ __all__ = [
     "ClusterHardware",
     "apply_hardware",
     "combine_profiles",
+    "hardware_files",
     "resolve_hardware",
+    "spec_parts",
 ]
 
 #: The profile equal to the package's calibration (the model zoo and the presets' links).
@@ -114,15 +116,25 @@ def resolve_hardware(spec: str | ClusterHardware | HardwareProfile) -> ClusterHa
         return ClusterHardware(spec.name, spec, (spec.gpu_type,))
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError(f"hardware={spec!r} must be a profile name or file (NAME|PATH[+...])")
-    parts = [spec] if "+" not in spec or os.path.exists(spec) else spec.split("+")
+    parts = spec_parts(spec)
     if all(p in bundled_hardware() for p in parts):
         return _bundled(spec)
     return _resolve(spec, parts)
 
 
+def hardware_files(spec: str | None) -> list[str]:
+    """The parts of a spec that are not bundled names (profile files: a command's inputs)."""
+    return [p for p in spec_parts(spec or "") if p and p not in bundled_hardware()]
+
+
+def spec_parts(spec: str) -> list[str]:
+    """The profiles of a spec: split at ``+`` unless the whole spec is an existing file."""
+    return [spec] if "+" not in spec or os.path.exists(spec) else spec.split("+")
+
+
 @lru_cache(maxsize=32)
 def _bundled(spec: str) -> ClusterHardware:
-    return _resolve(spec, [spec] if "+" not in spec else spec.split("+"))
+    return _resolve(spec, spec_parts(spec))
 
 
 def _resolve(spec: str, parts: Sequence[str]) -> ClusterHardware:
