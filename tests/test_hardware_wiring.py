@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -182,7 +183,7 @@ def _compare(tmp_path: Path, name: str, *hw: str) -> dict:
     data = json.loads(out.read_text())
     for runs in data["policies"].values():
         runs.pop("solve_time_s")
-    data.pop("hardware")
+    data.pop("hardware", None)
     return data
 
 
@@ -242,3 +243,6 @@ def test_sampler_uses_the_scenario_topology() -> None:
     sc = get_scenario("testbed-8").replace(hardware="quadro-rtx6000")
     inst = ScenarioSampler(sc).sample(np.random.default_rng(0))
     assert inst.state.topology is sc.topology and inst.state.perf == sc.perf
+    back = pickle.loads(pickle.dumps(inst))
+    assert back.scenario == sc and back.state.F == inst.state.F
+    assert back.state.topology.hardware.to_mapping() == sc.topology.hardware.to_mapping()
