@@ -315,9 +315,12 @@ def format_table(result: CompareResult) -> str:
 
 def to_json(result: CompareResult) -> dict[str, Any]:
     """The documented JSON shape: ``{"policies": {name: {metric: [one per seed]}}, "optimum": {...} | null}``
-    plus ``scenario``, ``seeds``, ``initial_F``, ``optimum_space`` and ``min_comm``."""
+    plus ``scenario``, ``seeds``, ``initial_F``, ``optimum_space`` and ``min_comm``, and ``hardware``
+    when the scenario's is not the default (so that a default run's file is unchanged)."""
+    hw = result.scenario.cluster_hardware
     return {
         "scenario": result.scenario.name,
+        **({} if hw.is_default else {"hardware": hw.spec}),
         "seeds": list(result.seeds),
         "initial_F": list(result.initial_F),
         "policies": {name: r.to_dict() for name, r in result.policies.items()},

@@ -24,6 +24,7 @@ _EPILOG = """examples:
   crop-gym compare --scenario testbed-8 --exact      # add the exact optimum and the MILP
   crop-gym compare --seeds 20 --first-seed 1000 --policies crop,best-fit,hived
   crop-gym compare --json out.json --plot out.png    # machine-readable results and a bar chart
+  crop-gym compare --hardware azure-v100             # the same scenario on Azure V100 hardware
 """
 
 
@@ -82,6 +83,13 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--plot", metavar="PATH", help="write a bar chart with error bars (.png, .pdf, .svg)"
     )
+    p.add_argument(
+        "--hardware",
+        default=None,
+        metavar="NAME|PATH",
+        help="hardware profile replacing the scenario's: a bundled name (see docs/MODEL.md), a "
+        "profile file, or profiles joined by '+' for mixed GPU types (default: the scenario's)",
+    )
     p.add_argument("--no-progress", action="store_true", help="never show the progress bar")
     p.set_defaults(func=_run)
 
@@ -90,12 +98,16 @@ def _run(args: argparse.Namespace) -> int:
     from baselines.compare import format_table, run_compare, write_json, write_plot
     from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
     from crop_gym.io import check_outputs, read_mapping
-    from crop_gym.scenario import SCENARIOS
+    from crop_gym.model.hardware_topology import hardware_files
+    from crop_gym.scenario import SCENARIOS, with_hardware
 
     check_plot_path("--plot", args.plot)
     scenario_file = None if args.scenario in SCENARIOS else args.scenario
-    check_outputs({"--json": args.json, "--plot": args.plot}, inputs=[scenario_file])
+    hw_files = hardware_files(args.hardware)
+    check_outputs({"--json": args.json, "--plot": args.plot}, inputs=[scenario_file, *hw_files])
     check_input_file(scenario_file, what="scenario")
+    for f in hw_files:
+        check_input_file(f, what="hardware profile")
     if scenario_file is not None and os.path.exists(scenario_file):
         # Syntax, encoding, size, duplicate keys and YAML aliases, each as one line naming the file
         # (Scenario.from_file then reads the fields).
@@ -103,7 +115,7 @@ def _run(args: argparse.Namespace) -> int:
     out = report_stream(args.json)
     policies = [name.strip() for name in args.policies.split(",") if name.strip()]
     result = run_compare(
-        args.scenario,
+        with_hardware(args.scenario, args.hardware),
         seeds=args.seeds,
         first_seed=args.first_seed,
         policies=policies,

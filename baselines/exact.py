@@ -40,7 +40,7 @@ from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PlacementFacts, comm_time, iteration_time
+from crop_gym.model.timing import PlacementFacts, comm_time, iteration_time, job_constants
 
 __all__ = [
     "EXACT_LIMITS",
@@ -253,11 +253,14 @@ class _Search:
     def value_ub(self, job: Job, sigma: Any, keep: Any, servers: Any) -> Any:
         """Upper bound of ΔF of ``job`` (vectorised over options)."""
         k = job.num_gpus
-        c = comm_time(
-            self.perf.allreduce, job.grad_bytes, k, 1, servers, np.inf, self.b_up, 0.0, 0.0
-        )
+        grad_bytes, compute = job_constants(self.state.topology, job)
+        c = comm_time(self.perf.allreduce, grad_bytes, k, 1, servers, np.inf, self.b_up, 0.0, 0.0)
         c = np.where(np.asarray(servers) > 1, c, 0.0)
-        t = iteration_time(job.compute_time * np.asarray(sigma, dtype=float), c, self.perf.overlap)
+        # Every term left out (fabric, NIC sharing, compute sharing, step latency) only slows a
+        # job, and T grows with t and C, so this stays an upper bound.
+        t = iteration_time(
+            compute * np.asarray(sigma, dtype=float), c, self.perf.overlap, self.perf.overlap_cap
+        )
         return job.weight * k * keep * np.minimum(1.0, self.tstar[job.job_id] / t)
 
     def bound(self, left: Sequence[Job], free: NDArray[np.bool_] | None = None) -> float:

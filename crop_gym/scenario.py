@@ -13,6 +13,7 @@ Scenarios load from TOML, YAML or JSON files with the same field names, e.g.::
     workload = "elasticflow:cluster04"
     queue_size = 16
     background_load = 0.3
+    hardware = "a100-elasticflow"   # or a profile file, or "dgx-a100+azure-v100" (mixed GPUs)
 
     [abnormal]
     profile = "mild"
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -43,10 +45,17 @@ from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError
 from crop_gym.io import read_mapping
 from crop_gym.model.devices import PROFILES, AbnormalityProfile, get_profile
+from crop_gym.model.hardware import bundled_hardware
+from crop_gym.model.hardware_topology import (
+    DEFAULT_HARDWARE,
+    ClusterHardware,
+    resolve_hardware,
+    spec_parts,
+)
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig
-from crop_gym.model.topology import PRESETS, Topology, make_topology
+from crop_gym.model.topology import PRESETS, Topology
 
 __all__ = [
     "FLOAT_FIELDS",
@@ -56,6 +65,7 @@ __all__ = [
     "Scenario",
     "ScenarioSampler",
     "get_scenario",
+    "with_hardware",
 ]
 
 
@@ -71,7 +81,7 @@ FLOAT_FIELDS: dict[str, tuple[float, float]] = {
     "overlap": (0.0, 1.0),
     "observation_noise": (0.0, 10.0),
 }
-_STR_FIELDS = ("name", "cluster", "workload", "allreduce")
+_STR_FIELDS = ("name", "cluster", "workload", "allreduce", "hardware")
 #: Typed fields of an ``abnormal`` table (ranges beyond these are checked by the profile itself).
 _AB_FLOATS = (
     "slow_gpu_frac",
@@ -160,10 +170,14 @@ class Scenario:
         queue_size: Pending jobs ``K`` in each instance (>= 1).
         background_load: Fraction of GPUs held by already-running background jobs, in [0, 0.95].
         max_job_gpus: Largest job drawn into the queue or the background (0 = half the cluster).
-        allreduce: All-reduce algorithm (``""`` = the calibrated default).
-        overlap: Communication/compute overlap φ in [0, 1].
+        allreduce: All-reduce algorithm (``""`` = the hardware profile's).
+        overlap: Communication/compute overlap φ in [0, 1] (``None`` = the hardware profile's).
         max_candidates: Candidate placements per job size (>= 1).
         observation_noise: Noise of the health signal agents observe (0 = true state).
+        hardware: Hardware profile: a bundled name, a profile file (relative to the scenario file)
+            or profiles joined by ``+`` for mixed GPU types
+            (:mod:`crop_gym.model.hardware_topology`). It sets the links, the model options and
+            jobs' compute; the default, :data:`DEFAULT_HARDWARE`, is the package calibration.
     """
 
     name: str = "custom"
@@ -175,9 +189,10 @@ class Scenario:
     background_load: float = 0.3
     max_job_gpus: int = 0
     allreduce: str = ""
-    overlap: float = 0.0
+    overlap: float | None = None
     max_candidates: int = 8
     observation_noise: float = 0.0
+    hardware: str = DEFAULT_HARDWARE
 
     def __post_init__(self) -> None:
         label = f"scenario {_show(self.name) if not isinstance(self.name, str) else self.name}"
@@ -207,20 +222,35 @@ class Scenario:
             for name, (lo, hi) in INT_FIELDS.items():
                 object.__setattr__(self, name, _check_int(name, getattr(self, name), lo, hi))
             for name, (flo, fhi) in FLOAT_FIELDS.items():
+                if name == "overlap" and self.overlap is None:
+                    continue
                 object.__setattr__(self, name, _check_number(name, getattr(self, name), flo, fhi))
-            PerfConfig(self.allreduce, self.overlap)  # validates both
+            try:
+                hw = resolve_hardware(self.hardware)
+            except ConfigError as exc:
+                raise ConfigError(f"hardware={_show(self.hardware)}: {exc}") from None
+            # The resolved profile, read once (a file is not read again by every property).
+            object.__setattr__(self, "_cluster_hardware", hw)
+            hw.perf(self.allreduce, self.overlap)  # validates both against the profile
         except ConfigError as exc:
             raise ConfigError(f"{label}: {exc}") from None
 
     @property
+    def cluster_hardware(self) -> ClusterHardware:
+        """The resolved :attr:`hardware` spec."""
+        hw: ClusterHardware = self.__dict__["_cluster_hardware"]
+        return hw
+
+    @property
     def perf(self) -> PerfConfig:
-        """The iteration-time options."""
-        return PerfConfig(self.allreduce, self.overlap)
+        """The iteration-time options: the hardware profile's, ``allreduce`` and ``overlap``
+        overriding its own when given."""
+        return self.cluster_hardware.perf(self.allreduce, self.overlap)
 
     @property
     def topology(self) -> Topology:
-        """The compiled topology (cached per preset)."""
-        return make_topology(self.cluster)
+        """The compiled topology on the scenario's hardware (cached per preset and hardware)."""
+        return self.cluster_hardware.topology(self.cluster)
 
     @property
     def job_size_limit(self) -> int:
@@ -281,11 +311,16 @@ class Scenario:
         p = Path(path)
         data = read_mapping(p, what="scenario")
         data.setdefault("name", p.stem)
+        if isinstance(data.get("hardware"), str):
+            data["hardware"] = _beside(p, data["hardware"])
         return cls.from_dict(data, source=str(p))
 
     def to_dict(self) -> dict[str, Any]:
-        """A plain mapping that :meth:`from_dict` reads back."""
+        """A plain mapping that :meth:`from_dict` reads back (``overlap`` omitted when it is the
+        hardware's)."""
         d = dataclasses.asdict(self)
+        if d["overlap"] is None:
+            del d["overlap"]
         ab = dataclasses.asdict(self.abnormal)
         ab["profile"] = ab.pop("name")
         base = dataclasses.asdict(PROFILES.get(ab["profile"], AbnormalityProfile()))
@@ -295,6 +330,16 @@ class Scenario:
         if ab["profile"] not in PROFILES:
             d["abnormal"]["profile"] = "none"
         return d
+
+
+def _beside(scenario_file: Path, spec: str) -> str:
+    """``spec`` with each relative profile path that exists beside the scenario file made so."""
+    out = []
+    for part in spec_parts(spec):
+        near = scenario_file.parent / part
+        local = part in bundled_hardware() or os.path.isabs(part) or os.path.exists(part)
+        out.append(str(near) if not local and near.is_file() else part)
+    return "+".join(out)
 
 
 #: Built-in scenarios.
@@ -349,6 +394,13 @@ def get_scenario(name_or_path: str | Path | Scenario) -> Scenario:
     raise ConfigError(
         f"unknown scenario {key!r}: not a built-in ({', '.join(SCENARIOS)}) nor a file"
     )
+
+
+def with_hardware(scenario: Scenario | str | Path, hardware: str | None) -> Scenario | str | Path:
+    """``scenario`` on ``hardware`` (a spec of :attr:`Scenario.hardware`); ``None``: unchanged."""
+    if hardware is None:
+        return scenario
+    return get_scenario(scenario).replace(hardware=hardware)
 
 
 @cache

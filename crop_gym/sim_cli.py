@@ -2,7 +2,8 @@
 
 Usage::
 
-    crop-gym simulate --trace elasticflow:cluster10 [--cluster n32g8] [--policy crop]
+    crop-gym simulate --trace elasticflow:cluster10 [--cluster n32g8] [--hardware NAME|PATH]
+        [--policy crop]
         [--abnormal none|mild|severe|testbed] [--jobs N] [--seed S] [--checkpoint-interval SECONDS]
         [--json PATH] [--csv PATH] [--plot PATH]
 
@@ -106,6 +107,13 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="PRESET",
         help="topology preset (default: ElasticFlow's cluster for the trace, else n64g8)",
+    )
+    p.add_argument(
+        "--hardware",
+        default=None,
+        metavar="NAME|PATH",
+        help="hardware profile: a bundled name, a profile file, or profiles joined by '+' for "
+        "mixed GPU types (default a100-elasticflow, the package calibration)",
     )
     p.add_argument(
         "--policy",
@@ -252,17 +260,22 @@ def run(args: argparse.Namespace) -> int:
     """
     from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
     from crop_gym.io import check_outputs
-    from crop_gym.model.timing import PerfConfig
+    from crop_gym.model.hardware_topology import DEFAULT_HARDWARE, hardware_files, resolve_hardware
     from crop_gym.policies import make_policy
     from crop_gym.sim import SimConfig, Simulator
     from crop_gym.workloads.cli import parse_map
     from crop_gym.workloads.loader import load_workload
 
     check_plot_path("--plot", args.plot)
+    hw_files = hardware_files(args.hardware)
     check_outputs(
-        {"--json": args.json, "--csv": args.csv, "--plot": args.plot}, inputs=[args.trace]
+        {"--json": args.json, "--csv": args.csv, "--plot": args.plot},
+        inputs=[args.trace, *hw_files],
     )
     check_input_file(args.trace, what="trace")
+    for f in hw_files:
+        check_input_file(f, what="hardware profile")
+    hardware = resolve_hardware(args.hardware or DEFAULT_HARDWARE)
     out = report_stream(args.json, args.csv)
     policy = make_policy(args.policy)
     model_map = parse_map(args.map)
@@ -272,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
     jobs = workload.jobs[: args.jobs] if args.jobs is not None else workload.jobs
     cluster = args.cluster or default_cluster(workload.name)
     config = SimConfig(
-        perf=PerfConfig(),
+        perf=hardware.perf(),
         checkpoint_interval_s=args.checkpoint_interval,
         failure_horizon_s=args.failure_horizon,
         mean_repair_s=args.repair_time,
@@ -284,7 +297,8 @@ def run(args: argparse.Namespace) -> int:
         max_time_s=None if args.max_hours is None else args.max_hours * 3600.0,
         skip_oversized=args.skip_oversized,
     )
-    sim = Simulator(jobs, cluster, profile=args.abnormal, config=config, seed=args.seed)
+    topology = hardware.topology(cluster)
+    sim = Simulator(jobs, topology, profile=args.abnormal, config=config, seed=args.seed)
     sim.workload_name = workload.name + (f"[:{args.jobs}]" if args.jobs is not None else "")
     if sim.skipped:
         print(
@@ -301,6 +315,8 @@ def run(args: argparse.Namespace) -> int:
         writers[args.plot] = result.plot
     written = write_outputs(writers)
     print(format_metrics(result.summary()), file=out)
+    if not hardware.is_default:
+        print(f"hardware        {hardware.spec}", file=out)
     for path in written:
         print(f"wrote {path}", file=out)
     return 0

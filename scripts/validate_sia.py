@@ -34,6 +34,7 @@ import numpy as np
 from crop_gym.calibration import fit_calibration
 from crop_gym.calibration.fit import fit_profile, predict_step_time
 from crop_gym.calibration.measurements import Measurements, load_measurements
+from crop_gym.calibration.report import error_report
 from crop_gym.io import atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,22 +58,7 @@ ORDER_MIN_DIFF = 0.05
 
 
 def errors(pred: np.ndarray, m: Measurements) -> dict[str, Any]:
-    rel = np.abs(pred / m.step_time - 1.0)
-    per = {
-        str(a): {
-            "median_abs_rel_error": float(np.median(rel[m.app == a])),
-            "p90_abs_rel_error": float(np.quantile(rel[m.app == a], 0.9)),
-            "rows": int((m.app == a).sum()),
-        }
-        for a in np.unique(m.app)
-    }
-    return {
-        "median_abs_rel_error": float(np.median(rel)),
-        "p90_abs_rel_error": float(np.quantile(rel, 0.9)),
-        "max_abs_rel_error": float(rel.max()),
-        "rows": len(rel),
-        "per_app": per,
-    }
+    return error_report(pred, m.step_time, m.app).to_mapping()
 
 
 def key_of(m: Measurements) -> list[tuple[str, str, float]]:

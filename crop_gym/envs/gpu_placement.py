@@ -15,7 +15,7 @@ from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.rewards import NO_TERMS, placement_terms, total
 from crop_gym.envs.view import action_index
 from crop_gym.model.jobs import Job
-from crop_gym.scenario import Scenario
+from crop_gym.scenario import Scenario, with_hardware
 
 __all__ = ["HEAD_FEATURES", "GPUPlacementEnv"]
 
@@ -77,6 +77,8 @@ class GPUPlacementEnv(StaticPlacementBase):
             vectors (default; what SB3's checker and ``MultiInputPolicy`` expect).
         invalid_action: ``"noop"`` or ``"stop"``.
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
+        hardware: Hardware spec replacing the scenario's (:attr:`Scenario.hardware`); ``None``:
+            the scenario's.
 
     **Reset options**: ``{"instance": PlacementInstance}`` plays a given instance; other keys are
     refused (:class:`~crop_gym.errors.ConfigError`).
@@ -98,9 +100,10 @@ class GPUPlacementEnv(StaticPlacementBase):
         invalid_action: Literal["noop", "stop"] = "noop",
         table_layout: bool = False,
         render_mode: str | None = None,
+        hardware: str | None = None,
     ) -> None:
         super().__init__(
-            scenario,
+            with_hardware(scenario, hardware),
             queue_view=queue_view,
             max_candidates=None,
             robust_candidates=True,

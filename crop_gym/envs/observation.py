@@ -412,9 +412,7 @@ class ObservationBuilder:
             facts = facts.take(rows.src)
             eff = self.topology.link_bw * observed.link_degradation
             b_inter = inter_bandwidth(eff, load[links] + 1, links)
-            const = np.array(
-                [(j.grad_bytes, j.compute_time, state.ideal_time(j)) for j in table.jobs]
-            )[table.row_slot]
+            const = state.job_columns(table.jobs)[table.row_slot]
             eta = job_times(self.perf, const[:, 0], const[:, 1], const[:, 2], facts, b_inter).eta
         k, s = facts.k, facts.s
         # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,

@@ -109,6 +109,8 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         sim_config: Simulator options (checkpointing, failures, ...); its ``max_time_s`` is set from
             ``horizon_hours``.
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
+        hardware: Hardware spec (:attr:`crop_gym.scenario.Scenario.hardware`): ``cluster`` on that
+            hardware, and its model options replace ``sim_config.perf``; ``None``: as given.
 
     **Reset options**: ``{"jobs": [Job, ...]}`` plays the given jobs instead of a drawn window;
     other keys are refused (:class:`~crop_gym.errors.ConfigError`).
@@ -140,7 +142,9 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         robust_candidates: bool = True,
         sim_config: SimConfig | None = None,
         render_mode: str | None = None,
+        hardware: str | None = None,
     ) -> None:
+        from crop_gym.model.hardware_topology import resolve_hardware
         from crop_gym.workloads import load_workload
 
         check_render_mode(render_mode)
@@ -153,7 +157,10 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         self.max_candidates = check_count("max_candidates", max_candidates)
         self.robust_candidates = bool(robust_candidates)
         self.render_mode = render_mode
+        hw = None if hardware is None else resolve_hardware(hardware)
         self.topology = make_topology(cluster) if isinstance(cluster, str) else cluster
+        if hw is not None:
+            self.topology = hw.topology(cluster)
         self.profile = get_profile(profile)
         G = self.topology.num_gpus
         workload = load_workload(trace)
@@ -171,6 +178,8 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
             "max_steps", 20 * self.window_jobs if max_steps is None else max_steps
         )
         base = sim_config if sim_config is not None else SimConfig()
+        if hw is not None:
+            base = dataclasses.replace(base, perf=hw.perf())
         self.sim_config = dataclasses.replace(
             base, max_time_s=self.horizon_s, record_timeline=False
         )

@@ -12,7 +12,7 @@ from crop_gym.envs.base import Obs, StaticPlacementBase
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.rewards import NO_TERMS, placement_terms, total
 from crop_gym.envs.view import action_space
-from crop_gym.scenario import Scenario
+from crop_gym.scenario import Scenario, with_hardware
 
 __all__ = ["PlacementEnv"]
 
@@ -106,6 +106,8 @@ class PlacementEnv(StaticPlacementBase):
             vectors (default; what SB3's checker and ``MultiInputPolicy`` expect).
         invalid_action: ``"noop"`` or ``"stop"`` (see above).
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
+        hardware: Hardware spec replacing the scenario's (:attr:`Scenario.hardware`); ``None``:
+            the scenario's.
 
     **Reset options**: ``{"instance": PlacementInstance}`` plays a given instance (its state is
     copied) instead of sampling one, e.g. to compare with CROP on the same problem. Other keys are
@@ -133,9 +135,10 @@ class PlacementEnv(StaticPlacementBase):
         invalid_action: Literal["noop", "stop"] = "noop",
         table_layout: bool = False,
         render_mode: str | None = None,
+        hardware: str | None = None,
     ) -> None:
         super().__init__(
-            scenario,
+            with_hardware(scenario, hardware),
             queue_view=queue_view,
             max_candidates=max_candidates,
             robust_candidates=robust_candidates,

@@ -249,6 +249,10 @@ class HardwareProfile:
         return float(self.grad_bytes.get(model, get_model(model).grad_bytes))
 
     # ------------------------------------------------------------ serialise
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as :meth:`to_mapping` (the fields' read-only views do not pickle)."""
+        return (_unpickle, (self.to_mapping(),))
+
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-able mapping that :meth:`from_mapping` reads back (``inf`` fabric omitted)."""
         out: dict[str, Any] = {
@@ -388,6 +392,10 @@ class HardwareProfile:
             return cls(**kwargs)
         except ConfigError as e:  # a cross-field check: say which file
             raise ConfigError(f"{source}: {e}") from None
+
+
+def _unpickle(data: Mapping[str, Any]) -> HardwareProfile:
+    return HardwareProfile.from_mapping(data, f"hardware profile {data.get('name')!r}")
 
 
 def _text(value: Any, where: str, *, empty: bool = False) -> str:

@@ -29,6 +29,7 @@ from crop_gym.model.timing import (
     PerfConfig,
     ideal_time,
     inter_bandwidth,
+    job_constants,
     job_times,
     placement_facts,
 )
@@ -112,14 +113,9 @@ def evaluate_from_scratch(
     eff_bw = topology.link_bw * health.link_degradation
     b_inter = inter_bandwidth(eff_bw, load, links)
     tstar = np.array([ideal_time(topology, j, perf) for j in jobs], dtype=np.float64)
-    times = job_times(
-        perf,
-        np.array([j.grad_bytes for j in jobs], dtype=np.float64),
-        np.array([j.compute_time for j in jobs], dtype=np.float64),
-        tstar,
-        facts,
-        b_inter,
-    )
+    const = np.array([job_constants(topology, j) for j in jobs], dtype=np.float64)
+    const = const.reshape(len(jobs), 2)
+    times = job_times(perf, const[:, 0], const[:, 1], tstar, facts, b_inter)
     weight = np.array([j.weight for j in jobs], dtype=np.float64)
     value = job_value(weight, facts.k, facts.survival, times.eta)
     return Evaluation(

@@ -30,6 +30,7 @@ from crop_gym.model.timing import (
     PlacementFacts,
     ideal_time,
     inter_bandwidth,
+    job_constants,
     job_times,
     memo_facts,
     placement_facts,
@@ -157,11 +158,11 @@ class PlacedJobs:
         """An independent copy."""
         return PlacedJobs(self.active.copy(), self.data.copy(), self.links.copy())
 
-    def write(self, slot: int, facts: PlacementFacts, row: int, job: Job, tstar: float) -> None:
+    def write(self, slot: int, facts: PlacementFacts, row: int, columns: FloatArray) -> None:
         """Store a job placed with row ``row`` of ``facts`` in ``slot`` (the link row must be wide
-        enough); its outputs are computed by the caller."""
+        enough); ``columns`` are its :data:`JOB_COLUMNS`; its outputs are computed by the caller."""
         self.data[slot, :_NF] = facts.values[row]
-        self.data[slot, _NF:_OUT] = (job.grad_bytes, job.compute_time, tstar, job.weight)
+        self.data[slot, _NF:_OUT] = columns
         self.data[slot, _OUT + 3] = 0.0
         links = facts.inter_links[row]
         self.links[slot] = 0
@@ -297,6 +298,12 @@ class ClusterState:
         """``T*`` of ``job`` on this cluster (:func:`~crop_gym.model.timing.ideal_time`)."""
         return ideal_time(self.topology, job, self.perf)
 
+    def job_columns(self, jobs: Sequence[Job]) -> FloatArray:
+        """``float64[n, 4]``: the :data:`JOB_COLUMNS` of ``jobs`` on this cluster (``M`` and ``t_c``
+        from :func:`~crop_gym.model.timing.job_constants`, ``T*``, ``w``)."""
+        rows = [(*job_constants(self.topology, j), self.ideal_time(j), j.weight) for j in jobs]
+        return np.array(rows, dtype=np.float64).reshape(len(jobs), _NJ)
+
     def metrics(self) -> ClusterMetrics:
         """Summary metrics of the current state."""
         t = self._table
@@ -371,10 +378,7 @@ class ClusterState:
         Each row is evaluated alone against the current state (the rows are alternatives, not a
         sequence).
         """
-        const = np.array(
-            [(j.grad_bytes, j.compute_time, self.ideal_time(j), j.weight) for j in jobs],
-            dtype=np.float64,
-        ).reshape(len(jobs), 4)[job_of_row]
+        const = self.job_columns(jobs)[job_of_row]
         grad_bytes, compute, tstar, weight = const.T
         t, load, eff = self._table, self._load, self._eff_bw
         links = facts.inter_links  # [R, Wc]
@@ -488,7 +492,7 @@ class ClusterState:
         p.setflags(write=False)
         s = self._free_slot(facts.inter_links.shape[1])
         t = self._table
-        t.write(s, facts, 0, job, self.ideal_time(job))
+        t.write(s, facts, 0, self.job_columns([job])[0])
         t.active[s] = True
         self._jobs[job.job_id] = s
         self._slot_job[s], self._slot_gpus[s] = job, p

@@ -70,6 +70,7 @@ __all__ = [
     "ideal_time",
     "inter_bandwidth",
     "iteration_time",
+    "job_constants",
     "job_times",
     "memo_facts",
     "placement_facts",
@@ -554,6 +555,24 @@ def memo_facts(
 
 
 # ----------------------------------------------------------------------------- ideal time
+def job_constants(topology: Topology, job: Job) -> tuple[float, float]:
+    """``(M, t_c)`` of ``job`` on ``topology``: its gradient bytes and per-GPU compute seconds at
+    its local batch on the cluster's reference GPU (speed 1).
+
+    The one place a job's constants are looked up: from the topology's hardware profile
+    (:attr:`Topology.hardware <crop_gym.model.topology.Topology>`) when it has one, else from the
+    model zoo (whose reference GPU is the ``a100-elasticflow`` profile's A100).
+    """
+    return _constants(topology, get_model(job.model), job.local_batch)
+
+
+def _constants(topology: Topology, spec: ModelSpec, local_batch: float) -> tuple[float, float]:
+    hw = topology.hardware
+    if hw is None:
+        return spec.grad_bytes, spec.compute_time(local_batch)
+    return hw.model_grad_bytes(spec.name), float(hw.compute_time(spec.name, local_batch))
+
+
 def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
     """``T*``: iteration time of ``job`` on a compact placement of healthy reference GPUs, alone.
 
@@ -568,7 +587,6 @@ def _ideal_time(
 ) -> float:
     facts = placement_facts(topology, Health.healthy(topology), [topology.compact_placement(k)])
     b_inter = inter_bandwidth(topology.link_bw, 1, facts.inter_links)
-    times = job_times(
-        perf, spec.grad_bytes, spec.compute_time(batch / k), np.inf, facts, np.asarray(b_inter)
-    )
+    grad_bytes, compute = _constants(topology, spec, batch / k)
+    times = job_times(perf, grad_bytes, compute, np.inf, facts, np.asarray(b_inter))
     return float(times.T[0])

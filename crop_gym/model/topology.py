@@ -14,7 +14,8 @@ infinite bandwidth.
 Graph attributes understood by :meth:`Topology.from_graph`:
 
 * node ``kind``: ``"gpu"``, ``"server"`` or anything else (a switch);
-* node ``speed`` (on a server or a GPU): relative GPU speed, 1.0 = the reference GPU (A100);
+* node ``speed`` (on a server or a GPU): relative GPU speed, 1.0 = the reference GPU (the A100 of
+  the model zoo, or the GPU type of the topology's hardware profile);
 * edge ``bandwidth`` (bytes/s, > 0) and ``latency`` (s, >= 0, default 0);
 * graph ``root`` (or a node with ``root=True``): the root; defaults to the unique node of kind
   ``"root"`` or, failing that, the tree's center is *not* guessed and an error is raised.
@@ -23,12 +24,13 @@ Graph attributes understood by :meth:`Topology.from_graph`:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import networkx as nx
 import numpy as np
@@ -39,6 +41,7 @@ from crop_gym.model.jobs import calibration_data
 
 __all__ = [
     "PRESETS",
+    "GpuHardware",
     "Topology",
     "build_tree",
     "default_link_params",
@@ -55,6 +58,16 @@ GPU, SERVER, SWITCH = 0, 1, 2
 def _readonly(a: np.ndarray) -> Any:
     a.setflags(write=False)
     return a
+
+
+class GpuHardware(Protocol):
+    """What a topology needs of its hardware profile (a
+    :class:`crop_gym.model.hardware.HardwareProfile`): per-model constants of its GPU type."""
+
+    @property
+    def name(self) -> str: ...
+    def compute_time(self, model: str, local_batch: Any, gpu_type: str | None = None) -> Any: ...
+    def model_grad_bytes(self, model: str) -> float: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,6 +93,8 @@ class Topology:
         server_gpu_lo / server_gpu_hi: ``int32[S]`` half-open GPU index range of each server.
         node_gpu_lo / node_gpu_hi: ``int32[N]`` half-open GPU index range of each subtree.
         node_srv_lo / node_srv_hi: ``int32[N]`` half-open server index range of each subtree.
+        hardware: The profile it was built for (:mod:`crop_gym.model.hardware_topology`): jobs'
+            ``M`` and compute come from it (its GPU type has speed 1); ``None``: the model zoo.
     """
 
     name: str
@@ -103,6 +118,7 @@ class Topology:
     node_srv_lo: IntArray = field(repr=False)
     node_srv_hi: IntArray = field(repr=False)
     uniform_depth: bool = field(default=False, repr=False)
+    hardware: GpuHardware | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -126,10 +142,8 @@ class Topology:
         return int((self.server_gpu_hi - self.server_gpu_lo).max())
 
     def __repr__(self) -> str:
-        return (
-            f"Topology(name={self.name!r}, gpus={self.num_gpus}, servers={self.num_servers}, "
-            f"nodes={self.num_nodes}, depth={int(self.depth.max())})"
-        )
+        sizes = f"gpus={self.num_gpus}, servers={self.num_servers}, nodes={self.num_nodes}"
+        return f"Topology(name={self.name!r}, {sizes}, depth={int(self.depth.max())})"
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -402,7 +416,8 @@ class Topology:
             g.nodes[self.node_names[self.server_node[s]]]["speed"] = float(sp)
             for gpu in range(self.server_gpu_lo[s], self.server_gpu_hi[s]):
                 g.nodes[self.node_names[self.gpu_node[gpu]]].pop("speed", None)
-        return Topology.from_graph(g, root=self.node_names[0], name=self.name)
+        topo = Topology.from_graph(g, root=self.node_names[0], name=self.name)
+        return dataclasses.replace(topo, hardware=self.hardware)
 
 
 def default_link_params() -> dict[str, float]:

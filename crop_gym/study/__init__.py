@@ -10,7 +10,7 @@ See docs/STUDY.md.
 from __future__ import annotations
 
 from crop_gym.study.backends import BACKENDS, LocalBackend, RayBackend, StudyError, make_backend
-from crop_gym.study.grid import HARDWARE_PROFILES, Run, apply_hardware, expand
+from crop_gym.study.grid import HARDWARE_PROFILES, Run, apply_hardware, cluster_on, expand
 from crop_gym.study.runner import StudyOutcome, run_study
 from crop_gym.study.spec import StudySpec, load_study
 
@@ -24,6 +24,7 @@ __all__ = [
     "StudyOutcome",
     "StudySpec",
     "apply_hardware",
+    "cluster_on",
     "expand",
     "load_study",
     "make_backend",

@@ -9,6 +9,7 @@ makes resuming and retrying safe (see :mod:`crop_gym.study.results`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -18,21 +19,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crop_gym.errors import ConfigError
+from crop_gym.model.hardware import BUNDLED_DIR, bundled_hardware
+from crop_gym.model.hardware_topology import DEFAULT_HARDWARE, ClusterHardware, resolve_hardware
 from crop_gym.study.spec import AUTO_CLUSTER, StudySpec
 
 if TYPE_CHECKING:
+    from crop_gym.model.topology import Topology
     from crop_gym.sim import SimConfig
 
-__all__ = ["COORDINATES", "HARDWARE_PROFILES", "Run", "apply_hardware", "expand"]
+__all__ = ["COORDINATES", "HARDWARE_PROFILES", "Run", "apply_hardware", "cluster_on", "expand"]
 
-#: Hardware profiles of the ``hardware`` axis: name → one-line description.
-#:
-#: HARDWARE HOOK: only ``"default"`` (the simulator's own GPU and link model, no override) exists
-#: today. When crop_gym gains hardware profiles, add their names here and make
-#: :func:`apply_hardware` pass the name through to the simulator configuration; the spec, the run
-#: ids, the result files and the tables already carry the axis.
+#: Hardware profiles of the ``hardware`` axis: name → one-line description. ``default`` is the
+#: simulator's own model (no override; equal to ``a100-elasticflow``), the others the bundled
+#: profiles (:mod:`crop_gym.model.hardware_topology`).
 HARDWARE_PROFILES: dict[str, str] = {
-    "default": "the simulator's default hardware model (no override)",
+    "default": f"the simulator's default hardware model (no override; = {DEFAULT_HARDWARE})",
+    **{n: f"bundled profile crop_gym/{BUNDLED_DIR}/{n}.json" for n in bundled_hardware()},
 }
 
 #: Grid coordinates of a run, in the order of the id, the CSV columns and the tables.
@@ -51,19 +53,37 @@ COORDINATES: tuple[str, ...] = (
 _SLUG = re.compile(r"[^A-Za-z0-9_.+-]+")
 
 
-def apply_hardware(config: SimConfig, hardware: str) -> SimConfig:
-    """The simulator configuration of ``config`` on hardware profile ``hardware``.
-
-    The hook where hardware profiles meet the simulator (see :data:`HARDWARE_PROFILES`).
-
-    Raises:
-        ConfigError: For a name that is not in :data:`HARDWARE_PROFILES`.
-    """
+def _hardware(hardware: str) -> ClusterHardware | None:
+    """The resolved profile of an axis name (``None`` for ``default``)."""
     if hardware not in HARDWARE_PROFILES:
         raise ConfigError(
             f"unknown hardware profile {hardware!r}; profiles: {', '.join(HARDWARE_PROFILES)}"
         )
-    return config  # "default": the simulator's own model
+    return None if hardware == "default" else resolve_hardware(hardware)
+
+
+def apply_hardware(config: SimConfig, hardware: str) -> SimConfig:
+    """The simulator configuration of ``config`` on hardware profile ``hardware``: the profile's
+    model options replace ``config.perf`` (``default``: ``config`` as it is).
+
+    The hook where hardware profiles meet the simulator, with :func:`cluster_on`.
+
+    Raises:
+        ConfigError: For a name that is not in :data:`HARDWARE_PROFILES`.
+    """
+    hw = _hardware(hardware)
+    return config if hw is None else dataclasses.replace(config, perf=hw.perf())
+
+
+def cluster_on(cluster: str, hardware: str) -> str | Topology:
+    """The topology of preset ``cluster`` on hardware profile ``hardware`` (``default``: the
+    preset's name, which the simulator builds as it always has).
+
+    Raises:
+        ConfigError: For a name that is not in :data:`HARDWARE_PROFILES`.
+    """
+    hw = _hardware(hardware)
+    return cluster if hw is None else hw.topology(cluster)
 
 
 def _slug(text: str) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from crop_gym.study.grid import Run, apply_hardware
+from crop_gym.study.grid import Run, apply_hardware, cluster_on
 
 __all__ = ["CRASH_ONCE_ENV", "JCT_QUANTILES", "execute_run"]
 
@@ -67,7 +67,8 @@ def execute_run(run: Run) -> dict[str, Any]:
         jobs = [dataclasses.replace(j, arrival=j.arrival * run.arrival_scale) for j in jobs]
     config = SimConfig(perf=PerfConfig(), record_timeline=False, **dict(run.sim))
     config = apply_hardware(config, run.hardware)
-    sim = Simulator(jobs, run.cluster, profile=run.abnormal, config=config, seed=run.seed)
+    topology = cluster_on(run.cluster, run.hardware)
+    sim = Simulator(jobs, topology, profile=run.abnormal, config=config, seed=run.seed)
     sim.workload_name = workload.name + (f"[:{run.jobs}]" if run.jobs is not None else "")
     result = sim.run(make_policy(run.policy), progress=False)
     record = result.summary()
