@@ -139,4 +139,4 @@ def test_per_row_compute_sharing_is_the_shared_formula_per_row() -> None:
     kappa = np.array([0.5, 0.1, 0.0])
     own = job_times(perf, 1e8, t, np.inf, facts, np.inf, compute_sharing=kappa)
     want = t * (1 + kappa * (g - 1)) + shared.C
-    assert own.T == pytest.approx(want, rel=1e-15)
+    assert np.allclose(own.T, want, rtol=1e-15, atol=0)
