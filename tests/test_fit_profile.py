@@ -86,7 +86,7 @@ def test_measurement_facts_match_a_real_tree() -> None:
 def test_fit_recovers_known_parameters() -> None:
     true = truth()
     data = synthetic(true)
-    got = fit_profile(data, gpus_per_node=4, gpu_type="x")
+    got = fit_profile(data, gpus_per_node=4, gpu_type="x", compute="affine")
     assert got.fit["median_abs_rel_error"] < 1e-3
     assert got.fit["parameters"] == 4 + 3 * 2
     assert got.fabric_bandwidth == pytest.approx(20 * GB, rel=0.02)
@@ -101,10 +101,54 @@ def test_fit_recovers_known_parameters() -> None:
         assert got.grad_bytes[m] == pytest.approx(true.grad_bytes[m], rel=0.02)
     # Noisy data: still close, and deterministic.
     noisy = synthetic(true, noise=0.03)
-    a = fit_profile(noisy, gpus_per_node=4, gpu_type="x")
-    b = fit_profile(noisy, gpus_per_node=4, gpu_type="x")
+    a = fit_profile(noisy, gpus_per_node=4, gpu_type="x", compute="affine")
+    b = fit_profile(noisy, gpus_per_node=4, gpu_type="x", compute="affine")
     assert a.to_mapping() == b.to_mapping()
     assert a.links[1].bandwidth == pytest.approx(5 * GB, rel=0.15)
+
+
+def test_measured_curve_fit_recovers_per_model_kappa() -> None:
+    # Truth: knot curves, κ per model (none shared), a per-step latency. The fit takes the curve
+    # from the 1-GPU rows and recovers level (1), κ per model, the links, φ and λ.
+    base = truth()
+    knots = {
+        "bert": ComputeCurve(local_batch=(4, 8, 16, 32, 64), time=(0.09, 0.12, 0.2, 0.33, 0.7)),
+        "resnet50": ComputeCurve(
+            local_batch=(4, 8, 16, 32, 64), time=(0.03, 0.031, 0.06, 0.09, 0.15)
+        ),
+    }
+    true = HardwareProfile(
+        **{
+            **{f: getattr(base, f) for f in ("name", "citation", "gpus_per_node", "gpu_type")},
+            "links": base.links,
+            "fabric_bandwidth": base.fabric_bandwidth,
+            "nic_sharing": 1.0,
+            "overlap": 0.3,
+            "overlap_cap": 1.0,
+            "step_latency": 0.004,
+            "model_compute_sharing": {"bert": 0.01, "resnet50": 0.2},
+            "compute": {m: {"x": c} for m, c in knots.items()},
+            "grad_bytes": dict(base.grad_bytes),
+        }
+    )
+    data = synthetic(true)
+    got = fit_profile(data, gpus_per_node=4, gpu_type="x")
+    assert got.fit["compute"] == "measured" and got.fit["parameters"] == 4 + 3 * 2
+    assert got.fit["median_abs_rel_error"] < 1e-3
+    assert got.model_kappa("bert") == pytest.approx(0.01, rel=0.05)
+    assert got.model_kappa("resnet50") == pytest.approx(0.2, rel=0.05)
+    assert got.step_latency == pytest.approx(0.004, rel=0.05)
+    assert got.links[1].bandwidth == pytest.approx(5 * GB, rel=0.05)
+    for m, c in knots.items():
+        assert got.compute[m]["x"].local_batch == c.local_batch
+        assert got.compute[m]["x"].time == pytest.approx(c.time, rel=0.01)
+    # The fitted profile predicts through the same job_times path, from its own fields.
+    again = HardwareProfile.from_mapping(got.to_mapping())
+    assert np.array_equal(predict_step_time(again, data), predict_step_time(got, data))
+    # An application without two 1-GPU batches cannot take the measured curve.
+    one = data.select(~((data.model == "bert") & (data.num_gpus == 1) & (data.local_bsz > 4)))
+    with pytest.raises(ConfigError, match="bert: 1 1-GPU local batch"):
+        fit_profile(one, gpus_per_node=4, gpu_type="x")
 
 
 def test_fit_refuses_bad_arguments() -> None:
@@ -120,6 +164,10 @@ def test_fit_refuses_bad_arguments() -> None:
         fit_profile(data, gpus_per_node=4, gpu_type="x", free=("colour",))
     with pytest.raises(ConfigError, match="gpus_per_node=2"):
         fit_profile(data, gpus_per_node=2, gpu_type="x")
+    with pytest.raises(ConfigError, match="compute='measured'"):
+        fit_profile(data, gpus_per_node=4, gpu_type="x", free=("nic", "compute_sharing"))
+    with pytest.raises(ConfigError, match="compute='cubic'"):
+        fit_profile(data, gpus_per_node=4, gpu_type="x", compute="cubic")
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "sia_validation.json"
@@ -139,9 +187,11 @@ def test_fitted_errors_reproduce_the_published_table() -> None:
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    published = {r["cluster"]: r for r in json.loads(RESULTS.read_text())["clusters"]}
-    got, _ = mod.run_cluster(DATA, "quad")
-    want = published["quad"]
+    published = {
+        (r["cluster"], r["compute"]): r for r in json.loads(RESULTS.read_text())["clusters"]
+    }
+    got, _ = mod.run_cluster(DATA, "quad", "measured")
+    want = published[("quad", "measured")]
     for split in ("in_sample", "out_of_sample"):
         assert got[split]["median_abs_rel_error"] == pytest.approx(
             want[split]["median_abs_rel_error"], rel=1e-3

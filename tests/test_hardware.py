@@ -117,6 +117,8 @@ def test_toml_profile(tmp_path: Path) -> None:
             "strictly increasing",
         ),
         ({"grad_bytes": {"bert": 0}}, "grad_bytes.bert"),
+        ({"model_compute_sharing": {"bert": -0.1}}, "model_compute_sharing.bert"),
+        ({"model_compute_sharing": [0.1]}, "model_compute_sharing"),
     ],
 )
 def test_bad_profiles_one_line(tmp_path: Path, edit: dict, needle: str) -> None:
@@ -147,3 +149,12 @@ def test_affine_curve_matches_zoo_formula() -> None:
     c = ComputeCurve.affine(0.01, 0.002)
     assert c.is_affine and c(5.0) == pytest.approx(0.02)
     assert ComputeCurve.affine(0.01, 0.002).to_mapping() == {"t0": 0.01, "per_sample": 0.002}
+
+
+def test_per_model_compute_sharing_round_trips_and_falls_back() -> None:
+    data = get_hardware("a100-elasticflow").to_mapping()
+    data.update(compute_sharing=0.02, model_compute_sharing={"yolov3": 0.3})
+    p = HardwareProfile.from_mapping(data, "x.json")
+    assert p.model_kappa("yolov3") == 0.3 and p.model_kappa("bert") == 0.02
+    back = HardwareProfile.from_mapping(p.to_mapping(), "y.json")
+    assert dict(back.model_compute_sharing) == {"yolov3": 0.3}

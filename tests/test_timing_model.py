@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.timing import PerfConfig, comm_time, compute_curve, iteration_time
+from crop_gym.model.timing import (
+    PerfConfig,
+    PlacementFacts,
+    comm_time,
+    compute_curve,
+    iteration_time,
+    job_times,
+)
 
 GB = 1e9
 
@@ -99,3 +106,37 @@ def test_perf_config_ranges() -> None:
     ):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             PerfConfig(**bad)
+
+
+def test_per_row_compute_sharing_is_the_shared_formula_per_row() -> None:
+    # Rows with g = 1, 4, 8 and two values of κ: the array column gives each row its own κ, and a
+    # constant column equals perf.compute_sharing.
+    g = np.array([1.0, 4.0, 8.0])
+    facts = PlacementFacts.of(
+        np.zeros((3, 0), dtype=np.int32),
+        k=g,
+        g=g,
+        s=np.ones(3),
+        b_intra=np.where(g > 1, 100 * GB, np.inf),
+        a_intra=np.zeros(3),
+        a_inter=np.zeros(3),
+        slowdown=np.ones(3),
+        survival=np.ones(3),
+    )
+    t = np.array([0.1, 0.2, 0.3])
+    perf = PerfConfig(allreduce="hierarchical", compute_sharing=0.05)
+    shared = job_times(perf, 1e8, t, np.inf, facts, np.inf)
+    column = job_times(
+        PerfConfig(allreduce="hierarchical"),
+        1e8,
+        t,
+        np.inf,
+        facts,
+        np.inf,
+        compute_sharing=np.full(3, 0.05),
+    )
+    assert np.array_equal(shared.T, column.T)
+    kappa = np.array([0.5, 0.1, 0.0])
+    own = job_times(perf, 1e8, t, np.inf, facts, np.inf, compute_sharing=kappa)
+    want = t * (1 + kappa * (g - 1)) + shared.C
+    assert np.allclose(own.T, want, rtol=1e-15, atol=0)

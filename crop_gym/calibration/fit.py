@@ -13,9 +13,17 @@ the log error of the step time, fixed starting points, the best kept):
 * shared by the cluster (at most 4, chosen by ``free``; see :data:`SHARED_PARAMETERS`): the node
   fabric ``F``, the NIC bandwidth, the overlap φ_t (with φ_c = 1), the compute sharing κ, the NIC
   latency or a per-step latency λ;
-* per application (3): the compute curve ``t0 + per_sample · b`` on the cluster's GPU type and the
-  effective gradient bytes ``M`` (log scale, with a weak pull towards the zoo's size, since ``M``
-  and the bandwidths are only identified together).
+* per application (3), two variants (``compute=``):
+
+  - ``"measured"`` (default): the compute curve is *measured*, piecewise linear through the median
+    1-GPU step time at each 1-GPU local batch (knots), times a fitted per-application level
+    ``scale`` (the multi-GPU rows of the Sia data run at 0.86-1.2 x the 1-GPU time at the same
+    batch); fitted: ``ln scale``, the application's compute sharing κ_a (its slowdown per
+    co-located GPU) and ``M``; the default shared set has no κ then (:data:`MEASURED_FREE`);
+  - ``"affine"``: the curve ``t0 + per_sample · b`` and ``M`` are fitted (no measured input).
+
+  ``M`` is the effective gradient bytes, fitted in log scale with a weak pull towards the zoo's
+  size, since ``M`` and the bandwidths are only identified together.
 
 Structural choices that are not fitted: ``nic_sharing`` (ν, default 1: the job's co-located GPUs
 share a node's card, see docs/MODEL.md), the hierarchical all-reduce, and the GPU link bandwidth
@@ -36,10 +44,12 @@ from crop_gym.calibration.measurements import Measurements
 from crop_gym.errors import ConfigError
 from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
 from crop_gym.model.jobs import get_model
-from crop_gym.model.timing import PerfConfig, PlacementFacts, job_times
+from crop_gym.model.timing import PerfConfig, PlacementFacts, compute_curve, job_times
 
 __all__ = [
+    "COMPUTE_VARIANTS",
     "DEFAULT_FREE",
+    "MEASURED_FREE",
     "SHARED_PARAMETERS",
     "FitReport",
     "fit_profile",
@@ -58,8 +68,13 @@ SHARED_PARAMETERS: tuple[str, ...] = (
     "nic_latency",  # NIC link latency, s (log)
     "step_latency",  # λ, s (log)
 )
-#: The shared parameters fitted by default.
+#: The shared parameters fitted by default with a fitted affine compute curve.
 DEFAULT_FREE: tuple[str, ...] = ("fabric", "nic", "overlap", "compute_sharing")
+#: The shared parameters fitted by default with the measured compute curve (κ is per application).
+MEASURED_FREE: tuple[str, ...] = ("fabric", "nic", "overlap", "step_latency")
+#: How the compute curve is obtained (see the module docstring).
+COMPUTE_VARIANTS: tuple[str, ...] = ("measured", "affine")
+_SCALE_BOUND = 1.0  # |ln scale| of the measured curve: a level within x e^±1
 MAX_SHARED = 4
 PER_APP = 3
 # Units of the fitted vector: GB/s, ms, µs.
@@ -98,6 +113,7 @@ class FitReport:
         shared: Names of the fitted shared parameters.
         applications: Applications fitted (each with :data:`PER_APP` parameters).
         parameters: Total fitted parameters.
+        compute: ``"measured"`` or ``"affine"`` (:data:`COMPUTE_VARIANTS`).
         median_abs_rel_error: In-sample median ``|pred / meas - 1|``.
         p90_abs_rel_error: In-sample 90th percentile.
         cost: Final robust cost.
@@ -110,6 +126,7 @@ class FitReport:
     median_abs_rel_error: float
     p90_abs_rel_error: float
     cost: float
+    compute: str = "affine"
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-able mapping."""
@@ -118,6 +135,12 @@ class FitReport:
             "shared": list(self.shared),
             "applications": list(self.applications),
             "parameters": self.parameters,
+            "compute": self.compute,
+            "measured_inputs": (
+                "compute knots: median 1-GPU step time at each 1-GPU local batch"
+                if self.compute == "measured"
+                else "none"
+            ),
             "median_abs_rel_error": round(self.median_abs_rel_error, 5),
             "p90_abs_rel_error": round(self.p90_abs_rel_error, 5),
             "cost": round(self.cost, 6),
@@ -163,11 +186,13 @@ def predict_step_time(profile: HardwareProfile, measurements: Measurements) -> F
     models = measurements.model
     compute = np.empty(len(measurements))
     grad = np.empty(len(measurements))
+    kappa = np.empty(len(measurements))
     for m in np.unique(models):
         sel = models == m
         compute[sel] = profile.compute_time(str(m), measurements.local_bsz[sel])
         grad[sel] = profile.model_grad_bytes(str(m))
-    times = job_times(profile.perf(), grad, compute, np.inf, facts, b_inter)
+        kappa[sel] = profile.model_kappa(str(m))
+    times = job_times(profile.perf(), grad, compute, np.inf, facts, b_inter, compute_sharing=kappa)
     out: FloatArray = times.T
     return out
 
@@ -180,9 +205,10 @@ def fit_profile(
     base: HardwareProfile | None = None,
     name: str | None = None,
     citation: str = "",
-    free: Sequence[str] = DEFAULT_FREE,
+    free: Sequence[str] | None = None,
     nic_sharing: float = 1.0,
     gpu_bandwidth: float | None = None,
+    compute: str = "measured",
 ) -> HardwareProfile:
     """Fit a hardware profile to measured step times.
 
@@ -194,25 +220,36 @@ def fit_profile(
             kept; default none (GPU link ``gpu_bandwidth`` or 10 TB/s, never binding, latencies 0).
         name: Name of the result (default ``fitted-<gpu_type>``).
         citation: Citation text of the result.
-        free: Shared parameters to fit (a subset of :data:`SHARED_PARAMETERS`, at most 4).
+        free: Shared parameters to fit (a subset of :data:`SHARED_PARAMETERS`, at most 4; default
+            :data:`MEASURED_FREE` or :data:`DEFAULT_FREE` by ``compute``).
         nic_sharing: ν of the result (structural, not fitted).
         gpu_bandwidth: GPU link bandwidth, bytes/s (default the base's, else 10 TB/s: the fabric binds).
+        compute: ``"measured"`` (curve through the 1-GPU rows, per-application level and κ fitted)
+            or ``"affine"`` (``t0``, ``per_sample`` fitted), see the module docstring.
 
     Returns:
         The fitted profile; its ``fit`` field holds a :class:`FitReport` mapping.
 
     Raises:
-        ConfigError: On no rows, an unknown or repeated shared parameter, more than 4 of them, or a
-            row wider than ``gpus_per_node``.
+        ConfigError: On no rows, an unknown or repeated shared parameter, more than 4 of them, a
+            row wider than ``gpus_per_node``, an unknown ``compute``, or (measured) an application
+            with fewer than two 1-GPU batches or with a shared κ also fitted.
     """
     from scipy.optimize import least_squares
 
-    free = tuple(free)
+    if compute not in COMPUTE_VARIANTS:
+        raise ConfigError(f"compute={compute!r} is not one of {', '.join(COMPUTE_VARIANTS)}")
+    measured_curve = compute == "measured"
+    free = tuple(free) if free is not None else MEASURED_FREE if measured_curve else DEFAULT_FREE
     for f in free:
         if f not in SHARED_PARAMETERS:
             raise ConfigError(f"free={f!r} is not one of {', '.join(SHARED_PARAMETERS)}")
     if len(set(free)) != len(free) or len(free) > MAX_SHARED:
         raise ConfigError(f"free={list(free)}: at most {MAX_SHARED} distinct shared parameters")
+    if measured_curve and "compute_sharing" in free:
+        raise ConfigError(
+            "free: compute_sharing is fitted per application with compute='measured'; leave it out"
+        )
     if len(measurements) == 0:
         raise ConfigError("no measured rows to fit")
     if int(measurements.placement.max()) > gpus_per_node:
@@ -238,8 +275,16 @@ def fit_profile(
     zoo_grad = np.array([get_model(m).grad_bytes for m in models])
     b = measurements.local_bsz
     measured = measurements.step_time
+    knots = _one_gpu_knots(models, measurements) if measured_curve else {}
+    # The measured curve at every row's batch (unscaled), through the same function as a profile's.
+    t1 = np.zeros(len(measurements))
+    for i, m in enumerate(models):
+        if measured_curve:
+            sel = idx == i
+            t1[sel] = compute_curve(*knots[m], b[sel])
 
     def unpack(x: FloatArray) -> tuple[dict[str, float], FloatArray, FloatArray, FloatArray]:
+        """Shared values; the two compute blocks (t0, per_sample in s, or scale, κ); M in bytes."""
         shared = dict(fixed)
         for j, f in enumerate(free):
             v = float(x[3 * na + j])
@@ -252,25 +297,40 @@ def fit_profile(
         # together (the one direction the step times cannot see) stays free for the prior on M.
         if "fabric" in free:
             shared["fabric"] *= shared["nic"]
-        return shared, x[:na] * _MS, x[na : 2 * na] * _MS, zoo_grad * np.exp(x[2 * na : 3 * na])
+        grad = zoo_grad * np.exp(x[2 * na : 3 * na])
+        if measured_curve:
+            return shared, np.exp(x[:na]), np.exp(x[na : 2 * na]), grad
+        return shared, x[:na] * _MS, x[na : 2 * na] * _MS, grad
 
     def predict(x: FloatArray) -> FloatArray:
-        shared, t0, ps, grad = unpack(x)
+        shared, c0, c1, grad = unpack(x)
         perf = _perf(shared, nic_sharing)
         facts, b_inter = measurement_facts(
             measurements.placement, gpu_link, LinkLevel("nic", shared["nic"], shared["nic_latency"])
         )
-        compute = t0[idx] + ps[idx] * b
-        out: FloatArray = job_times(perf, grad[idx], compute, np.inf, facts, b_inter).T
+        if measured_curve:  # c0 = scale, c1 = κ per application
+            times = job_times(
+                perf, grad[idx], c0[idx] * t1, np.inf, facts, b_inter, compute_sharing=c1[idx]
+            )
+        else:  # c0 = t0, c1 = per_sample
+            times = job_times(perf, grad[idx], c0[idx] + c1[idx] * b, np.inf, facts, b_inter)
+        out: FloatArray = times.T
         return out
 
     def residuals(x: FloatArray) -> FloatArray:
         r = np.log(predict(x)) - np.log(measured)
         return np.concatenate([r, _PRIOR * x[2 * na : 3 * na]])
 
-    t0_start, ps_start = _compute_start(models, measurements)
-    lo = np.concatenate([np.zeros(2 * na), np.full(na, -8.0), [_BOUNDS[f][0] for f in free]])
-    hi = np.concatenate([np.full(2 * na, np.inf), np.full(na, 8.0), [_BOUNDS[f][1] for f in free]])
+    if measured_curve:  # ln scale, ln κ_a
+        t0_start, ps_start = np.zeros(na), np.full(na, _START["compute_sharing"])
+        k_lo, k_hi = _BOUNDS["compute_sharing"]
+        lo_c = np.concatenate([np.full(na, -_SCALE_BOUND), np.full(na, k_lo)])
+        hi_c = np.concatenate([np.full(na, _SCALE_BOUND), np.full(na, k_hi)])
+    else:
+        t0_start, ps_start = _compute_start(models, measurements)
+        lo_c, hi_c = np.zeros(2 * na), np.full(2 * na, np.inf)
+    lo = np.concatenate([lo_c, np.full(na, -8.0), [_BOUNDS[f][0] for f in free]])
+    hi = np.concatenate([hi_c, np.full(na, 8.0), [_BOUNDS[f][1] for f in free]])
     best = None
     for f_bw, n_bw in _LINK_STARTS:
         starts = {**_START, "fabric": math.log(f_bw / n_bw), "nic": math.log(n_bw)}
@@ -291,7 +351,7 @@ def fit_profile(
             best = res
     assert best is not None
     x = np.asarray(best.x, dtype=np.float64)
-    shared, t0, ps, grad = unpack(x)
+    shared, c0, c1, grad = unpack(x)
     rel = np.abs(predict(x) / measured - 1.0)
     report = FitReport(
         rows=len(measured),
@@ -301,12 +361,25 @@ def fit_profile(
         median_abs_rel_error=float(np.median(rel)),
         p90_abs_rel_error=float(np.quantile(rel, 0.9)),
         cost=float(best.cost),
+        compute=compute,
     )
-    compute: dict[str, dict[str, ComputeCurve]] = (
+    compute_curves: dict[str, dict[str, ComputeCurve]] = (
         {m: dict(c) for m, c in base.compute.items()} if base else {}
     )
+    curves: dict[str, ComputeCurve] = {}
+    kappas = dict(base.model_compute_sharing) if base else {}
     for i, m in enumerate(models):
-        compute.setdefault(m, {})[gpu_type] = ComputeCurve.affine(_sig(t0[i]), _sig(ps[i]))
+        if measured_curve:  # the measured knots at the fitted level
+            kb, kt = knots[m]
+            curves[m] = ComputeCurve(
+                local_batch=tuple(float(v) for v in kb),
+                time=tuple(_sig(float(c0[i] * v)) for v in kt),
+            )
+            kappas[m] = _sig(float(c1[i]))
+        else:
+            curves[m] = ComputeCurve.affine(_sig(c0[i]), _sig(c1[i]))
+    for m, c in curves.items():
+        compute_curves.setdefault(m, {})[gpu_type] = c
     grads = dict(base.grad_bytes) if base else {}
     grads.update({m: _sig(grad[i]) for i, m in enumerate(models)})
     speeds = dict(base.gpu_speeds) if base else {}
@@ -329,9 +402,17 @@ def fit_profile(
         step_latency=_sig(shared["step_latency"]),
         overlap=_sig(shared["overlap"]),
         overlap_cap=1.0 if shared["overlap"] > 0 else None,
-        compute=compute,
+        model_compute_sharing=kappas,
+        compute=compute_curves,
         grad_bytes=grads,
-        fit=report.to_mapping(),
+        fit={
+            **report.to_mapping(),
+            **(
+                {"compute_scale": {m: _sig(float(c0[i]), 4) for i, m in enumerate(models)}}
+                if measured_curve
+                else {}
+            ),
+        },
     )
 
 
@@ -345,6 +426,24 @@ def _perf(shared: Mapping[str, float], nic_sharing: float) -> PerfConfig:
         compute_sharing=shared["compute_sharing"],
         step_latency=shared["step_latency"],
     )
+
+
+def _one_gpu_knots(
+    models: Sequence[str], m: Measurements
+) -> dict[str, tuple[FloatArray, FloatArray]]:
+    """Measured compute knots per model: the median 1-GPU step time at each 1-GPU local batch."""
+    out = {}
+    for model in models:
+        sel = (m.model == model) & (m.num_gpus == 1)
+        batches = np.unique(m.local_bsz[sel])
+        if len(batches) < 2:
+            raise ConfigError(
+                f"application {m.app[m.model == model][0]}: {len(batches)} 1-GPU local batch(es); "
+                "compute='measured' needs >= 2 (use compute='affine')"
+            )
+        times = np.array([np.median(m.step_time[sel & (m.local_bsz == v)]) for v in batches])
+        out[model] = (batches, times)
+    return out
 
 
 def _compute_start(models: Sequence[str], m: Measurements) -> tuple[FloatArray, FloatArray]:

@@ -10,7 +10,8 @@ A profile says what a cluster's hardware does to the iteration-time model of
   (ν), the compute slowdown per co-located GPU (κ), a per-step latency (λ) and the overlap of
   backward compute with the all-reduce (φ_t, φ_c) — every one "off" unless given;
 * per (model, GPU type) compute curves (affine ``t0 + per_sample · b`` or a knot table), per-model
-  gradient bytes where a fit found the zoo's size wrong, and the relative speeds of GPU types;
+  gradient bytes where a fit found the zoo's size wrong, per-model compute sharing κ where a model
+  slows down more than others with co-located GPUs, and the relative speeds of GPU types;
 * a citation (where the constants come from) and, for fitted profiles, the fit's figures.
 
 Profiles are JSON or TOML files (``crop_gym/data/hardware/*.json`` are bundled); :func:`get_hardware`
@@ -61,6 +62,7 @@ _KEYS = {
     "fabric_bandwidth",
     "nic_sharing",
     "compute_sharing",
+    "model_compute_sharing",
     "step_latency",
     "overlap",
     "overlap_cap",
@@ -143,7 +145,8 @@ class HardwareProfile:
         links: Link levels from the GPU upwards; at least ``gpu`` and ``nic``.
         fabric_bandwidth: ``F`` bytes/s shared by a node's GPUs (``inf``: off).
         nic_sharing: ν in [0, 1].
-        compute_sharing: κ >= 0.
+        compute_sharing: κ >= 0 (every model without its own value).
+        model_compute_sharing: ``{model: κ}`` overriding ``compute_sharing`` per model.
         step_latency: λ >= 0 s.
         overlap: φ_t in [0, 1].
         overlap_cap: φ_c in [0, 1], or ``None`` (= ``overlap``).
@@ -165,6 +168,7 @@ class HardwareProfile:
     step_latency: float = 0.0
     overlap: float = 0.0
     overlap_cap: float | None = None
+    model_compute_sharing: Mapping[str, float] = field(default_factory=dict)
     compute: Mapping[str, Mapping[str, ComputeCurve]] = field(default_factory=dict)
     grad_bytes: Mapping[str, float] = field(default_factory=dict)
     fit: Mapping[str, Any] = field(default_factory=dict)
@@ -178,6 +182,9 @@ class HardwareProfile:
             MappingProxyType({m: MappingProxyType(dict(c)) for m, c in self.compute.items()}),
         )
         object.__setattr__(self, "grad_bytes", MappingProxyType(dict(self.grad_bytes)))
+        object.__setattr__(
+            self, "model_compute_sharing", MappingProxyType(dict(self.model_compute_sharing))
+        )
         object.__setattr__(self, "fit", MappingProxyType(dict(self.fit)))
         object.__setattr__(self, "links", tuple(self.links))
         _validate(self, self.name or "hardware profile")
@@ -248,6 +255,10 @@ class HardwareProfile:
         """Gradient bytes of ``model`` on this hardware (the profile's override, else the zoo's)."""
         return float(self.grad_bytes.get(model, get_model(model).grad_bytes))
 
+    def model_kappa(self, model: str) -> float:
+        """Compute sharing κ of ``model`` (the profile's per-model value, else the shared one)."""
+        return float(self.model_compute_sharing.get(model, self.compute_sharing))
+
     # ------------------------------------------------------------ serialise
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as :meth:`to_mapping` (the fields' read-only views do not pickle)."""
@@ -279,6 +290,8 @@ class HardwareProfile:
             m: {t: c.to_mapping() for t, c in by.items()} for m, by in self.compute.items()
         }
         out["grad_bytes"] = dict(self.grad_bytes)
+        if self.model_compute_sharing:
+            out["model_compute_sharing"] = dict(self.model_compute_sharing)
         if self.fit:
             out["fit"] = dict(self.fit)
         return out
@@ -350,6 +363,15 @@ class HardwareProfile:
             m: check_real(f"{source}: grad_bytes.{m}", v, 0, 1e15, low_inclusive=False)
             for m, v in grad_raw.items()
         }
+        kappa_raw = data.get("model_compute_sharing", {})
+        if not isinstance(kappa_raw, Mapping):
+            raise ConfigError(
+                f"{source}: field 'model_compute_sharing' must be a table {{model: kappa}}"
+            )
+        kappas = {
+            m: check_real(f"{source}: model_compute_sharing.{m}", v, 0, 1e3)
+            for m, v in kappa_raw.items()
+        }
         speeds_raw = data.get("gpu_speeds", {})
         if not isinstance(speeds_raw, Mapping):
             raise ConfigError(f"{source}: field 'gpu_speeds' must be a table {{gpu_type: speed}}")
@@ -384,6 +406,7 @@ class HardwareProfile:
             ),
             overlap=check_real(f"{source}: overlap", data.get("overlap", 0.0), 0, 1),
             overlap_cap=None if cap is None else check_real(f"{source}: overlap_cap", cap, 0, 1),
+            model_compute_sharing=kappas,
             compute=compute,
             grad_bytes=grad,
             fit=fit,

@@ -258,6 +258,8 @@ def job_times(
     tstar: Any,
     facts: PlacementFacts,
     b_inter: Any,
+    *,
+    compute_sharing: Any = None,
 ) -> JobTimes:
     """The iteration-time model of rows of jobs: the one place ``T``, ``C`` and ``η`` are computed.
 
@@ -269,6 +271,8 @@ def job_times(
         facts: The rows' placement facts (``k``, ``g``, ``s``, bottlenecks, latencies, slowdown);
             any shape broadcastable against ``b_inter``.
         b_inter: Bottleneck inter-server bandwidth share per row (:func:`inter_bandwidth`).
+        compute_sharing: κ per row (e.g. a hardware profile's per-model value), replacing
+            ``perf.compute_sharing``; ``None`` (the default) uses ``perf.compute_sharing``.
     """
     C = comm_time(
         perf.allreduce,
@@ -285,8 +289,9 @@ def job_times(
         step_latency=perf.step_latency,
     )
     t = compute * facts.slowdown
-    if perf.compute_sharing != 0.0:
-        t = t * (1.0 + perf.compute_sharing * (facts.g - 1.0))
+    kappa = perf.compute_sharing if compute_sharing is None else compute_sharing
+    if compute_sharing is not None or kappa != 0.0:
+        t = t * (1.0 + kappa * (facts.g - 1.0))
     T = iteration_time(t, C, perf.overlap, perf.overlap_cap)
     return JobTimes(T=T, C=C, eta=np.minimum(1.0, tstar / T))
 
