@@ -19,7 +19,8 @@ is the topology's. The result carries the profile (:attr:`Topology.hardware`), f
 per placement (``max σ_g / speed_g``: the slowest GPU sets the pace). So a GPU type's speed is one
 number relative to the reference type (:attr:`HardwareProfile.gpu_speeds`); for a ``+`` mix it is
 the geometric mean, over the added profile's fitted models, of the reference's compute time over
-the added type's at local batch :data:`SPEED_LOCAL_BATCH`. A model whose speed ratio differs from
+the added type's at the middle knot of a measured curve (local batch :data:`SPEED_LOCAL_BATCH` for an
+affine one). A model whose speed ratio differs from
 that mean is off by the difference on the added type's GPUs.
 
 The default spec :data:`DEFAULT_HARDWARE` is the model zoo and the presets' own links (they were
@@ -170,11 +171,19 @@ def combine_profiles(base: HardwareProfile, *others: HardwareProfile) -> Hardwar
                 f"hardware {other.name}: no compute curve of its GPU type {gtype!r} to compare "
                 f"its speed with {base.name}'s"
             )
-        b = SPEED_LOCAL_BATCH
-        logs = [
-            math.log(float(base.compute_time(m, b)) / float(other.compute_time(m, b)))
-            for m in models
-        ]
+        logs = []
+        for m in models:
+            # A measured curve is compared at its middle knot (inside the measured range).
+            knots = other.curve(m).local_batch  # type: ignore[union-attr]
+            b = knots[len(knots) // 2] if knots else SPEED_LOCAL_BATCH
+            mine, theirs = float(base.compute_time(m, b)), float(other.compute_time(m, b))
+            if mine > 0 and theirs > 0:
+                logs.append(math.log(mine / theirs))
+        if not logs:
+            raise ConfigError(
+                f"hardware {other.name}: no positive compute time to compare its speed with "
+                f"{base.name}'s"
+            )
         speeds[gtype] = speeds[base.gpu_type] * math.exp(sum(logs) / len(logs))
         for m in models:
             compute.setdefault(m, {})[gtype] = other.compute[m][gtype]
