@@ -50,7 +50,7 @@ from crop_gym.io import atomic_write
 from crop_gym.model.state import ClusterState
 from crop_gym.scenario import PlacementInstance, ScenarioSampler
 
-__all__ = ["HEURISTICS", "HELD_OUT_SEED", "Row", "headroom", "main", "render_markdown"]
+__all__ = ["HELD_OUT_SEED", "HEURISTICS", "Row", "headroom", "main", "render_markdown"]
 
 #: First held-out seed (the seeds of ``crop-gym eval``, agents/config.py ``EVAL_SEED_BASE``).
 HELD_OUT_SEED = 10**9
@@ -144,7 +144,9 @@ def static_row(env_id: str, seeds: Sequence[int], learned: str | None) -> Row:
         inst = sampler.sample(np.random.default_rng(s))
         F0.append(inst.initial_F)
         rng = np.random.default_rng([s, 1])
-        per["valid"].append(_rollout_rows(inst, lambda t: int(rng.integers(len(t.row_slot))), C))
+        per["valid"].append(
+            _rollout_rows(inst, lambda t, g=rng: int(g.integers(len(t.row_slot))), C)
+        )
         per["row-greedy"].append(_rollout_rows(inst, lambda t: int(np.argmax(t.gains.own)), C))
         for name in (*HEURISTICS, "crop"):
             kw = {"max_candidates": C} if name in ("crop", "comm-greedy") else {}
@@ -156,8 +158,8 @@ def static_row(env_id: str, seeds: Sequence[int], learned: str | None) -> Row:
         kinds.add(kind)
     mean = {n: float(np.mean(v)) for n, v in per.items()}
     best = max((*HEURISTICS, "row-greedy"), key=mean.__getitem__)
-    crop, b, f0 = np.array(per["crop"]), np.array(bound), np.array(F0)
-    gain_gap = 1 - (crop - f0) / np.maximum(b - f0, 1e-12)
+    crop, bnd, f0 = np.array(per["crop"]), np.array(bound), np.array(F0)
+    gain_gap = 1 - (crop - f0) / np.maximum(bnd - f0, 1e-12)
     lf = _learned_static(env_id, seeds, learned)
     return Row(
         env_id=env_id,
@@ -169,9 +171,13 @@ def static_row(env_id: str, seeds: Sequence[int], learned: str | None) -> Row:
         best_heuristic_name=best,
         crop=mean["crop"],
         learned=None if lf is None else float(np.mean(lf)),
-        bound=float(b.mean()),
-        bound_kind="exact" if kinds == {"exact"} else "upper bound" if "exact" not in kinds else "mixed",
-        crop_gap=float(np.mean(1 - crop / b)),
+        bound=float(bnd.mean()),
+        bound_kind="exact"
+        if kinds == {"exact"}
+        else "upper bound"
+        if "exact" not in kinds
+        else "mixed",
+        crop_gap=float(np.mean(1 - crop / bnd)),
         extra={"F0": float(f0.mean()), "crop_gain_gap": float(gain_gap.mean())},
     )
 
@@ -328,13 +334,17 @@ def _csv(rows: Sequence[Row]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m baselines.headroom [--fast] [--ids ID ...] [--seeds N] [--out DIR]``."""
-    p = argparse.ArgumentParser(prog="python -m baselines.headroom", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m baselines.headroom", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--fast", action="store_true", help="2 seeds, 2 online windows, 2 rollouts")
     p.add_argument("--ids", nargs="+", help="environment IDs (default: every registered one)")
     p.add_argument("--seeds", type=int, default=20, help="static seeds (default 20)")
     p.add_argument("--online-seeds", type=int, default=10, help="online windows (default 10)")
     p.add_argument("--rollouts", type=int, default=8, help="perturbed rollouts per window")
-    p.add_argument("--learned", default="default", help="checkpoint for the learned column, or 'none'")
+    p.add_argument(
+        "--learned", default="default", help="checkpoint for the learned column, or 'none'"
+    )
     p.add_argument("--out", default="docs", help="directory of BENCHMARK.md (data in OUT/results)")
     a = p.parse_args(argv)
     try:
@@ -351,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         out = Path(a.out)
         (out / "results").mkdir(parents=True, exist_ok=True)
-        cmd = "python -m baselines.headroom" + (" --fast" if fast else "")
+        args = list(sys.argv[1:] if argv is None else argv)
+        cmd = " ".join(["python -m baselines.headroom", *args])
         atomic_write(out / "BENCHMARK.md", render_markdown(rows, cmd))
         atomic_write(
             out / "results" / "headroom.json",

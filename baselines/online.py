@@ -71,7 +71,9 @@ def _crop(env: Any) -> int:
 def _best_row(env: Any, slot: int | None) -> int:
     """The row of the largest ΔF (of slot ``slot``, or of any slot)."""
     table = env.table
-    rows = np.arange(len(table.row_slot)) if slot is None else np.flatnonzero(table.row_slot == slot)
+    rows = (
+        np.arange(len(table.row_slot)) if slot is None else np.flatnonzero(table.row_slot == slot)
+    )
     r = rows[int(np.argmax(table.gains.total[rows]))]
     return int(table.row_action[r])
 
@@ -148,7 +150,9 @@ def play(env: gym.Env[Any, Any], policy: OnlinePolicy, seed: int) -> Episode:
     lb = float(
         np.mean(
             [
-                min(j.iterations * ideal_time(sim.topology, j, sim.config.perf), horizon - j.arrival)
+                min(
+                    j.iterations * ideal_time(sim.topology, j, sim.config.perf), horizon - j.arrival
+                )
                 for j in sim.jobs
             ]
         )
