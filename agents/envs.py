@@ -38,7 +38,7 @@ class ScaleReward(gym.Wrapper):  # type: ignore[type-arg]
 
 def is_online(env: gym.Env[Any, Any]) -> bool:
     """Whether ``env`` is the online (simulator) placement environment."""
-    return type(env.unwrapped).__name__ == "OnlinePlacementEnv"
+    return type(env.unwrapped).__name__ in ("OnlinePlacementEnv", "OnlinePlacementV1Env")
 
 
 def make_env(

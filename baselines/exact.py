@@ -51,6 +51,7 @@ __all__ = [
     "gpu_groups",
     "optimum",
     "search_space",
+    "upper_bound",
 ]
 
 
@@ -540,6 +541,36 @@ def optimum(state: ClusterState, queue: Sequence[Job], **kwargs: object) -> Exac
     except ConfigError:
         space = "candidates"
     return branch_and_bound(state, queue, space=space, **kwargs)  # type: ignore[arg-type]
+
+
+def upper_bound(state: ClusterState, queue: Sequence[Job]) -> float:
+    """A proven upper bound of the F any placement of ``queue`` can reach (any instance size).
+
+    Adding a job never raises another job's value (link loads only grow), so F after placing a
+    set ``S`` is at most ``F(now) + Σ_{j∈S} ub_j``, with ``ub_j`` the bound of the search
+    (:class:`_Search`: job ``j`` on its ``k`` least slow free GPUs, its ``k`` most reliable ones
+    and the fewest servers that hold ``k`` free GPUs, at the best uplink share available now).
+    Up to 10 jobs the subset programme of the search bounds the best ``S``; beyond, a 0-1 knapsack
+    over the free GPUs (exact by dynamic programming, so tighter than the search's fractional one).
+    """
+    jobs = [j for j in pending_jobs(state, queue) if j.num_gpus <= state.num_free]
+    if len(jobs) <= 10:
+        return _Search(state.copy(), jobs, 1).bound(jobs)
+    s = _Search(state.copy(), jobs, 1)
+    free = state.free_mask
+    slow = np.sort(s.slow[free])
+    keep = np.cumprod(np.sort(s.keep[free])[::-1])
+    topo = state.topology
+    per_srv = np.bincount(topo.gpu_server[free], minlength=topo.num_servers)
+    reach = np.cumsum(np.sort(per_srv)[::-1])
+    cap = int(free.sum())
+    best = np.zeros(cap + 1)  # best[c]: most value of the jobs seen on c GPUs
+    for j in jobs:
+        k = j.num_gpus
+        n_srv = int(np.searchsorted(reach, k) + 1)
+        ub = float(s.value_ub(j, slow[k - 1], keep[k - 1], n_srv))
+        best[k:] = np.maximum(best[k:], best[: cap + 1 - k] + ub)
+    return float(state.F + best[cap])
 
 
 class OptimumPolicy(PlacementPolicy):

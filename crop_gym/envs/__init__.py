@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         ObservationBuilder,
     )
     from crop_gym.envs.online import OnlinePlacementEnv
+    from crop_gym.envs.online_v1 import OnlinePlacementV1Env
     from crop_gym.envs.placement import PlacementEnv
     from crop_gym.envs.registration import ENV_IDS, register_envs
     from crop_gym.envs.render import ClusterRenderer
@@ -41,6 +42,7 @@ __all__ = [
     "GPUPlacementEnv",
     "ObservationBuilder",
     "OnlinePlacementEnv",
+    "OnlinePlacementV1Env",
     "PlacementEnv",
     "build_action_table",
     "register_envs",
@@ -57,6 +59,7 @@ _WHERE = {
     "ClusterRenderer": "render",
     "GPUPlacementEnv": "gpu_placement",
     "OnlinePlacementEnv": "online",
+    "OnlinePlacementV1Env": "online_v1",
     "PlacementEnv": "placement",
     "ENV_IDS": "registration",
     "register_envs": "registration",

@@ -18,6 +18,7 @@ NAMESPACE = "crop_gym"
 
 _STATIC = "crop_gym.envs.placement:PlacementEnv"
 _GPU = "crop_gym.envs.gpu_placement:GPUPlacementEnv"
+_ONLINE_V1 = "crop_gym.envs.online_v1:OnlinePlacementV1Env"
 
 #: ID → (entry point, default kwargs, one-line description).
 ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -70,6 +71,16 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
         "crop_gym.envs.online:OnlinePlacementEnv",
         {},
         "online: 32-job windows of ElasticFlow cluster10 (10x arrival rate) on leafspine-64, mild abnormalities; stop advances time",
+    ),
+    f"{NAMESPACE}/OnlinePlacement-v1": (
+        _ONLINE_V1,
+        {},
+        "online v1: 48-job windows of ElasticFlow cluster04 (10x arrival rate, queues form) on leafspine-64, changing health; pick the job, its GPUs, or wait",
+    ),
+    f"{NAMESPACE}/OnlinePlacement-Bursty-v1": (
+        _ONLINE_V1,
+        {"arrival_scale": 0.25, "burst_s": 1800.0},
+        "OnlinePlacement-v1 with arrivals in bursts (4x arrival rate, batched every 30 simulated minutes)",
     ),
 }
 

@@ -10,14 +10,25 @@ Stop, defer and invalid actions give both terms 0. The reward is :func:`total` o
 environment reports the terms in ``info["reward_terms"]``.
 
 The online environment's rewards (:func:`online_reward`) are rates over the simulated interval a
-step advanced over.
+step advanced over. ``OnlinePlacement-v1`` names its terms (:func:`online_terms`, in the style of
+HighwayEnv's ``_rewards``) and weighs them (:data:`ONLINE_WEIGHTS`); the reward is
+:func:`weighted` of the two.
 """
 
 from __future__ import annotations
 
 from crop_gym.model.state import Gains
 
-__all__ = ["HOUR", "NO_TERMS", "online_reward", "placement_terms", "total"]
+__all__ = [
+    "HOUR",
+    "NO_TERMS",
+    "ONLINE_WEIGHTS",
+    "online_reward",
+    "online_terms",
+    "placement_terms",
+    "total",
+    "weighted",
+]
 
 #: Seconds per hour (the online rewards' time unit).
 HOUR = 3600.0
@@ -61,3 +72,34 @@ def online_reward(
     if mode == "effective":
         return area / (num_gpus * HOUR)
     return -in_system / HOUR / window_jobs
+
+
+#: Default weights of :func:`online_terms` (``OnlinePlacement-v1``).
+ONLINE_WEIGHTS: dict[str, float] = {"effective": 1.0, "waiting": 1.0}
+
+
+def online_terms(
+    *, area: float, queued: float, num_gpus: int, window_jobs: int
+) -> dict[str, float]:
+    """The named reward terms of one ``OnlinePlacement-v1`` step (over the interval it advanced).
+
+    * ``effective``: effective GPU-hours gained, ``∫ F dt`` per cluster GPU and hour (cluster-hours
+      of fully effective use; ``>= 0``);
+    * ``waiting``: minus the job-hours spent *queued*, per window job (``<= 0``; its sum over an
+      episode is minus the mean queueing time in hours).
+
+    Args:
+        area: ``∫ F dt`` over the interval (GPU-seconds).
+        queued: ``∫ queued jobs dt`` over the interval (job-seconds).
+        num_gpus: GPUs of the cluster.
+        window_jobs: Jobs of the episode.
+    """
+    return {
+        "effective": area / (num_gpus * HOUR),
+        "waiting": -queued / (HOUR * window_jobs),
+    }
+
+
+def weighted(terms: dict[str, float], weights: dict[str, float]) -> float:
+    """``Σ weights[name] · terms[name]`` (a term without a weight counts 0)."""
+    return float(sum(weights.get(name, 0.0) * value for name, value in terms.items()))

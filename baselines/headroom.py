@@ -1,0 +1,380 @@
+"""The headroom table: how far each registered task leaves CROP from a bound (docs/BENCHMARK.md).
+
+``python -m baselines.headroom`` (``--fast`` for 2 seeds and 2 rollouts) measures, for every
+registered ``crop_gym/`` ID, on held-out seeds (``reset(seed=s)``, ``s = 10^9, 10^9 + 1, ...``,
+the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
+
+* **static IDs** (``Placement*``; GPU-mode IDs share their scenario's row): mean F of a random
+  valid action at every step (stop only when nothing else is valid), of the best heuristic
+  (the best mean F among :data:`HEURISTICS` and *row-greedy*, the valid row of the largest
+  ``w·k·η·s``, which the observation hands over), of CROP, of the shipped checkpoint where one
+  applies, and a bound: the exact optimum (:func:`baselines.exact.optimum` over every placement)
+  where the instance is within the solver's limits, else the proven upper bound
+  :func:`baselines.exact.upper_bound`. CROP's gap is ``1 - F_CROP / bound`` (mean over seeds) and,
+  in gain terms, ``1 - (F_CROP - F_0) / (bound - F_0)``;
+* **online IDs** (``OnlinePlacement*``): mean JCT (time in system until completion or the
+  horizon, hours; lower is better) of ``random``, the best heuristic (``fifo-first-fit``,
+  ``sjf-crop``), CROP (:mod:`baselines.online`), and two references: the best of ``rollouts``
+  seeded ε-perturbed (ε = 0.1) rollouts of CROP and sjf-crop per window (achieved, not a bound),
+  and a proven hindsight lower bound (each job's work at its ideal speed, capped at the horizon).
+
+It writes ``BENCHMARK.md``, ``headroom.json`` and ``headroom.csv`` into ``--out`` (default
+``docs/`` for the table, ``docs/results/`` for the data).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib
+import io
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import crop_gym  # noqa: F401  (registers the IDs)
+from baselines.exact import EXACT_LIMITS, optimum, search_space, upper_bound
+from baselines.online import epsilon, make_online_policy, play
+from baselines.policy import apply, make_policy
+from crop_gym.envs.registration import ENV_IDS
+from crop_gym.envs.view import build_action_table
+from crop_gym.errors import ConfigError, CropGymError
+from crop_gym.io import atomic_write
+from crop_gym.model.state import ClusterState
+from crop_gym.scenario import PlacementInstance, ScenarioSampler
+
+__all__ = ["HELD_OUT_SEED", "HEURISTICS", "Row", "headroom", "main", "render_markdown"]
+
+#: First held-out seed (the seeds of ``crop-gym eval``, agents/config.py ``EVAL_SEED_BASE``).
+HELD_OUT_SEED = 10**9
+#: Heuristics of the static tasks' best-heuristic column (row-greedy is added).
+HEURISTICS = ("random", "first-fit", "best-fit", "spread", "hived", "comm-greedy")
+#: Heuristics of the online tasks' best-heuristic column.
+ONLINE_HEURISTICS = ("fifo-first-fit", "sjf-crop")
+
+
+@dataclass
+class Row:
+    """One task's line of the table (static: mean F, higher is better; online: mean JCT in hours,
+    lower is better)."""
+
+    env_id: str
+    kind: str  # "static" or "online"
+    metric: str
+    seeds: int
+    random: float
+    best_heuristic: float
+    best_heuristic_name: str
+    crop: float
+    learned: float | None
+    bound: float
+    bound_kind: str
+    crop_gap: float  # static: 1 - CROP / bound; online: CROP / bound - 1 (bound = best rollout)
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------- static
+def _rollout_rows(inst: PlacementInstance, pick: Any, C: int) -> float:
+    """F after placing, at every step, the row ``pick(table)`` until nothing is placeable."""
+    state: ClusterState = inst.state.copy()
+    pending = list(inst.queue)
+    while True:
+        table = build_action_table(state, pending, num_slots=len(pending) or 1, max_candidates=C)
+        if not table.has_placement:
+            return float(state.F)
+        r = pick(table)
+        q, c = int(table.row_slot[r]), int(table.row_cand[r])
+        state.add(table.jobs[q], table.gpus(q, c), facts=table.facts.take(r))
+        del pending[table.positions[q]]
+
+
+def _bound(inst: PlacementInstance) -> tuple[float, str]:
+    try:
+        log10, _ = search_space(inst.state, inst.queue, space="all")
+        if log10 <= EXACT_LIMITS.log10_all:
+            return float(optimum(inst.state, inst.queue).F), "exact"
+    except ConfigError:
+        pass
+    return upper_bound(inst.state, inst.queue), "upper bound"
+
+
+def _learned_static(env_id: str, seeds: Sequence[int], learned: str | None) -> list[float] | None:
+    """F of the shipped checkpoint on ``env_id`` (``None`` where it does not apply or is missing).
+
+    The checkpoint lives in ``agents`` (above ``baselines``), so it is found by name, lazily.
+    """
+    if learned is None or not ENV_IDS[env_id][0].endswith(":PlacementEnv"):
+        return None
+    try:
+        ckpt = importlib.import_module("agents.checkpoint")
+        evaluation = importlib.import_module("agents.evaluation")
+        model, _ = ckpt.load_checkpoint(learned)
+        agent = evaluation.PolicyAgent(model)
+        env = gym.make(env_id)
+        agent.bind(env)
+    except (ImportError, CropGymError, ValueError) as exc:
+        print(f"headroom: no learned column for {env_id}: {exc}", file=sys.stderr)
+        return None
+    out = []
+    for s in seeds:
+        obs, _ = env.reset(seed=s)
+        done = False
+        while not done:
+            obs, _, term, trunc, _ = env.step(agent.act(obs, env.unwrapped.action_masks()))  # type: ignore[attr-defined]
+            done = bool(term or trunc)
+        out.append(float(env.unwrapped.state.F))  # type: ignore[attr-defined]
+    return out
+
+
+def static_row(env_id: str, seeds: Sequence[int], learned: str | None) -> Row:
+    """The static task's row (see the module docstring)."""
+    scenario = ENV_IDS[env_id][1].get("scenario", "default")
+    sampler = ScenarioSampler(scenario)
+    C = sampler.scenario.max_candidates
+    per: dict[str, list[float]] = {n: [] for n in (*HEURISTICS, "row-greedy", "crop", "valid")}
+    F0, bound, kinds = [], [], set()
+    for s in seeds:
+        inst = sampler.sample(np.random.default_rng(s))
+        F0.append(inst.initial_F)
+        rng = np.random.default_rng([s, 1])
+        per["valid"].append(
+            _rollout_rows(inst, lambda t, g=rng: int(g.integers(len(t.row_slot))), C)
+        )
+        per["row-greedy"].append(_rollout_rows(inst, lambda t: int(np.argmax(t.gains.own)), C))
+        for name in (*HEURISTICS, "crop"):
+            kw = {"max_candidates": C} if name in ("crop", "comm-greedy") else {}
+            state = inst.state.copy()
+            apply(state, make_policy(name, **kw).place(inst.state, inst.queue, rng))
+            per[name].append(float(state.F))
+        b, kind = _bound(inst)
+        bound.append(max(b, per["crop"][-1]))
+        kinds.add(kind)
+    mean = {n: float(np.mean(v)) for n, v in per.items()}
+    best = max((*HEURISTICS, "row-greedy"), key=mean.__getitem__)
+    crop, bnd, f0 = np.array(per["crop"]), np.array(bound), np.array(F0)
+    gain_gap = 1 - (crop - f0) / np.maximum(bnd - f0, 1e-12)
+    lf = _learned_static(env_id, seeds, learned)
+    return Row(
+        env_id=env_id,
+        kind="static",
+        metric="mean F",
+        seeds=len(seeds),
+        random=mean["valid"],
+        best_heuristic=mean[best],
+        best_heuristic_name=best,
+        crop=mean["crop"],
+        learned=None if lf is None else float(np.mean(lf)),
+        bound=float(bnd.mean()),
+        bound_kind="exact"
+        if kinds == {"exact"}
+        else "upper bound"
+        if "exact" not in kinds
+        else "mixed",
+        crop_gap=float(np.mean(1 - crop / bnd)),
+        extra={"F0": float(f0.mean()), "crop_gain_gap": float(gain_gap.mean())},
+    )
+
+
+# ---------------------------------------------------------------------------------- online
+def online_row(env_id: str, seeds: Sequence[int], rollouts: int) -> Row:
+    """The online task's row (see the module docstring)."""
+    env = gym.make(env_id)
+    jct: dict[str, list[float]] = {}
+    decisions = multi = 0
+    lb: list[float] = []
+    for name in ("random", *ONLINE_HEURISTICS, "crop"):
+        jct[name] = []
+        for s in seeds:
+            ep = play(env, make_online_policy(name, np.random.default_rng([s, 2])), s)
+            jct[name].append(ep.mean_jct_h)
+            if name == "crop":
+                decisions, multi = decisions + ep.decisions, multi + ep.multi
+                lb.append(ep.lower_bound_h)
+    best_roll = []
+    for i, s in enumerate(seeds):
+        runs = [jct["crop"][i], jct["sjf-crop"][i]]
+        for r in range(rollouts):
+            rng = np.random.default_rng([s, 3, r])
+            base = make_online_policy("crop" if r % 2 else "sjf-crop", rng)
+            runs.append(play(env, epsilon(base, 0.1, rng), s).mean_jct_h)
+        best_roll.append(min(runs))
+    mean = {n: float(np.mean(v)) for n, v in jct.items()}
+    best = min(ONLINE_HEURISTICS, key=mean.__getitem__)
+    crop, roll = np.array(jct["crop"]), np.array(best_roll)
+    return Row(
+        env_id=env_id,
+        kind="online",
+        metric="mean JCT (h)",
+        seeds=len(seeds),
+        random=mean["random"],
+        best_heuristic=mean[best],
+        best_heuristic_name=best,
+        crop=mean["crop"],
+        learned=None,
+        bound=float(roll.mean()),
+        bound_kind=f"best of {rollouts + 2} rollouts",
+        crop_gap=float(np.mean(crop / roll - 1)),
+        extra={
+            "hindsight_lower_bound_h": float(np.mean(lb)),
+            "crop_over_lower_bound": float(np.mean(crop / np.array(lb))),
+            "crop_decisions": float(decisions),
+            "crop_multi_job_decisions": float(multi),
+        },
+    )
+
+
+# ---------------------------------------------------------------------------------- driver
+def headroom(
+    ids: Sequence[str] | None = None,
+    *,
+    seeds: int = 20,
+    online_seeds: int = 10,
+    rollouts: int = 8,
+    learned: str | None = "default",
+    progress: bool = True,
+) -> list[Row]:
+    """Rows of every registered ID (or of ``ids``), static rows shared between IDs of one scenario."""
+    known = [i for i in ENV_IDS if i in gym.registry]
+    todo = known if ids is None else list(ids)
+    for i in todo:
+        if i not in known:
+            raise ConfigError(f"--ids: unknown environment ID {i!r}; known: {', '.join(known)}")
+    rows = []
+    for env_id in todo:
+        t0 = time.perf_counter()
+        if "Online" in env_id:
+            n = [HELD_OUT_SEED + i for i in range(online_seeds)]
+            rows.append(online_row(env_id, n, rollouts))
+        else:
+            rows.append(static_row(env_id, [HELD_OUT_SEED + i for i in range(seeds)], learned))
+        if progress:
+            print(f"headroom: {env_id} {time.perf_counter() - t0:.1f}s", file=sys.stderr)
+    return rows
+
+
+def _fmt(x: float | None, kind: str) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.2f}" if kind == "online" else f"{x:.3f}"
+
+
+def render_markdown(rows: Sequence[Row], command: str) -> str:
+    """docs/BENCHMARK.md."""
+    out = [
+        "# Benchmark headroom",
+        "",
+        f"Regenerate with `{command}` (module docstring of `baselines/headroom.py` says what each",
+        "column is). Held-out seeds from 10^9 (training uses seeds below 10^6).",
+        "",
+        "## Static tasks (mean F, higher is better)",
+        "",
+        "| task | seeds | random valid | best heuristic | CROP | learned | bound | bound kind | CROP gap (F) | CROP gap (gain) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.kind == "static":
+            out.append(
+                f"| `{r.env_id}` | {r.seeds} | {_fmt(r.random, 's')} | {_fmt(r.best_heuristic, 's')} "
+                f"({r.best_heuristic_name}) | {_fmt(r.crop, 's')} | {_fmt(r.learned, 's')} | "
+                f"{_fmt(r.bound, 's')} | {r.bound_kind} | {100 * r.crop_gap:.1f} % | "
+                f"{100 * r.extra['crop_gain_gap']:.1f} % |"
+            )
+    out += [
+        "",
+        "CROP gap (F): mean of `1 - F_CROP / bound`; (gain): of `1 - (F_CROP - F0) / (bound - F0)`",
+        "(F0: the background jobs). An *upper bound* is proven but can be loose (it ignores the",
+        "contention between the new jobs and takes each job's best GPUs separately); *exact* is the",
+        "optimum over every placement. GPU-mode IDs play the same instances as their scenario.",
+        "",
+        "## Online tasks (mean JCT in hours, lower is better)",
+        "",
+        "| task | windows | random | best heuristic | CROP | learned | best rollout | hindsight LB | CROP / best rollout - 1 | multi-job decisions (CROP) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if r.kind == "online":
+            e = r.extra
+            out.append(
+                f"| `{r.env_id}` | {r.seeds} | {_fmt(r.random, 'online')} | "
+                f"{_fmt(r.best_heuristic, 'online')} ({r.best_heuristic_name}) | "
+                f"{_fmt(r.crop, 'online')} | — | {_fmt(r.bound, 'online')} ({r.bound_kind}) | "
+                f"{e['hindsight_lower_bound_h']:.2f} | {100 * r.crop_gap:.1f} % | "
+                f"{int(e['crop_multi_job_decisions'])} of {int(e['crop_decisions'])} |"
+            )
+    out += [
+        "",
+        "JCT: time in the system until completion or the horizon, averaged over the window's jobs.",
+        "Best rollout: per window, the best of CROP, sjf-crop and seeded ε = 0.1 perturbations of",
+        "them (achieved, not a bound). Hindsight LB: each job's work at its ideal speed capped at",
+        "the horizon (proven, loose: it ignores queueing). Multi-job decisions: CROP's steps at",
+        "which two or more jobs were placeable.",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def _csv(rows: Sequence[Row]) -> str:
+    buf = io.StringIO()
+    keys = [k for k in asdict(rows[0]) if k != "extra"] + sorted({k for r in rows for k in r.extra})
+    w = csv.DictWriter(buf, fieldnames=keys)
+    w.writeheader()
+    for r in rows:
+        d = {k: v for k, v in asdict(r).items() if k != "extra"}
+        d.update(r.extra)
+        w.writerow(d)
+    return buf.getvalue()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m baselines.headroom [--fast] [--ids ID ...] [--seeds N] [--out DIR]``."""
+    p = argparse.ArgumentParser(
+        prog="python -m baselines.headroom", description=__doc__.split("\n")[0]
+    )
+    p.add_argument("--fast", action="store_true", help="2 seeds, 2 online windows, 2 rollouts")
+    p.add_argument("--ids", nargs="+", help="environment IDs (default: every registered one)")
+    p.add_argument("--seeds", type=int, default=20, help="static seeds (default 20)")
+    p.add_argument("--online-seeds", type=int, default=10, help="online windows (default 10)")
+    p.add_argument("--rollouts", type=int, default=8, help="perturbed rollouts per window")
+    p.add_argument(
+        "--learned", default="default", help="checkpoint for the learned column, or 'none'"
+    )
+    p.add_argument("--out", default="docs", help="directory of BENCHMARK.md (data in OUT/results)")
+    a = p.parse_args(argv)
+    try:
+        for name in ("seeds", "online_seeds", "rollouts"):
+            if getattr(a, name) < (0 if name == "rollouts" else 1):
+                raise ConfigError(f"--{name.replace('_', '-')}={getattr(a, name)} must be >= 1")
+        fast = a.fast
+        rows = headroom(
+            a.ids,
+            seeds=2 if fast else a.seeds,
+            online_seeds=2 if fast else a.online_seeds,
+            rollouts=2 if fast else a.rollouts,
+            learned=None if a.learned == "none" else a.learned,
+        )
+        out = Path(a.out)
+        (out / "results").mkdir(parents=True, exist_ok=True)
+        args = list(sys.argv[1:] if argv is None else argv)
+        cmd = " ".join(["python -m baselines.headroom", *args])
+        atomic_write(out / "BENCHMARK.md", render_markdown(rows, cmd))
+        atomic_write(
+            out / "results" / "headroom.json",
+            json.dumps([asdict(r) for r in rows], indent=2) + "\n",
+        )
+        atomic_write(out / "results" / "headroom.csv", _csv(rows))
+    except (CropGymError, OSError) as exc:
+        print(f"headroom: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out / 'BENCHMARK.md'} and {out / 'results'}/headroom.{{json,csv}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

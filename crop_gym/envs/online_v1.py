@@ -1,0 +1,506 @@
+"""``OnlinePlacement-v1``: online placement with real decisions (which job, where, or wait).
+
+The class docstring of :class:`OnlinePlacementV1Env` is the specification, with its version history.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+from numpy.typing import NDArray
+
+from crop_gym.envs.base import (
+    RENDER_MODES,
+    EpisodeGuard,
+    check_count,
+    check_options,
+    check_render_mode,
+)
+from crop_gym.envs.observation import ObservationBuilder
+from crop_gym.envs.render import ClusterRenderer
+from crop_gym.envs.rewards import HOUR, ONLINE_WEIGHTS, online_terms, weighted
+from crop_gym.envs.view import ActionTable, action_space, build_action_table
+from crop_gym.errors import ConfigError, check_range
+from crop_gym.model.devices import AbnormalityProfile, get_profile
+from crop_gym.model.jobs import Job
+from crop_gym.model.topology import Topology, make_topology
+from crop_gym.sim import SimConfig, SimulationError, Simulator
+
+__all__ = ["ONLINE_V1_FEATURES", "SLOT_FEATURES", "WAITING_FEATURES", "OnlinePlacementV1Env"]
+
+Obs = dict[str, NDArray[np.float32]]
+
+#: Columns of the ``"online"`` key.
+ONLINE_V1_FEATURES: tuple[str, ...] = (
+    "elapsed",  # simulated time / horizon
+    "queued",  # queued jobs / window jobs
+    "running",  # running jobs / window jobs
+    "completed",  # completed jobs / window jobs
+    "mean_wait",  # mean waiting time w of the queued jobs, as w / (w + 1 h)
+    "next_arrival",  # time d to the next arrival, as d / (d + 1 h) (1 when none is left)
+    "free",  # free usable GPUs / cluster GPUs
+    "queued_gpus",  # GPUs requested by the queued jobs / cluster GPUs (capped at 1)
+    "abnormal",  # share of GPUs that are slow, failure-prone or failed now
+)
+
+#: Columns of the ``"waiting"`` table: one row per queued job, oldest first (fitting or not).
+WAITING_FEATURES: tuple[str, ...] = (
+    "present",  # the row holds a queued job
+    "fits",  # it fits in the free GPUs now (so it is in the view, if the view has room)
+    "size",  # k / largest job size of the trace
+    "wait",  # waiting time w, as w / (w + 1 h)
+    "work",  # remaining run time r at the ideal speed (iterations left x T*), as r / (r + 1 h)
+    "slot",  # (view slot + 1) / Q if the job is in the view, else 0
+)
+
+#: Columns of the ``"slots"`` table: one row per view slot (aligned with ``"queue"``).
+SLOT_FEATURES: tuple[str, ...] = (
+    "work",  # remaining ideal run time r of the slot's job, as r / (r + 1 h)
+    "wait",  # its waiting time w, as w / (w + 1 h)
+)
+
+
+def _squash(seconds: NDArray[np.float64] | float) -> Any:
+    """``x / (x + 1 h)``: seconds to ``[0, 1)``."""
+    return np.asarray(seconds) / (np.asarray(seconds) + HOUR)
+
+
+def action_mask(table: ActionTable) -> NDArray[np.bool_]:
+    """The valid actions of ``table``, ``bool[Q * C + 1]``, as predicates.
+
+    * place ``(q, c)`` ⇔ view slot ``q`` holds a queued job that fits now ∧ that job has a
+      ``c``-th candidate (these are exactly the table's rows);
+    * wait (the last action) ⇔ always: time can always advance (up to the horizon).
+    """
+    mask = np.zeros(table.stop_action + 1, dtype=bool)
+    mask[table.row_action] = True
+    mask[-1] = True
+    return mask
+
+
+class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
+    """Online placement in which the order, the place and the timing of starts are decisions.
+
+    An episode is a **trace window**: ``window_jobs`` consecutive jobs of ``trace`` (jobs larger
+    than the cluster left out), from a start drawn with ``np_random``, arrivals rebased to 0,
+    multiplied by ``arrival_scale`` (``< 1`` compresses the window so queues form) and, with
+    ``burst_s``, rounded down to multiples of ``burst_s`` (jobs then arrive in bursts). They run in
+    the discrete-event simulator (:class:`crop_gym.sim.Simulator`) on an empty cluster, with the
+    ``profile``'s abnormal devices at time 0 and **health that changes during the episode**:
+    devices turn abnormal at ``onset_rate_per_gpu_hour`` (slow, failure-prone or failed) for an
+    exponential time of mean ``mean_abnormal_duration_s``; failure-prone devices fail (their jobs
+    lose the work since their last checkpoint and go back to the queue); failed GPUs are repaired.
+    The health timeline is seeded from ``np_random`` and independent of the actions.
+
+    **Actions** ``Discrete(Q * C + 1)``. The view is the first ``Q`` queued jobs, oldest first, that
+    fit in the free GPUs now — every job its own slot (two jobs of one model and size differ in
+    their remaining work). Action ``q * C + c`` starts view job ``q`` on its candidate ``c`` (the
+    compact GPU sets CROP considers, :func:`~crop_gym.candidates.candidate_sets`) at once: the
+    clock does not move, the table is rebuilt, and the agent may start another job. The last
+    action, **wait**, leaves every queued job queued and advances the simulation to the next event
+    (an arrival, a completion, a health event, the horizon); if nothing can be placed then, it keeps
+    advancing to the next moment something can (so every step is a real decision).
+
+    **Action mask** (:func:`action_mask`; ``action_masks()`` and ``info["action_mask"]``): a
+    placement is valid when its slot holds a job and the job has that candidate; wait is always
+    valid. Invalid actions (masked, out of range, not one integer, booleans) never raise: nothing
+    happens, the reward is 0, ``info["invalid_action"]`` is ``True``.
+
+    **Reward** on wait, for the interval advanced (placements give 0), the weighted sum
+    (``reward_weights``, default :data:`~crop_gym.envs.rewards.ONLINE_WEIGHTS`) of the named terms
+    of :func:`~crop_gym.envs.rewards.online_terms`, reported in ``info["reward_terms"]``:
+
+    * ``effective``: effective GPU-hours gained, ``∫ F dt / (G · 1 h)``;
+    * ``waiting``: minus the job-hours spent queued, per window job.
+
+    **Observation** (``float32`` in ``[0, 1]``, ``gain`` in ``[-1, 1]``; tables row-major 1-D): the
+    static environment's ``"gpus"`` ``(G, 11)`` (its columns plus ``job_remaining``),
+    ``"candidates"`` ``(Q*C, 17)``, ``"queue"`` ``(Q, 8)``, ``"summary"`` ``(10,)``; ``"online"``
+    ``(9,)`` (:data:`ONLINE_V1_FEATURES`); ``"waiting"`` ``(W, 6)``, the first ``W = waiting_view``
+    queued jobs whether they fit or not (:data:`WAITING_FEATURES`); ``"slots"`` ``(Q, 2)``, the
+    remaining work and wait of each view slot (:data:`SLOT_FEATURES`); ``"gain"`` ``(Q*C,)`` with
+    ``privileged=True``.
+
+    **Episode end**: *terminated* when every job of the window has completed; *truncated* at the
+    simulated horizon or after ``max_steps`` steps; then ``step`` raises
+    :class:`gymnasium.error.ResetNeeded` until ``reset``.
+
+    **Info**: ``action_mask``, ``time_s``, ``F``, ``queued``, ``running``, ``completed``,
+    ``view_jobs`` (jobs placeable now); on steps ``invalid_action``, ``placed``, ``interval_s``,
+    ``reward_terms``, ``in_system_s`` (``∫ jobs in system dt`` over the interval); at the end
+    ``sim_metrics`` and ``mean_jct_h``: the mean over the window's jobs of the time each spent in
+    the system until it finished or the horizon (the mean JCT when every job finished).
+
+    Args:
+        trace: Bundled trace name or file (default ``"elasticflow:cluster04"``: jobs of 1 to 64
+            GPUs, enough large ones to contend on 64 GPUs).
+        cluster: Topology preset or object (default ``"leafspine-64"``).
+        profile: Abnormality profile at time 0 (default ``"mild"``).
+        onset_rate_per_gpu_hour: Rate at which a device turns abnormal, overriding the profile's
+            (default 0.05: about 3 onsets an hour on 64 GPUs); ``None`` keeps the profile's.
+        mean_abnormal_duration_s: Mean length of an abnormal episode (default 3600); ``None``
+            keeps the profile's.
+        window_jobs: Jobs per episode, an integer >= 1 (default 48).
+        arrival_scale: Factor on inter-arrival times, > 0 (default 0.1).
+        burst_s: Round arrivals down to multiples of this many seconds (``None``: no rounding).
+        horizon_hours: Simulated-time limit, > 0 (default 72).
+        queue_view: ``Q``, an integer >= 1 (default 8).
+        max_candidates: ``C``, an integer >= 1 (default 8).
+        waiting_view: ``W``, an integer >= 1 (default 16).
+        reward_weights: Weights of the reward terms (keys ``effective``, ``waiting``).
+        max_steps: Step cap, an integer >= 1 (default ``20 * window_jobs``).
+        privileged: Add the exact marginal gains ``"gain"``.
+        robust_candidates: Let device health steer candidate choice.
+        sim_config: Simulator options; its ``max_time_s`` is set from ``horizon_hours``.
+        render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
+
+    **Reset options**: ``{"jobs": [Job, ...]}`` plays the given jobs instead of a drawn window.
+
+    **Version history**:
+        v0 (:class:`~crop_gym.envs.online.OnlinePlacementEnv`): 32-job windows of ElasticFlow
+        cluster10 (mostly 1-GPU jobs) on 64 GPUs: queues never formed and exactly one job was
+        placeable at each of 313 measured decisions; identical jobs shared a view slot; abnormal
+        onsets at the mild profile's 0.002 per GPU-hour (about one in 8 h); reward ``effective``
+        or ``jct`` (one of two modes).
+        v1: trace cluster04 with 48-job windows (queues form; several jobs are placeable at a
+        third of the decisions or more); every job its own view slot; ``"waiting"`` and ``"slots"``
+        keys (what is queued beyond the view, remaining work, waits); onsets at 0.05 per GPU-hour,
+        1 h episodes; ``burst_s``; reward = weighted named terms (``effective``, ``waiting``) in
+        ``info["reward_terms"]``; ``mean_jct_h`` at the end; the stop action is called *wait*.
+    """
+
+    metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}  # noqa: RUF012
+
+    def __init__(
+        self,
+        trace: str = "elasticflow:cluster04",
+        cluster: str | Topology = "leafspine-64",
+        profile: str | AbnormalityProfile = "mild",
+        *,
+        onset_rate_per_gpu_hour: float | None = 0.05,
+        mean_abnormal_duration_s: float | None = 3600.0,
+        window_jobs: int = 48,
+        arrival_scale: float = 0.1,
+        burst_s: float | None = None,
+        horizon_hours: float = 72.0,
+        queue_view: int = 8,
+        max_candidates: int = 8,
+        waiting_view: int = 16,
+        reward_weights: Mapping[str, float] | None = None,
+        max_steps: int | None = None,
+        privileged: bool = False,
+        robust_candidates: bool = True,
+        sim_config: SimConfig | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        from crop_gym.workloads import load_workload
+
+        self.render_mode = check_render_mode(render_mode)
+        window = check_count("window_jobs", window_jobs)
+        check_range("arrival_scale", arrival_scale, 0.0, low_inclusive=False)
+        check_range("horizon_hours", horizon_hours, 0.0, low_inclusive=False)
+        if burst_s is not None:
+            check_range("burst_s", burst_s, 0.0, low_inclusive=False)
+        self.burst_s = None if burst_s is None else float(burst_s)
+        self.queue_view = check_count("queue_view", queue_view)
+        self.max_candidates = check_count("max_candidates", max_candidates)
+        self.waiting_view = check_count("waiting_view", waiting_view)
+        weights = dict(ONLINE_WEIGHTS if reward_weights is None else reward_weights)
+        bad = sorted(set(weights) - set(ONLINE_WEIGHTS))
+        if bad:
+            raise ConfigError(
+                f"reward_weights: unknown term(s) {bad}; terms: {sorted(ONLINE_WEIGHTS)}"
+            )
+        for name, value in weights.items():
+            check_range(f"reward_weights[{name!r}]", value, 0.0)
+        self.reward_weights = {k: float(v) for k, v in weights.items()}
+        self.robust_candidates = bool(robust_candidates)
+        self.topology = make_topology(cluster) if isinstance(cluster, str) else cluster
+        overrides: dict[str, float] = {}
+        if onset_rate_per_gpu_hour is not None:
+            overrides["onset_rate_per_gpu_hour"] = onset_rate_per_gpu_hour
+        if mean_abnormal_duration_s is not None:
+            overrides["mean_abnormal_duration_s"] = mean_abnormal_duration_s
+        self.profile = get_profile(profile, **overrides)
+        G = self.topology.num_gpus
+        workload = load_workload(trace)
+        self.trace_name = workload.name
+        self.pool: tuple[Job, ...] = tuple(j for j in workload.jobs if j.num_gpus <= G)
+        if not self.pool:
+            raise ConfigError(f"no job of {trace!r} fits on {self.topology.name} ({G} GPUs)")
+        self.window_jobs = min(window, len(self.pool))
+        self.arrival_scale = float(arrival_scale)
+        self.horizon_s = float(horizon_hours) * HOUR
+        self.max_steps = check_count(
+            "max_steps", 20 * self.window_jobs if max_steps is None else max_steps
+        )
+        base = sim_config if sim_config is not None else SimConfig()
+        self.sim_config = dataclasses.replace(
+            base, max_time_s=self.horizon_s, record_timeline=False
+        )
+        self.max_job_gpus = max(j.num_gpus for j in self.pool)
+        self.features = ObservationBuilder(
+            self.topology,
+            self.sim_config.perf,
+            num_slots=self.queue_view,
+            max_candidates=self.max_candidates,
+            queue_size=self.window_jobs,
+            max_job_gpus=self.max_job_gpus,
+            privileged=privileged,
+            gpu_extra=("job_remaining",),
+        )
+        box = dict(self.features.observation_space.spaces)
+        W, Q = self.waiting_view, self.queue_view
+        box["online"] = spaces.Box(0.0, 1.0, (len(ONLINE_V1_FEATURES),), np.float32)
+        box["waiting"] = spaces.Box(0.0, 1.0, (W * len(WAITING_FEATURES),), np.float32)
+        box["slots"] = spaces.Box(0.0, 1.0, (Q * len(SLOT_FEATURES),), np.float32)
+        self.observation_space = spaces.Dict(box)  # type: ignore[assignment]
+        self.action_space = action_space(Q, self.max_candidates)
+        self._renderer = ClusterRenderer(self.topology)
+        self._guard = EpisodeGuard()
+        self.sim: Simulator | None = None
+        self.table: ActionTable | None = None
+        self.steps = 0
+        self.in_system_s = 0.0
+        self._episode_jobs: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ episode
+    def draw_window(self) -> list[Job]:
+        """The next episode's jobs: a window of the trace drawn with ``np_random``, rescaled."""
+        n = self.window_jobs
+        start = int(self.np_random.integers(0, len(self.pool) - n + 1))
+        jobs = self.pool[start : start + n]
+        t0 = jobs[0].arrival
+        out = []
+        for j in jobs:
+            t = (j.arrival - t0) * self.arrival_scale
+            if self.burst_s is not None:
+                t = math.floor(t / self.burst_s) * self.burst_s
+            out.append(dataclasses.replace(j, arrival=t, deadline=None))
+        return out
+
+    def _live(self) -> tuple[Simulator, ActionTable]:
+        if self.sim is None or self.table is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        return self.sim, self.table
+
+    def _rebuild(self) -> None:
+        sim = self.sim
+        if sim is None:
+            raise gym.error.ResetNeeded("call reset() before step()")
+        self.table = build_action_table(
+            sim.state,
+            sim.queue,
+            num_slots=self.queue_view,
+            max_candidates=self.max_candidates,
+            robust=self.robust_candidates,
+            group_identical=False,
+        )
+
+    def _advance(self) -> tuple[float, float, float, float]:
+        """Advance to the next event, then on while nothing can be placed.
+
+        Returns:
+            Seconds advanced, ``∫ F dt``, ``∫ queued dt`` and ``∫ in system dt``.
+        """
+        sim, _ = self._live()
+        t0, area, queued, in_system = sim.now, 0.0, 0.0, 0.0
+        while not sim.done:
+            before, n_q, n_run = sim.now, sim.queue_length, sim.running
+            try:
+                area += sim.advance()
+            except SimulationError:
+                sim.truncated = True  # nothing can ever happen again: end the episode
+                break
+            dt = sim.now - before
+            queued += n_q * dt
+            in_system += (n_q + n_run) * dt
+            self._rebuild()
+            if self._live()[1].has_placement:
+                break
+        return sim.now - t0, area, queued, in_system
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Obs, dict[str, Any]]:
+        """Start an episode on a new trace window (or on ``options["jobs"]``)."""
+        jobs = check_options(options, ("jobs",)).get("jobs")
+        if jobs is not None and (
+            isinstance(jobs, (str, bytes))
+            or not all(isinstance(j, Job) for j in jobs)
+            or len(jobs) == 0
+        ):
+            raise ConfigError("options['jobs'] must be a non-empty sequence of Job")
+        super().reset(seed=seed)
+        if jobs is None:
+            jobs = self.draw_window()
+        sim_seed = int(self.np_random.integers(2**63 - 1))
+        self.sim = Simulator(
+            jobs, self.topology, profile=self.profile, config=self.sim_config, seed=sim_seed
+        )
+        self.steps = 0
+        self.in_system_s = 0.0
+        self._episode_jobs = {j.job_id: i for i, j in enumerate(self.sim.jobs)}
+        self.table = None
+        self._rebuild()
+        self._guard.start()
+        if not self._live()[1].has_placement and not self.sim.done:
+            self.in_system_s += self._advance()[3]
+        return self._observe(), self._info()
+
+    def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Start one view job on one candidate, or wait (advance simulated time)."""
+        self._guard.check()
+        sim, table = self._live()
+        self.steps += 1
+        decoded = table.decode(action)
+        invalid, placed = False, None
+        interval = area = queued = in_system = 0.0
+        if decoded is not None:
+            q, c = decoded
+            job = table.jobs[q]
+            sim.place(job, table.gpus(q, c))
+            placed = job.job_id
+            self._rebuild()
+        elif table.is_stop(action):
+            if not sim.done:
+                interval, area, queued, in_system = self._advance()
+        else:
+            invalid = True
+        self.in_system_s += in_system
+        terms = online_terms(
+            area=area, queued=queued, num_gpus=self.topology.num_gpus, window_jobs=self.window_jobs
+        )
+        terminated = sim.done and not sim.truncated
+        truncated = not terminated and (sim.truncated or self.steps >= self.max_steps)
+        self._guard.end_if(terminated, truncated)
+        info = self._info()
+        info.update(
+            invalid_action=invalid,
+            placed=placed,
+            interval_s=interval,
+            reward_terms=terms,
+            in_system_s=in_system,
+        )
+        if terminated or truncated:
+            info["sim_metrics"] = sim.result(policy_name="agent").summary()
+            info["mean_jct_h"] = self.mean_jct_h()
+        return self._observe(), weighted(terms, self.reward_weights), terminated, truncated, info
+
+    def mean_jct_h(self) -> float:
+        """Mean time in the system of the window's jobs so far, hours (queued jobs count to now).
+
+        Every job that has arrived is in the system until it completes, so this is
+        ``∫ jobs in system dt / window jobs`` (Little's law); at the end of an episode in which
+        every job finished, it is the mean JCT.
+        """
+        return self.in_system_s / HOUR / len(self._live()[0].jobs)
+
+    def action_masks(self) -> NDArray[np.bool_]:
+        """Valid actions, ``bool[Q * C + 1]`` (:func:`action_mask`)."""
+        return action_mask(self._live()[1])
+
+    def action_for(self, job_id: str, gpus: NDArray[np.integer[Any]]) -> int | None:
+        """The action starting ``job_id`` on exactly ``gpus`` now, or ``None`` if not offered."""
+        return self._live()[1].index_of(job_id, gpus)
+
+    def remaining_ideal_s(self, job: Job) -> float:
+        """Remaining run time of a queued ``job`` at its ideal speed (iterations left × T*)."""
+        sim = self._live()[0]
+        return sim.remaining_work(job.job_id) * sim.state.ideal_time(job)
+
+    # -------------------------------------------------------------- observation
+    def _observe(self) -> Obs:
+        sim, table = self._live()
+        state = sim.state
+        extra = np.zeros((self.topology.num_gpus, 1))
+        if state.jobs:
+            extra[:, 0] = _squash(sim.remaining_time_by_gpu())
+        obs = self.features.build(
+            state, state.health, sim.queue, table, self.steps, self.max_steps, extra=extra
+        )
+        obs["online"] = self._online_features()
+        obs["waiting"], obs["slots"] = self._queue_tables()
+        return obs
+
+    def _online_features(self) -> NDArray[np.float32]:
+        sim = self._live()[0]
+        n, G = float(self.window_jobs), self.topology.num_gpus
+        queue = sim.queue
+        f = np.zeros(len(ONLINE_V1_FEATURES))
+        f[0] = sim.now / self.horizon_s
+        f[1:4] = (len(queue) / n, sim.running / n, sim.completed / n)
+        if queue:
+            f[4] = _squash(float(np.mean([sim.now - j.arrival for j in queue])))
+        nxt = sim.next_arrival_time()
+        f[5] = 1.0 if not math.isfinite(nxt) else _squash(nxt - sim.now)
+        f[6] = sim.state.num_free / G
+        f[7] = sum(j.num_gpus for j in queue) / G
+        h = sim.state.health
+        f[8] = float(np.mean((h.gpu_slowdown > 1.0) | (h.gpu_fail_prob > 0) | h.gpu_failed))
+        return np.clip(f, 0.0, 1.0).astype(np.float32)
+
+    def _queue_tables(self) -> tuple[NDArray[np.float32], NDArray[np.float32]]:
+        sim, table = self._live()
+        W, Q = self.waiting_view, self.queue_view
+        slot_of = {j.job_id: q for q, j in enumerate(table.jobs)}
+        waiting = np.zeros((W, len(WAITING_FEATURES)))
+        for r, job in enumerate(sim.queue[:W]):
+            q = slot_of.get(job.job_id)
+            waiting[r] = (
+                1.0,
+                float(job.num_gpus <= sim.state.num_free),
+                job.num_gpus / self.max_job_gpus,
+                _squash(sim.now - job.arrival),
+                _squash(self.remaining_ideal_s(job)),
+                0.0 if q is None else (q + 1) / Q,
+            )
+        slots = np.zeros((Q, len(SLOT_FEATURES)))
+        for q, job in enumerate(table.jobs):
+            slots[q] = (_squash(self.remaining_ideal_s(job)), _squash(sim.now - job.arrival))
+        return (
+            np.clip(waiting, 0.0, 1.0).astype(np.float32).reshape(-1),
+            np.clip(slots, 0.0, 1.0).astype(np.float32).reshape(-1),
+        )
+
+    def _info(self) -> dict[str, Any]:
+        sim, table = self._live()
+        return {
+            "action_mask": action_mask(table),
+            "time_s": sim.now,
+            "F": sim.state.F,
+            "queued": sim.queue_length,
+            "running": sim.running,
+            "completed": sim.completed,
+            "view_jobs": len(table.jobs),
+        }
+
+    # ------------------------------------------------------------------ render
+    def _header(self) -> list[str]:
+        sim, table = self._live()
+        view = ", ".join(f"{j.job_id}:{j.model}x{j.num_gpus}" for j in table.jobs[:8])
+        return [
+            f"online-v1 {self.trace_name} ({self.topology.name})  t={sim.now / HOUR:.2f}h  "
+            f"step {self.steps}  F={sim.state.F:.2f}  free={sim.state.num_free}/{self.topology.num_gpus}",
+            f"queued {sim.queue_length}  running {sim.running}  done {sim.completed}/{len(sim.jobs)}: {view}",
+        ]
+
+    def render(self) -> Any:
+        """``ansi``: a string; ``rgb_array``: ``uint8[H, W, 3]``; ``None`` without a render mode."""
+        if self.sim is None or self.render_mode is None:
+            return None
+        if self.render_mode == "ansi":
+            return self._renderer.ansi(self.sim.state, header=self._header())
+        return self._renderer.rgb(
+            self.sim.state, title="   ".join(self._header()), episode_jobs=self._episode_jobs
+        )
+
+    def close(self) -> None:
+        """Release the rendering figure."""
+        self._renderer.close()

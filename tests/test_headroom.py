@@ -1,0 +1,45 @@
+"""The headroom machinery (baselines/headroom.py) in its fast mode, and the proven upper bound."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from baselines.crop import crop_greedy
+from baselines.exact import optimum, upper_bound
+from baselines.headroom import main
+from crop_gym.scenario import ScenarioSampler
+
+
+@pytest.mark.parametrize("scenario", ["testbed-8", "default", "default-severe"])
+def test_upper_bound_bounds_crop_and_the_optimum(scenario: str) -> None:
+    sampler = ScenarioSampler(scenario)
+    for seed in range(3):
+        inst = sampler.sample(np.random.default_rng(seed))
+        ub = upper_bound(inst.state, inst.queue)
+        assert ub >= crop_greedy(inst.state, inst.queue).F - 1e-9
+        if scenario == "testbed-8":
+            assert ub >= optimum(inst.state, inst.queue).F - 1e-9
+
+
+def test_fast_mode_writes_the_table(tmp_path: Path) -> None:
+    ids = ["crop_gym/Placement-Testbed8-v0", "crop_gym/OnlinePlacement-v1"]
+    assert main(["--fast", "--learned", "none", "--out", str(tmp_path), "--ids", *ids]) == 0
+    md = (tmp_path / "BENCHMARK.md").read_text()
+    assert all(f"`{i}`" in md for i in ids)
+    rows = json.loads((tmp_path / "results" / "headroom.json").read_text())
+    static, online = rows
+    assert static["bound_kind"] == "exact" and static["bound"] >= static["crop"] - 1e-9
+    assert static["random"] <= static["bound"] + 1e-9
+    assert online["bound"] <= online["crop"] + 1e-9  # the best rollout includes CROP's
+    assert online["extra"]["hindsight_lower_bound_h"] <= online["bound"] + 1e-9
+    assert (tmp_path / "results" / "headroom.csv").read_text().startswith("env_id,")
+
+
+def test_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--ids", "crop_gym/Nope-v0", "--out", "/tmp/unused-headroom"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("headroom:") and "\n" not in err
