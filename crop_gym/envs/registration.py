@@ -57,6 +57,16 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
         {"scenario": "n128g8"},
         "ElasticFlow n128g8 (1,024 GPUs), 200 jobs, view of 64 job classes; candidate actions",
     ),
+    f"{NAMESPACE}/Placement-RTX-v0": (
+        _STATIC,
+        {"scenario": "default", "hardware": "rtx-2080ti"},
+        "Placement-v0 on the fitted RTX 2080 Ti profile (commodity PCIe nodes and network: communication is ~35% of time, so placement matters more than on the default A100s)",
+    ),
+    f"{NAMESPACE}/Placement-Mixed-v0": (
+        _STATIC,
+        {"scenario": "default", "hardware": "dgx-a100+rtx-2080ti"},
+        "Placement-v0 on a heterogeneous cluster: DGX-A100 servers and RTX 2080 Ti servers in one tree (the slowest GPU sets a job's pace)",
+    ),
     f"{NAMESPACE}/PlacementGPU-v0": (
         _GPU,
         {"scenario": "default"},
