@@ -402,7 +402,10 @@ class ClusterState:
         on = np.zeros((R, self.topology.num_nodes), dtype=bool)
         on[np.arange(R)[:, None], links] = True
         on[:, 0] = False
-        rows = np.flatnonzero(on.any(axis=0)[t.links].any(axis=1) & t.active)
+        crossed: NDArray[np.bool_] = np.zeros(self.topology.num_nodes, dtype=bool)
+        crossed[links] = True
+        crossed[0] = False
+        rows = np.flatnonzero(crossed[t.links].any(axis=1) & t.active)
         if not len(rows):
             return np.zeros(R)
         d, jl = t.data[rows], t.links[rows]  # [J, 16], [J, W]
