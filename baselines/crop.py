@@ -52,7 +52,7 @@ from crop_gym.candidates import CandidateSet, candidate_placements
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PlacementFacts, job_constants, memo_facts
+from crop_gym.model.timing import PlacementFacts, memo_facts, model_constants
 
 __all__ = ["RULES", "CandidateFn", "CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]
 
@@ -155,7 +155,7 @@ class _Greedy:
                 self.cls_k.append(job.num_gpus)
                 self.cls_scale.append(1.0 / job.num_gpus if density else 1.0)
                 self.cls_w.append(job.weight)
-                self.cls_ratio.append(ws.ideal_time(job) / job_constants(ws.topology, job)[1])
+                self.cls_ratio.append(ws.ideal_time(job) / model_constants(ws.topology, job)[1])
                 self.cls_members.append(deque())
                 self.size_classes.setdefault(job.num_gpus, []).append(c)
             self.cls_members[c].append(q)

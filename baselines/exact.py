@@ -40,7 +40,7 @@ from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PlacementFacts, comm_time, iteration_time, job_constants
+from crop_gym.model.timing import PlacementFacts, comm_time, iteration_time, model_constants
 
 __all__ = [
     "EXACT_LIMITS",
@@ -254,7 +254,7 @@ class _Search:
     def value_ub(self, job: Job, sigma: Any, keep: Any, servers: Any) -> Any:
         """Upper bound of ΔF of ``job`` (vectorised over options)."""
         k = job.num_gpus
-        grad_bytes, compute = job_constants(self.state.topology, job)
+        grad_bytes, compute = model_constants(self.state.topology, job)
         c = comm_time(self.perf.allreduce, grad_bytes, k, 1, servers, np.inf, self.b_up, 0.0, 0.0)
         c = np.where(np.asarray(servers) > 1, c, 0.0)
         # Every term left out (fabric, NIC sharing, compute sharing, step latency) only slows a

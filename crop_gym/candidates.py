@@ -430,43 +430,36 @@ def _assemble(ks: list[int], K: _I64, cap: int, rows: _Rows, G: int) -> dict[int
     for c, e in zip(counts, extras, strict=True):
         picks += ranked_l[s0 : s0 + min(c, cap + e)]
         s0 += c
-    # The picked rows' GPUs, each row sorted.
+    # The picked rows' GPUs, each row sorted; rows come size by size.
     pick = np.array(picks)
     kp = k_row[pick]
     row_key = np.arange(len(pick)).repeat(kp) * G
     gpus = rows.src[_ragged(rows.start[pick], kp)] + row_key
     gpus.sort()
     gpus -= row_key
-    flat = gpus.tolist()
-    kept: list[int] = []  # rows kept, size by size
-    offsets: list[int] = []  # where their GPUs are in `gpus`
-    spans: list[tuple[int, tuple[tuple[int, ...], ...], int]] = []  # (k, keys, first kept)
-    end = p = 0
-    for k, c, e in zip(ks, counts, extras, strict=True):
-        keys: list[tuple[int, ...]] = []
-        first = len(kept)
-        n = min(c, cap + e)
-        for r in picks[p : p + n]:
-            row = tuple(flat[end : end + k])
-            if len(keys) < cap and (not e or row not in keys):
-                keys.append(row)
-                kept.append(r)
-                offsets.append(end)
-            end += k
-        p += n
-        spans.append((k, tuple(keys), first))
-    sel = np.array(kept)
-    g_kept = gpus[_ragged(np.array(offsets), k_row[sel])].astype(np.int32)
+    g32 = gpus.astype(np.int32)
     ns, nd, qq = (
-        rows.num_servers[sel].astype(np.int32),
-        node[sel].astype(np.int32),
-        rows.quality[sel],
+        rows.num_servers[pick].astype(np.int32),
+        node[pick].astype(np.int32),
+        rows.quality[pick],
     )
     out: dict[int, CandidateSet] = {}
-    g0 = 0
-    for k, keys_k, a in spans:
-        z = a + len(keys_k)
-        g1 = g0 + k * len(keys_k)
-        out[k] = CandidateSet(g_kept[g0:g1].reshape(-1, k), ns[a:z], nd[a:z], qq[a:z], keys_k)
-        g0 = g1
+    end = p = 0
+    for k, c, e in zip(ks, counts, extras, strict=True):
+        n = min(c, cap + e)
+        block = g32[end : end + n * k].reshape(n, k)
+        keys = list(map(tuple, block.tolist()))
+        kept: Any = slice(0, min(n, cap))
+        if e and len(set(keys)) < n:
+            first: dict[tuple[int, ...], int] = {}
+            for i, key in enumerate(keys):
+                first.setdefault(key, i)
+            kept = list(first.values())[:cap]  # first occurrences, best first
+            keys = [keys[i] for i in kept]
+        else:
+            keys = keys[kept]
+        sl = slice(p, p + n)
+        out[k] = CandidateSet(block[kept], ns[sl][kept], nd[sl][kept], qq[sl][kept], tuple(keys))
+        end += n * k
+        p += n
     return out

@@ -22,7 +22,7 @@ from crop_gym.model.hardware_topology import (
 )
 from crop_gym.model.jobs import MODEL_ZOO, Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PerfConfig, job_constants
+from crop_gym.model.timing import PerfConfig, model_constants
 from crop_gym.model.topology import build_tree, make_topology
 from crop_gym.scenario import Scenario, ScenarioSampler, get_scenario
 
@@ -46,7 +46,7 @@ def test_default_profile_is_the_zoo_bit_for_bit() -> None:
     for name in MODEL_ZOO:
         for b in (1.0, 7.0, 32.0, 333.0):
             job = Job("j", name, 4, int(4 * b))
-            assert job_constants(topo, job) == job_constants(plain, job)
+            assert model_constants(topo, job) == model_constants(plain, job)
     assert resolve_hardware(DEFAULT_HARDWARE).perf() == PerfConfig()
 
 
@@ -71,7 +71,7 @@ def test_a_profile_changes_links_compute_and_options() -> None:
     tor = [i for i in range(1, topo.num_nodes) if topo.depth[i] == 1]
     assert topo.link_bw[tor].tolist() == pytest.approx([2 * nic] * 2)  # 4 servers, 2:1 kept
     job = Job("a", "bert", 4, 128)
-    assert job_constants(topo, job) == (
+    assert model_constants(topo, job) == (
         hw.profile.model_grad_bytes("bert"),
         float(hw.profile.compute_time("bert", 32.0)),
     )

@@ -96,7 +96,9 @@ def test_safe_stop_never_gives_up_a_gain(mode: str) -> None:
             np.testing.assert_array_equal(mask, info["action_mask"])
             assert mask.any()
             t = env.base.table
-            gains = t.gains.total
+            # Each row's ΔF: own value plus the interference on placed jobs (evaluated here
+            # when the table skipped it).
+            gains = t.gains.own + env.base.state.interference(t.facts)
             if t.has_placement and (mode == "exhausted" or (gains > 1e-9).any()):
                 assert not mask[-1]
                 _, r, term, trunc, info = env.step(len(mask) - 1)  # a masked stop: a no-op

@@ -144,6 +144,9 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
     #: Set by the subclass's constructor.
     features: ObservationBuilder
     max_steps: int
+    #: Whether the observation holds privileged gains (the action tables then evaluate the
+    #: interference of every row); set by the subclass's constructor.
+    privileged: bool = False
 
     def __init__(
         self,
@@ -227,6 +230,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
             max_candidates=self.max_candidates,
             robust=self.robust_candidates,
             group_identical=self.group_identical_jobs,
+            interference=self.privileged,
         )
 
     def _observe(self, extra: NDArray[np.float64] | None = None) -> Obs:

@@ -199,7 +199,7 @@ class GPUPlacementEnv(StaticPlacementBase):
         """Place the head job on the picked GPUs; return the reward terms."""
         gpus = np.sort(np.asarray(self.chosen, dtype=np.int32))
         facts = self.state.facts_for(gpus)
-        terms = placement_terms(self.state.gains(head, facts), 0)
+        terms = placement_terms(self.state, self.state.gains(head, facts), facts, 0)
         self.state.add(head, gpus, facts=facts)
         del self.pending[self.table.positions[0]]
         self.placed.append((head.job_id, self.state.placement(head.job_id)))

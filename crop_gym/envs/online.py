@@ -237,6 +237,7 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
             num_slots=self.queue_view,
             max_candidates=self.max_candidates,
             robust=self.robust_candidates,
+            interference=self.features.privileged,
         )
 
     def _observe(self) -> Obs:

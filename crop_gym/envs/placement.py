@@ -183,7 +183,7 @@ class PlacementEnv(StaticPlacementBase):
         if decoded is not None:
             q, c = decoded
             job, row = table.jobs[q], table.row_of(q, c)
-            terms = placement_terms(table.gains, row)
+            terms = placement_terms(self.state, table.gains, table.facts, row)
             self.state.add(job, table.gpus(q, c), facts=table.facts.take(row))
             del self.pending[table.positions[q]]
             self.placed.append((job.job_id, self.state.placement(job.job_id)))

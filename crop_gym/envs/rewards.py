@@ -17,7 +17,8 @@ HighwayEnv's ``_rewards``) and weighs them (:data:`ONLINE_WEIGHTS`); the reward 
 
 from __future__ import annotations
 
-from crop_gym.model.state import Gains
+from crop_gym.model.state import ClusterState, Gains
+from crop_gym.model.timing import PlacementFacts
 
 __all__ = [
     "HOUR",
@@ -37,17 +38,24 @@ HOUR = 3600.0
 NO_TERMS: dict[str, float] = {"own_value": 0.0, "interference": 0.0}
 
 
-def placement_terms(gains: Gains | None, row: int | None) -> dict[str, float]:
-    """The reward terms of placing row ``row`` of ``gains`` (``None``: nothing placed).
+def placement_terms(
+    state: ClusterState, gains: Gains, facts: PlacementFacts, row: int
+) -> dict[str, float]:
+    """The reward terms of placing row ``row`` of ``gains``, in ``state`` before the placement.
 
     Args:
-        gains: :meth:`~crop_gym.model.state.ClusterState.gains` of the alternatives, computed in
-            the state before the placement (e.g. :attr:`ActionTable.gains`).
+        state: The state before the placement.
+        gains: :meth:`~crop_gym.model.state.ClusterState.row_gains` of the alternatives in
+            ``state`` (e.g. :attr:`ActionTable.gains`); their interference is evaluated for the
+            chosen row alone if it was not for all of them.
+        facts: The placement facts of the alternatives.
         row: The chosen row.
     """
-    if gains is None or row is None:
-        return dict(NO_TERMS)
-    return {"own_value": float(gains.own[row]), "interference": float(gains.interference[row])}
+    if gains.interference is not None:
+        other = float(gains.interference[row])
+    else:
+        other = float(state.interference(facts.take(row))[0])
+    return {"own_value": float(gains.own[row]), "interference": other}
 
 
 def total(terms: dict[str, float]) -> float:

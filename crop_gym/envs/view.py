@@ -81,7 +81,8 @@ class ActionTable:
         row_slot: ``int64[M]`` slot of each valid row (``M`` candidates in all).
         row_cand: ``int64[M]`` candidate index of each valid row in its slot's set.
         facts: Placement facts of the ``M`` valid rows (under the true health).
-        gains: ΔF of each valid row (its job's own value and the interference it causes).
+        gains: ΔF of each valid row (its job's own value and, if evaluated, the interference it
+            causes).
         mask: ``bool[Q * C + 1]`` valid actions (read-only); stop, the last, is always valid.
         pending_gpus: GPUs requested by all pending jobs.
         in_view: Pending jobs the view stands for (the sum of ``copies``).
@@ -199,11 +200,14 @@ def build_action_table(
     max_candidates: int,
     robust: bool = True,
     group_identical: bool = True,
+    interference: bool = True,
 ) -> ActionTable:
     """The action table of ``state`` with ``pending`` jobs (in queue order).
 
     One candidate generation for the view's distinct sizes, one placement-facts evaluation over
-    the distinct candidate sets, and one vectorised gains evaluation over every valid row.
+    the distinct candidate sets, and one vectorised gains evaluation over every valid row
+    (without the interference of each row unless ``interference``: a step needs it only for the
+    chosen row, the privileged features for all).
     """
     Q, C = num_slots, max_candidates
     positions, copies = select_view(pending, state.num_free, Q, group_identical)
@@ -219,7 +223,7 @@ def build_action_table(
     row_cand = np.arange(len(row_slot), dtype=np.int64) - np.repeat(starts, counts)
     facts = memo_facts(state.topology, state.health, [key for s in sets for key in s.keys])
     # Gains of every row in one vectorised call (each row alone against the state).
-    gains = state.row_gains(jobs, row_slot, facts)
+    gains = state.row_gains(jobs, row_slot, facts, interference=interference)
     mask = np.zeros(Q * C + 1, dtype=bool)
     mask[row_slot * C + row_cand] = True
     mask[-1] = True

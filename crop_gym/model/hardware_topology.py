@@ -13,7 +13,7 @@ level, a server's uplink the ``nic`` level, a switch's uplink the profile's next
 else the topology's own bandwidth scaled by (profile NIC / the topology's fastest server uplink) —
 the topology keeps its oversubscription — and the NIC latency. The shape (servers, GPUs per server)
 is the topology's. The result carries the profile (:attr:`Topology.hardware`), from which
-:func:`crop_gym.model.timing.job_constants` takes every job's gradient bytes and compute.
+:func:`crop_gym.model.timing.model_constants` takes every job's gradient bytes and compute.
 
 **Approximation on heterogeneous clusters.** The placement facts hold one model-independent slowdown
 per placement (``max σ_g / speed_g``: the slowest GPU sets the pace). So a GPU type's speed is one

@@ -29,8 +29,8 @@ from crop_gym.model.timing import (
     PerfConfig,
     ideal_time,
     inter_bandwidth,
-    job_constants,
     job_times,
+    model_constants,
     placement_facts,
 )
 from crop_gym.model.topology import Topology
@@ -113,7 +113,7 @@ def evaluate_from_scratch(
     eff_bw = topology.link_bw * health.link_degradation
     b_inter = inter_bandwidth(eff_bw, load, links)
     tstar = np.array([ideal_time(topology, j, perf) for j in jobs], dtype=np.float64)
-    const = np.array([job_constants(topology, j) for j in jobs], dtype=np.float64)
+    const = np.array([model_constants(topology, j) for j in jobs], dtype=np.float64)
     const = const.reshape(len(jobs), 2)
     times = job_times(perf, const[:, 0], const[:, 1], tstar, facts, b_inter)
     weight = np.array([j.weight for j in jobs], dtype=np.float64)

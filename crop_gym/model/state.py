@@ -26,6 +26,7 @@ from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
 from crop_gym.model.timing import (
     FACT_COLUMNS,
+    JOB_COLUMNS,
     PerfConfig,
     PlacementFacts,
     ideal_time,
@@ -76,27 +77,27 @@ class Gains:
     Attributes:
         own: ``float64[R]`` the new job's own value ``w·k·s·η`` (its rings added to the loads).
         interference: ``float64[R]`` the change of the placed jobs' values (≤ 0: sharing a link
-            only slows them).
+            only slows them); ``None`` if not evaluated (:meth:`ClusterState.row_gains`).
         eta: ``float64[R]`` the new job's η.
         comm: ``float64[R]`` the new job's all-reduce time ``C`` (s).
         b_inter: ``float64[R]`` its bottleneck inter-server share (``inf`` on one server).
     """
 
     own: FloatArray
-    interference: FloatArray
+    interference: FloatArray | None
     eta: FloatArray
     comm: FloatArray
     b_inter: FloatArray
 
     @property
     def total(self) -> FloatArray:
-        """``own + interference``: the change of F."""
+        """``own + interference``: the change of F (the interference must have been evaluated)."""
+        if self.interference is None:
+            raise ValueError("these gains were evaluated without the interference")
         out: FloatArray = self.own + self.interference
         return out
 
 
-#: The columns of :attr:`PlacedJobs.data` after the placement facts' (:data:`FACT_COLUMNS`).
-JOB_COLUMNS: tuple[str, ...] = ("grad_bytes", "compute", "tstar", "weight")
 #: The model outputs, the last columns of :attr:`PlacedJobs.data`.
 OUTPUT_COLUMNS: tuple[str, ...] = ("T", "C", "eta", "value")
 _NF, _NJ = len(FACT_COLUMNS), len(JOB_COLUMNS)
@@ -158,11 +159,12 @@ class PlacedJobs:
         """An independent copy."""
         return PlacedJobs(self.active.copy(), self.data.copy(), self.links.copy())
 
-    def write(self, slot: int, facts: PlacementFacts, row: int, columns: FloatArray) -> None:
+    def write(self, slot: int, facts: PlacementFacts, row: int, const: FloatArray) -> None:
         """Store a job placed with row ``row`` of ``facts`` in ``slot`` (the link row must be wide
-        enough); ``columns`` are its :data:`JOB_COLUMNS`; its outputs are computed by the caller."""
+        enough); ``const`` is its row of :func:`~crop_gym.model.timing.job_constants`. Its
+        outputs are computed by the caller."""
         self.data[slot, :_NF] = facts.values[row]
-        self.data[slot, _NF:_OUT] = columns
+        self.data[slot, _NF:_OUT] = const
         self.data[slot, _OUT + 3] = 0.0
         links = facts.inter_links[row]
         self.links[slot] = 0
@@ -301,8 +303,7 @@ class ClusterState:
     def job_columns(self, jobs: Sequence[Job]) -> FloatArray:
         """``float64[n, 4]``: the :data:`JOB_COLUMNS` of ``jobs`` on this cluster (``M`` and ``t_c``
         from :func:`~crop_gym.model.timing.job_constants`, ``T*``, ``w``)."""
-        rows = [(*job_constants(self.topology, j), self.ideal_time(j), j.weight) for j in jobs]
-        return np.array(rows, dtype=np.float64).reshape(len(jobs), _NJ)
+        return job_constants(self.topology, self.perf, jobs)
 
     def metrics(self) -> ClusterMetrics:
         """Summary metrics of the current state."""
@@ -371,39 +372,55 @@ class ClusterState:
         return self.row_gains([job], np.zeros(len(facts), dtype=np.int64), facts)
 
     def row_gains(
-        self, jobs: Sequence[Job], job_of_row: NDArray[np.int64], facts: PlacementFacts
+        self,
+        jobs: Sequence[Job],
+        job_of_row: NDArray[np.int64],
+        facts: PlacementFacts,
+        *,
+        interference: bool = True,
     ) -> Gains:
         """ΔF of placing ``jobs[job_of_row[r]]`` on placement ``r`` of ``facts``, all rows at once.
 
         Each row is evaluated alone against the current state (the rows are alternatives, not a
-        sequence).
+        sequence). With ``interference=False`` only the new job's side is evaluated and
+        :attr:`Gains.interference` is ``None`` (:meth:`interference` gives it for the rows that
+        need it).
         """
-        const = self.job_columns(jobs)[job_of_row]
-        grad_bytes, compute, tstar, weight = const.T
-        t, load, eff = self._table, self._load, self._eff_bw
+        grad_bytes, compute, tstar, weight = job_constants(self.topology, self.perf, jobs).T
+        i = job_of_row
         links = facts.inter_links  # [R, Wc]
-        b_own = inter_bandwidth(eff, load[links] + 1, links)
-        own_t = job_times(self.perf, grad_bytes, compute, tstar, facts, b_own)
-        own = job_value(weight, facts.k, facts.survival, own_t.eta)
-        interference = np.zeros(len(facts))
-        if links.shape[1] and (links > 0).any():
-            # on[r, e]: candidate r's rings cross link e (one more job there).
-            R = len(facts)
-            on = np.zeros((R, self.topology.num_nodes), dtype=bool)
-            on[np.arange(R)[:, None], links] = True
-            on[:, 0] = False
-            crossed = np.asarray(on.any(axis=0))
-            rows = np.flatnonzero(crossed[t.links].any(axis=1) & t.active)
-            if len(rows):
-                d, jl = t.data[rows], t.links[rows]  # [J, 16], [J, W]
-                hit = on[:, jl]  # [R, J, W]
-                b = inter_bandwidth(eff, load[jl] + hit, jl)  # [R, J]
-                jf = PlacementFacts(d[:, :_NF], jl)
-                times = job_times(self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], jf, b)
-                new = job_value(d[:, _NF + 3], jf.k, jf.survival, times.eta)
-                change = np.where(hit.any(axis=2), new - d[:, _OUT + 3], 0.0)
-                interference = change.sum(axis=1)
-        return Gains(own=own, interference=interference, eta=own_t.eta, comm=own_t.C, b_inter=b_own)
+        b_own = inter_bandwidth(self._eff_bw, self._load[links] + 1, links)
+        own_t = job_times(self.perf, grad_bytes[i], compute[i], tstar[i], facts, b_own)
+        own = job_value(weight[i], facts.k, facts.survival, own_t.eta)
+        other = self.interference(facts) if interference else None
+        return Gains(own=own, interference=other, eta=own_t.eta, comm=own_t.C, b_inter=b_own)
+
+    def interference(self, facts: PlacementFacts) -> FloatArray:
+        """``float64[R]``: the change of the placed jobs' values if a job were placed on each
+        placement of ``facts`` (each alone; ``≤ 0``: sharing a link only slows them)."""
+        links = facts.inter_links  # [R, Wc]
+        R = len(facts)
+        if not links.shape[1] or not links.any():
+            return np.zeros(R)
+        # on[r, e]: candidate r's rings cross link e (one more job there).
+        t, load, eff = self._table, self._load, self._eff_bw
+        on = np.zeros((R, self.topology.num_nodes), dtype=bool)
+        on[np.arange(R)[:, None], links] = True
+        on[:, 0] = False
+        crossed: NDArray[np.bool_] = np.zeros(self.topology.num_nodes, dtype=bool)
+        crossed[links] = True
+        crossed[0] = False
+        rows = np.flatnonzero(crossed[t.links].any(axis=1) & t.active)
+        if not len(rows):
+            return np.zeros(R)
+        d, jl = t.data[rows], t.links[rows]  # [J, 16], [J, W]
+        hit = on[:, jl]  # [R, J, W]
+        b = inter_bandwidth(eff, load[jl] + hit, jl)  # [R, J]
+        jf = PlacementFacts(d[:, :_NF], jl)
+        times = job_times(self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], jf, b)
+        new = job_value(d[:, _NF + 3], jf.k, jf.survival, times.eta)
+        out: FloatArray = np.where(hit.any(axis=2), new - d[:, _OUT + 3], 0.0).sum(axis=1)
+        return out
 
     def gain(
         self,
@@ -492,7 +509,7 @@ class ClusterState:
         p.setflags(write=False)
         s = self._free_slot(facts.inter_links.shape[1])
         t = self._table
-        t.write(s, facts, 0, self.job_columns([job])[0])
+        t.write(s, facts, 0, job_constants(self.topology, self.perf, (job,))[0])
         t.active[s] = True
         self._jobs[job.job_id] = s
         self._slot_job[s], self._slot_gpus[s] = job, p

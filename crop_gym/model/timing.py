@@ -62,6 +62,7 @@ from crop_gym.model.topology import Topology
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
     "FACT_COLUMNS",
+    "JOB_COLUMNS",
     "JobTimes",
     "PerfConfig",
     "PlacementFacts",
@@ -73,6 +74,7 @@ __all__ = [
     "job_constants",
     "job_times",
     "memo_facts",
+    "model_constants",
     "placement_facts",
 ]
 
@@ -560,7 +562,7 @@ def memo_facts(
 
 
 # ----------------------------------------------------------------------------- ideal time
-def job_constants(topology: Topology, job: Job) -> tuple[float, float]:
+def model_constants(topology: Topology, job: Job) -> tuple[float, float]:
     """``(M, t_c)`` of ``job`` on ``topology``: its gradient bytes and per-GPU compute seconds at
     its local batch on the cluster's reference GPU (speed 1).
 
@@ -578,20 +580,38 @@ def _constants(topology: Topology, spec: ModelSpec, local_batch: float) -> tuple
     return hw.model_grad_bytes(spec.name), float(hw.compute_time(spec.name, local_batch))
 
 
+#: The columns of :func:`job_constants`, in order.
+JOB_COLUMNS: tuple[str, ...] = ("grad_bytes", "compute", "tstar", "weight")
+
+
 def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
     """``T*``: iteration time of ``job`` on a compact placement of healthy reference GPUs, alone.
 
     Memoised per (topology, model options, model spec, GPUs, batch): every input is immutable.
     """
-    return _ideal_time(topology, perf, get_model(job.model), job.num_gpus, float(job.batch_size))
+    return _job_class(topology, perf, get_model(job.model), job.num_gpus, float(job.batch_size))[2]
+
+
+def job_constants(topology: Topology, perf: PerfConfig, jobs: Sequence[Job]) -> FloatArray:
+    """``float64[J, 4]``: per job its :data:`JOB_COLUMNS`, gradient bytes ``M``, reference compute
+    time ``t_c``, ideal time ``T*`` (:func:`ideal_time`) and weight ``w``.
+
+    One memoised look-up per job class: the constants are a pure function of immutable inputs.
+    """
+    rows = [
+        (*_job_class(topology, perf, get_model(j.model), j.num_gpus, float(j.batch_size)), j.weight)
+        for j in jobs
+    ]
+    return np.array(rows, dtype=np.float64).reshape(len(rows), len(JOB_COLUMNS))
 
 
 @lru_cache(maxsize=1 << 16)
-def _ideal_time(
+def _job_class(
     topology: Topology, perf: PerfConfig, spec: ModelSpec, k: int, batch: float
-) -> float:
+) -> tuple[float, float, float]:
+    """``(M, t_c, T*)`` of a job class; ``T*`` is the job alone on a compact healthy placement."""
     facts = placement_facts(topology, Health.healthy(topology), [topology.compact_placement(k)])
     b_inter = inter_bandwidth(topology.link_bw, 1, facts.inter_links)
-    grad_bytes, compute = _constants(topology, spec, batch / k)
-    times = job_times(perf, grad_bytes, compute, np.inf, facts, np.asarray(b_inter))
-    return float(times.T[0])
+    grad_bytes, t_c = _constants(topology, spec, batch / k)
+    times = job_times(perf, grad_bytes, t_c, np.inf, facts, np.asarray(b_inter))
+    return grad_bytes, t_c, float(times.T[0])

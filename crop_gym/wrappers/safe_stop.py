@@ -79,7 +79,12 @@ class SafeStop(gym.Wrapper[Any, Any, Any, Any]):
             return True
         if self.mode == "exhausted":
             return False
-        return not bool((table.gains.total > self.min_gain).any())
+        gains = table.gains
+        if gains.interference is None:  # the table skipped it (non-privileged view)
+            total = gains.own + self.base.state.interference(table.facts)
+        else:
+            total = gains.total
+        return not bool((total > self.min_gain).any())
 
     def action_masks(self) -> NDArray[np.bool_]:
         """The environment's mask with stop cleared while it is not allowed."""
