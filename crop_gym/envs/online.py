@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Sequence
 from typing import Any, Literal, SupportsFloat
 
 import gymnasium as gym
@@ -18,6 +18,7 @@ from crop_gym.envs.base import (
     check_render_mode,
 )
 from crop_gym.envs.observation import ObservationBuilder
+from crop_gym.envs.online_common import OnlineRendering, TraceWindows, online_cluster
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.envs.rewards import HOUR, online_reward
 from crop_gym.envs.view import ActionTable, action_space, build_action_table
@@ -25,7 +26,7 @@ from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.devices import AbnormalityProfile, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.timing import PerfConfig
-from crop_gym.model.topology import Topology, make_topology
+from crop_gym.model.topology import Topology
 from crop_gym.sim import SimConfig, SimulationError, Simulator
 
 __all__ = ["ONLINE_FEATURES", "OnlinePlacementEnv"]
@@ -43,7 +44,7 @@ ONLINE_FEATURES: tuple[str, ...] = (
 )
 
 
-class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
+class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
     """Online multi-job placement: jobs arrive from a trace, the agent places them as time goes on.
 
     An episode is a **trace window**: ``window_jobs`` consecutive jobs of the trace, starting at a
@@ -144,54 +145,34 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         render_mode: str | None = None,
         hardware: str | None = None,
     ) -> None:
-        from crop_gym.model.hardware_topology import resolve_hardware
-        from crop_gym.workloads import load_workload
-
         check_render_mode(render_mode)
         if reward not in ("effective", "jct"):
             raise ConfigError(f"reward={reward!r} must be 'effective' or 'jct'")
         window = check_count("window_jobs", window_jobs)
-        check_range("arrival_scale", arrival_scale, 0.0, low_inclusive=False)
         check_range("horizon_hours", horizon_hours, 0.0, low_inclusive=False)
         self.queue_view = check_count("queue_view", queue_view)
         self.max_candidates = check_count("max_candidates", max_candidates)
         self.robust_candidates = bool(robust_candidates)
         self.render_mode = render_mode
-        hw = None if hardware is None else resolve_hardware(hardware)
-        self.topology = make_topology(cluster) if isinstance(cluster, str) else cluster
-        if hw is not None:
-            self.topology = hw.topology(cluster)
-        self.profile = get_profile(profile)
-        G = self.topology.num_gpus
-        workload = load_workload(trace)
-        self.trace_name = workload.name
-        self._pool: tuple[Job, ...] = tuple(j for j in workload.jobs if j.num_gpus <= G)
-        self.skipped_jobs = len(workload.jobs) - len(self._pool)
-        if len(self._pool) < 1:
-            raise ConfigError(f"no job of {trace!r} fits on {self.topology.name} ({G} GPUs)")
-        self.window_jobs = min(window, len(self._pool))
-        self.arrival_scale = float(arrival_scale)
         self.horizon_s = float(horizon_hours) * HOUR
+        self.topology, self.sim_config = online_cluster(
+            cluster, hardware, sim_config, self.horizon_s
+        )
+        self.profile = get_profile(profile)
+        self.windows = TraceWindows.load(trace, self.topology, window, arrival_scale)
         self.reward_mode = reward
         self.skip_idle = bool(skip_idle)
         self.max_steps = check_count(
-            "max_steps", 20 * self.window_jobs if max_steps is None else max_steps
-        )
-        base = sim_config if sim_config is not None else SimConfig()
-        if hw is not None:
-            base = dataclasses.replace(base, perf=hw.perf())
-        self.sim_config = dataclasses.replace(
-            base, max_time_s=self.horizon_s, record_timeline=False
+            "max_steps", 20 * self.windows.window_jobs if max_steps is None else max_steps
         )
         self.perf: PerfConfig = self.sim_config.perf
-        max_k = max(j.num_gpus for j in self._pool)
         self.features = ObservationBuilder(
             self.topology,
             self.perf,
             num_slots=self.queue_view,
             max_candidates=self.max_candidates,
-            queue_size=self.window_jobs,
-            max_job_gpus=max_k,
+            queue_size=self.windows.window_jobs,
+            max_job_gpus=self.windows.max_job_gpus,
             privileged=privileged,
             gpu_extra=("job_remaining",),
         )
@@ -207,16 +188,6 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         self._episode_jobs: dict[str, int] = {}
 
     # ------------------------------------------------------------------ helpers
-    def _draw_window(self) -> list[Job]:
-        n = self.window_jobs
-        start = int(self.np_random.integers(0, len(self._pool) - n + 1))
-        jobs = self._pool[start : start + n]
-        t0 = jobs[0].arrival
-        return [
-            dataclasses.replace(j, arrival=(j.arrival - t0) * self.arrival_scale, deadline=None)
-            for j in jobs
-        ]
-
     @property
     def _sim(self) -> Simulator:
         if self.sim is None:
@@ -255,7 +226,7 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
 
     def _online_features(self) -> NDArray[np.float32]:
         sim = self._sim
-        n = float(self.window_jobs)
+        n = float(self.windows.window_jobs)
         f = np.zeros(len(ONLINE_FEATURES), dtype=np.float32)
         f[0] = min(sim.now / self.horizon_s, 1.0)
         f[1] = min(sim.queue_length / n, 1.0)
@@ -297,7 +268,7 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
             raise ConfigError("options['jobs'] must be a non-empty sequence of Job")
         super().reset(seed=seed)
         if jobs is None:
-            jobs = self._draw_window()
+            jobs = self.windows.draw(self.np_random)
         sim_seed = int(self.np_random.integers(2**63 - 1))
         self.sim = Simulator(
             jobs, self.topology, profile=self.profile, config=self.sim_config, seed=sim_seed
@@ -367,7 +338,7 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
             area=area,
             in_system=in_system,
             num_gpus=self.topology.num_gpus,
-            window_jobs=self.window_jobs,
+            window_jobs=self.windows.window_jobs,
         )
         terminated = sim.done and not sim.truncated
         truncated = not terminated and (sim.truncated or self._steps >= self.max_steps)
@@ -393,25 +364,5 @@ class OnlinePlacementEnv(gym.Env[Obs, np.int64]):
         return self._table.index_of(job_id, gpus)
 
     # ------------------------------------------------------------------ render
-    def _header(self) -> list[str]:
-        sim = self._sim
-        view = ", ".join(f"{j.job_id}:{j.model}x{j.num_gpus}" for j in self._table.jobs[:8])
-        return [
-            f"online {self.trace_name} ({self.topology.name})  t={sim.now / HOUR:.2f}h  step {self._steps}  "
-            f"F={sim.state.F:.2f}  free={sim.state.num_free}/{self.topology.num_gpus}",
-            f"queued {sim.queue_length}  running {sim.running}  done {sim.completed}/{len(sim.jobs)}: {view}",
-        ]
-
-    def render(self) -> Any:
-        """``ansi``: a string; ``rgb_array``: ``uint8[H, W, 3]``; ``None`` without a render mode."""
-        if self.sim is None or self.render_mode is None:
-            return None
-        if self.render_mode == "ansi":
-            return self._renderer.ansi(self.sim.state, header=self._header())
-        return self._renderer.rgb(
-            self.sim.state, title="   ".join(self._header()), episode_jobs=self._episode_jobs
-        )
-
-    def close(self) -> None:
-        """Release the rendering figure."""
-        self._renderer.close()
+    def _status(self) -> tuple[Simulator, Sequence[Job], int]:
+        return self._sim, self._table.jobs, self._steps

@@ -5,9 +5,8 @@ The class docstring of :class:`OnlinePlacementV1Env` is the specification, with 
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -23,13 +22,14 @@ from crop_gym.envs.base import (
     check_render_mode,
 )
 from crop_gym.envs.observation import ObservationBuilder
+from crop_gym.envs.online_common import OnlineRendering, TraceWindows, online_cluster
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.envs.rewards import HOUR, ONLINE_WEIGHTS, online_terms, weighted
 from crop_gym.envs.view import ActionTable, action_space, build_action_table
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.devices import AbnormalityProfile, get_profile
 from crop_gym.model.jobs import Job
-from crop_gym.model.topology import Topology, make_topology
+from crop_gym.model.topology import Topology
 from crop_gym.sim import SimConfig, SimulationError, Simulator
 
 __all__ = ["ONLINE_V1_FEATURES", "SLOT_FEATURES", "WAITING_FEATURES", "OnlinePlacementV1Env"]
@@ -84,7 +84,7 @@ def action_mask(table: ActionTable) -> NDArray[np.bool_]:
     return mask
 
 
-class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
+class OnlinePlacementV1Env(OnlineRendering, gym.Env[Obs, np.int64]):
     """Online placement in which the order, the place and the timing of starts are decisions.
 
     An episode is a **trace window**: ``window_jobs`` consecutive jobs of ``trace`` (jobs larger
@@ -159,6 +159,8 @@ class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
         robust_candidates: Let device health steer candidate choice.
         sim_config: Simulator options; its ``max_time_s`` is set from ``horizon_hours``.
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
+        hardware: Hardware spec (:attr:`crop_gym.scenario.Scenario.hardware`): ``cluster`` on that
+            hardware, and its model options replace ``sim_config.perf``; ``None``: as given.
 
     **Reset options**: ``{"jobs": [Job, ...]}`` plays the given jobs instead of a drawn window.
 
@@ -176,6 +178,8 @@ class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}  # noqa: RUF012
+
+    label = "online-v1"
 
     def __init__(
         self,
@@ -198,16 +202,11 @@ class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
         robust_candidates: bool = True,
         sim_config: SimConfig | None = None,
         render_mode: str | None = None,
+        hardware: str | None = None,
     ) -> None:
-        from crop_gym.workloads import load_workload
-
         self.render_mode = check_render_mode(render_mode)
         window = check_count("window_jobs", window_jobs)
-        check_range("arrival_scale", arrival_scale, 0.0, low_inclusive=False)
         check_range("horizon_hours", horizon_hours, 0.0, low_inclusive=False)
-        if burst_s is not None:
-            check_range("burst_s", burst_s, 0.0, low_inclusive=False)
-        self.burst_s = None if burst_s is None else float(burst_s)
         self.queue_view = check_count("queue_view", queue_view)
         self.max_candidates = check_count("max_candidates", max_candidates)
         self.waiting_view = check_count("waiting_view", waiting_view)
@@ -221,36 +220,27 @@ class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
             check_range(f"reward_weights[{name!r}]", value, 0.0)
         self.reward_weights = {k: float(v) for k, v in weights.items()}
         self.robust_candidates = bool(robust_candidates)
-        self.topology = make_topology(cluster) if isinstance(cluster, str) else cluster
+        self.horizon_s = float(horizon_hours) * HOUR
+        self.topology, self.sim_config = online_cluster(
+            cluster, hardware, sim_config, self.horizon_s
+        )
         overrides: dict[str, float] = {}
         if onset_rate_per_gpu_hour is not None:
             overrides["onset_rate_per_gpu_hour"] = onset_rate_per_gpu_hour
         if mean_abnormal_duration_s is not None:
             overrides["mean_abnormal_duration_s"] = mean_abnormal_duration_s
         self.profile = get_profile(profile, **overrides)
-        G = self.topology.num_gpus
-        workload = load_workload(trace)
-        self.trace_name = workload.name
-        self.pool: tuple[Job, ...] = tuple(j for j in workload.jobs if j.num_gpus <= G)
-        if not self.pool:
-            raise ConfigError(f"no job of {trace!r} fits on {self.topology.name} ({G} GPUs)")
-        self.window_jobs = min(window, len(self.pool))
-        self.arrival_scale = float(arrival_scale)
-        self.horizon_s = float(horizon_hours) * HOUR
+        self.windows = TraceWindows.load(trace, self.topology, window, arrival_scale, burst_s)
         self.max_steps = check_count(
-            "max_steps", 20 * self.window_jobs if max_steps is None else max_steps
+            "max_steps", 20 * self.windows.window_jobs if max_steps is None else max_steps
         )
-        base = sim_config if sim_config is not None else SimConfig()
-        self.sim_config = dataclasses.replace(
-            base, max_time_s=self.horizon_s, record_timeline=False
-        )
-        self.max_job_gpus = max(j.num_gpus for j in self.pool)
+        self.max_job_gpus = self.windows.max_job_gpus
         self.features = ObservationBuilder(
             self.topology,
             self.sim_config.perf,
             num_slots=self.queue_view,
             max_candidates=self.max_candidates,
-            queue_size=self.window_jobs,
+            queue_size=self.windows.window_jobs,
             max_job_gpus=self.max_job_gpus,
             privileged=privileged,
             gpu_extra=("job_remaining",),
@@ -273,17 +263,7 @@ class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
     # ------------------------------------------------------------------ episode
     def draw_window(self) -> list[Job]:
         """The next episode's jobs: a window of the trace drawn with ``np_random``, rescaled."""
-        n = self.window_jobs
-        start = int(self.np_random.integers(0, len(self.pool) - n + 1))
-        jobs = self.pool[start : start + n]
-        t0 = jobs[0].arrival
-        out = []
-        for j in jobs:
-            t = (j.arrival - t0) * self.arrival_scale
-            if self.burst_s is not None:
-                t = math.floor(t / self.burst_s) * self.burst_s
-            out.append(dataclasses.replace(j, arrival=t, deadline=None))
-        return out
+        return self.windows.draw(self.np_random)
 
     def _live(self) -> tuple[Simulator, ActionTable]:
         if self.sim is None or self.table is None:
@@ -375,7 +355,10 @@ class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
             invalid = True
         self.in_system_s += in_system
         terms = online_terms(
-            area=area, queued=queued, num_gpus=self.topology.num_gpus, window_jobs=self.window_jobs
+            area=area,
+            queued=queued,
+            num_gpus=self.topology.num_gpus,
+            window_jobs=self.windows.window_jobs,
         )
         terminated = sim.done and not sim.truncated
         truncated = not terminated and (sim.truncated or self.steps >= self.max_steps)
@@ -431,7 +414,7 @@ class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
 
     def _online_features(self) -> NDArray[np.float32]:
         sim = self._live()[0]
-        n, G = float(self.window_jobs), self.topology.num_gpus
+        n, G = float(self.windows.window_jobs), self.topology.num_gpus
         queue = sim.queue
         f = np.zeros(len(ONLINE_V1_FEATURES))
         f[0] = sim.now / self.horizon_s
@@ -482,25 +465,6 @@ class OnlinePlacementV1Env(gym.Env[Obs, np.int64]):
         }
 
     # ------------------------------------------------------------------ render
-    def _header(self) -> list[str]:
+    def _status(self) -> tuple[Simulator, Sequence[Job], int]:
         sim, table = self._live()
-        view = ", ".join(f"{j.job_id}:{j.model}x{j.num_gpus}" for j in table.jobs[:8])
-        return [
-            f"online-v1 {self.trace_name} ({self.topology.name})  t={sim.now / HOUR:.2f}h  "
-            f"step {self.steps}  F={sim.state.F:.2f}  free={sim.state.num_free}/{self.topology.num_gpus}",
-            f"queued {sim.queue_length}  running {sim.running}  done {sim.completed}/{len(sim.jobs)}: {view}",
-        ]
-
-    def render(self) -> Any:
-        """``ansi``: a string; ``rgb_array``: ``uint8[H, W, 3]``; ``None`` without a render mode."""
-        if self.sim is None or self.render_mode is None:
-            return None
-        if self.render_mode == "ansi":
-            return self._renderer.ansi(self.sim.state, header=self._header())
-        return self._renderer.rgb(
-            self.sim.state, title="   ".join(self._header()), episode_jobs=self._episode_jobs
-        )
-
-    def close(self) -> None:
-        """Release the rendering figure."""
-        self._renderer.close()
+        return sim, table.jobs, self.steps
