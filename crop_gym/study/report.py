@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.study.grid import COORDINATES
+from crop_gym.study.results import csv_cell
 
 __all__ = [
     "TABLE_METRICS",
@@ -144,16 +145,6 @@ def summarize(
     return rows
 
 
-def _cell(v: Any) -> Any:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:.10g}"
-    if isinstance(v, dict):
-        return json.dumps(v, sort_keys=True, separators=(",", ":"))
-    return v
-
-
 def summary_csv(rows: Sequence[SummaryRow], metrics: Sequence[str]) -> str:
     """One row per setting: coordinates, seeds, then ``M``, ``M_low``, ``M_high`` per metric."""
     coords = [k for k in COORDINATES if k != "seed"]
@@ -161,11 +152,11 @@ def summary_csv(rows: Sequence[SummaryRow], metrics: Sequence[str]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([*coords, "seeds", *(f"{m}{s}" for m in metrics for s in ("", "_low", "_high"))])
     for row in rows:
-        cells = [_cell(row.setting.get(k)) for k in coords]
+        cells = [csv_cell(row.setting.get(k)) for k in coords]
         cells.append(" ".join(map(str, row.seeds)))
         for m in metrics:
             iv = row.stats[m]
-            cells += [_cell(iv.mean), _cell(iv.low), _cell(iv.high)]
+            cells += [csv_cell(iv.mean), csv_cell(iv.low), csv_cell(iv.high)]
         w.writerow(cells)
     return buf.getvalue()
 

@@ -36,6 +36,7 @@ from crop_gym.study.grid import COORDINATES, Run
 __all__ = [
     "RUNS_DIR",
     "TIMING_FIELDS",
+    "csv_cell",
     "finished_records",
     "load_record",
     "merged_csv",
@@ -151,7 +152,9 @@ def merged_json(records: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps({"runs": [_json_ready(dict(r)) for r in records]}, indent=1) + "\n"
 
 
-def _cell(v: Any) -> Any:
+def csv_cell(v: Any) -> Any:
+    """A value as a CSV cell: ``None`` and ``nan`` empty, floats in 10 significant digits, mappings
+    as compact JSON."""
     if v is None:
         return ""
     if isinstance(v, float):
@@ -169,5 +172,5 @@ def merged_csv(records: Sequence[Mapping[str, Any]]) -> str:
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(cols)
     for r in records:
-        w.writerow([_cell(r.get(c)) for c in cols])
+        w.writerow([csv_cell(r.get(c)) for c in cols])
     return buf.getvalue()
