@@ -25,13 +25,12 @@ Importing this module is cheap: numpy and scipy are imported when it runs.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crop_gym.cli import int_at_least
+from crop_gym.cli import int_at_least, number_at_least
 
 if TYPE_CHECKING:
     from crop_gym.calibration import CalibrationResult
@@ -46,16 +45,6 @@ CHRONUS_TOLERANCE = 0.05
 def default_calibration_path() -> Path:
     """Path of the package's ``data/calibration.json`` (the file ``--write`` regenerates)."""
     return Path(__file__).resolve().parent / "data" / "calibration.json"
-
-
-def _ratio(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
-    if not (math.isfinite(v) and v >= 0):
-        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
-    return v
 
 
 def register(subparsers: Any) -> None:
@@ -92,7 +81,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--min-latency-ratio",
-        type=_ratio,
+        type=number_at_least(0.0),
         default=None,
         metavar="R",
         help="constraint inter_latency >= R x intra_latency (default 4; see docs/MODEL.md)",

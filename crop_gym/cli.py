@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import math
 import os
 import signal
 import sys
@@ -172,6 +173,23 @@ def int_at_least(low: int) -> Callable[[str], int]:
             ) from None
         if v < low:
             raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {v}")
+        return v
+
+    return parse
+
+
+def number_at_least(low: float, *, inclusive: bool = True) -> Callable[[str], float]:
+    """An argparse ``type``: a finite number ``>= low`` (``> low`` if not ``inclusive``), else one
+    line naming the value."""
+    bound = f"{'>=' if inclusive else '>'} {low:g}"
+
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number {bound}, got {text!r}") from None
+        if not math.isfinite(v) or v < low or (v == low and not inclusive):
+            raise argparse.ArgumentTypeError(f"expected a finite number {bound}, got {text!r}")
         return v
 
     return parse

@@ -17,12 +17,11 @@ Importing this module is cheap; the simulator, the workloads and the policies (l
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crop_gym.cli import int_at_least
+from crop_gym.cli import int_at_least, number_at_least
 
 __all__ = ["ELASTICFLOW_CLUSTERS", "default_cluster", "format_metrics", "register"]
 
@@ -49,16 +48,6 @@ def default_cluster(trace: str) -> str:
 
 _positive_int = int_at_least(1)
 _seed = int_at_least(0)
-
-
-def _hours(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected hours (a number > 0), got {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"expected hours, finite and > 0, got {text!r}")
-    return v
 
 
 def _seconds(text: str) -> float:
@@ -180,7 +169,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--max-hours",
-        type=_hours,
+        type=number_at_least(0.0, inclusive=False),
         default=None,
         metavar="H",
         help="stop after H simulated hours (jobs left unfinished are reported)",

@@ -14,13 +14,12 @@ A re-run with the same ``--out`` skips the runs already finished there (docs/STU
 from __future__ import annotations
 
 import argparse
-import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from crop_gym.cli import int_at_least
+from crop_gym.cli import int_at_least, number_at_least
 
 __all__ = ["register", "run"]
 
@@ -35,16 +34,6 @@ MERGED_OUTPUTS: tuple[str, ...] = (
     "summary.md",
     "summary.png",
 )
-
-
-def _scale(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
-    return v
 
 
 def register(subparsers: Any) -> None:
@@ -99,7 +88,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--arrival-scale",
-        type=_scale,
+        type=number_at_least(0.0, inclusive=False),
         default=None,
         metavar="X",
         help="multiply arrival times by X (< 1 loads the cluster more; default 1)",
