@@ -6,9 +6,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.model.devices import Health
+from crop_gym.model.facts import placement_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import placement_facts
 
 __all__ = ["blind_health", "blind_state", "free_per_server", "own_comm_times"]
 

@@ -50,9 +50,10 @@ from baselines._common import blind_state
 from baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.candidates import CandidateSet, candidate_placements
 from crop_gym.errors import ConfigError, check_range
+from crop_gym.model.facts import PlacementFacts, memo_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PlacementFacts, memo_facts, model_constants
+from crop_gym.model.timing import model_constants
 
 __all__ = ["RULES", "CandidateFn", "CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]
 

@@ -38,9 +38,10 @@ from numpy.typing import NDArray
 from baselines.policy import Placement, PlacementPolicy, apply, check_placements, pending_jobs
 from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError, check_range
+from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PlacementFacts, comm_time, iteration_time, model_constants
+from crop_gym.model.timing import comm_time, iteration_time, model_constants
 
 __all__ = [
     "EXACT_LIMITS",

@@ -14,9 +14,9 @@ from crop_gym.calibration.fit import fit_profile, measurement_facts, predict_ste
 from crop_gym.calibration.measurements import Measurements
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
+from crop_gym.model.facts import placement_facts
 from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
 from crop_gym.model.jobs import MODEL_ZOO
-from crop_gym.model.timing import placement_facts
 
 GB = 1e9
 SPREADS = [(1,), (2,), (4,), (1, 1), (2, 2), (1, 3), (4, 4), (1, 1, 1, 1), (2, 2, 2, 2), (3, 1)]

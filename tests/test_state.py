@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import PROFILES, get_profile
+from crop_gym.model.facts import memo_facts, placement_facts
 from crop_gym.model.jobs import MODEL_ZOO, Job, ModelSpec, get_model, register_model
 from crop_gym.model.objective import evaluate_from_scratch
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PerfConfig, ideal_time, memo_facts, placement_facts
+from crop_gym.model.timing import PerfConfig, ideal_time
 from crop_gym.model.topology import make_topology
 
 TOPOLOGIES = ("testbed-8", "leafspine-64", "n64g8")

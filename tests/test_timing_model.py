@@ -8,14 +8,8 @@ import numpy as np
 import pytest
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.timing import (
-    PerfConfig,
-    PlacementFacts,
-    comm_time,
-    compute_curve,
-    iteration_time,
-    job_times,
-)
+from crop_gym.model.facts import PlacementFacts
+from crop_gym.model.timing import PerfConfig, comm_time, compute_curve, iteration_time, job_times
 
 GB = 1e9
 

@@ -165,7 +165,7 @@ def predict_iteration_time(
     ``t0 + per_sample * local_batch + comm_time(...)`` where a job of more than one GPU spans its GPU
     links (bandwidth ``intra_bandwidth``, latency ``intra_latency``) and, on more than one server,
     its server links (``inter_bandwidth``, ``inter_latency``), exactly as
-    :func:`crop_gym.model.timing.placement_facts` finds on a two-level tree.
+    :func:`crop_gym.model.facts.placement_facts` finds on a two-level tree.
 
     Args:
         allreduce: ``"ring"`` or ``"hierarchical"``.

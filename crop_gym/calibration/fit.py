@@ -5,7 +5,7 @@ iteration-time model itself (:func:`crop_gym.model.timing.job_times`, no second 
 ``k`` GPUs spread over nodes as ``(g_1, g_2, ...)`` becomes the placement facts of that spread on a
 tree of ``gpus_per_node``-GPU nodes under one switch, healthy and alone (``k``, ``g = max g_i``,
 ``s`` nodes; the GPU links and, on more than one node, the NIC links spanned). A test checks the
-facts against :func:`~crop_gym.model.timing.placement_facts` on a real topology.
+facts against :func:`~crop_gym.model.facts.placement_facts` on a real topology.
 
 Free parameters (deterministic robust fit, :func:`scipy.optimize.least_squares`, soft-L1 loss on
 the log error of the step time, fixed starting points, the best kept):
@@ -42,9 +42,10 @@ from numpy.typing import NDArray
 
 from crop_gym.calibration.measurements import Measurements
 from crop_gym.errors import ConfigError
+from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
 from crop_gym.model.jobs import get_model
-from crop_gym.model.timing import PerfConfig, PlacementFacts, compute_curve, job_times
+from crop_gym.model.timing import PerfConfig, compute_curve, job_times
 
 __all__ = [
     "COMPUTE_VARIANTS",
@@ -158,7 +159,7 @@ def measurement_facts(
         nic: The NIC level.
 
     Returns:
-        ``(facts, b_inter)``: what :func:`~crop_gym.model.timing.placement_facts` and
+        ``(facts, b_inter)``: what :func:`~crop_gym.model.facts.placement_facts` and
         :func:`~crop_gym.model.timing.inter_bandwidth` give on ``build_tree([nodes, gpus], ...)``.
     """
     p = np.asarray(placement)

@@ -32,10 +32,11 @@ from crop_gym.candidates import CandidateSet
 from crop_gym.envs.view import ActionTable
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
+from crop_gym.model.facts import placement_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PerfConfig, inter_bandwidth, job_times, placement_facts
+from crop_gym.model.timing import PerfConfig, inter_bandwidth, job_times
 from crop_gym.model.topology import Topology
 
 __all__ = [

@@ -17,8 +17,8 @@ HighwayEnv's ``_rewards``) and weighs them (:data:`ONLINE_WEIGHTS`); the reward 
 
 from __future__ import annotations
 
+from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.state import ClusterState, Gains
-from crop_gym.model.timing import PlacementFacts
 
 __all__ = [
     "HOUR",

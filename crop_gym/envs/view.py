@@ -26,9 +26,9 @@ from gymnasium import spaces
 from numpy.typing import NDArray
 
 from crop_gym.candidates import CandidateSet, candidate_sets
+from crop_gym.model.facts import PlacementFacts, memo_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState, Gains
-from crop_gym.model.timing import PlacementFacts, memo_facts
 
 __all__ = ["ActionTable", "action_index", "action_space", "build_action_table", "job_key"]
 

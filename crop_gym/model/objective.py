@@ -6,7 +6,7 @@ For every placed job ``j``:
   of healthy reference GPUs in an empty cluster;
 * normalised throughput ``η_j = min(1, T*_j / T_j)`` (:func:`~crop_gym.model.timing.job_times`);
 * survival ``s_j = Π_{g∈P_j} (1-π_g) · Π_{e∈spanned(P_j)} (1-π_e)``
-  (:func:`~crop_gym.model.timing.placement_facts`);
+  (:func:`~crop_gym.model.facts.placement_facts`);
 * value ``v_j = w_j · k_j · η_j · s_j`` (GPU units, :func:`job_value`) and ``F = Σ_j v_j``.
 
 :func:`evaluate_from_scratch` computes all of it from the jobs and their placements alone; it is the
@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.model.devices import Health
+from crop_gym.model.facts import placement_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.timing import (
     JobTimes,
@@ -31,7 +32,6 @@ from crop_gym.model.timing import (
     inter_bandwidth,
     job_times,
     model_constants,
-    placement_facts,
 )
 from crop_gym.model.topology import Topology
 

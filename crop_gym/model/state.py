@@ -22,19 +22,16 @@ from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
+from crop_gym.model.facts import FACT_COLUMNS, PlacementFacts, memo_facts, placement_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
 from crop_gym.model.timing import (
-    FACT_COLUMNS,
     JOB_COLUMNS,
     PerfConfig,
-    PlacementFacts,
     ideal_time,
     inter_bandwidth,
     job_constants,
     job_times,
-    memo_facts,
-    placement_facts,
 )
 from crop_gym.model.topology import Topology
 
@@ -367,7 +364,7 @@ class ClusterState:
         Args:
             job: The job (not validated against the placements).
             facts: Facts of ``R`` placements of ``job.num_gpus`` GPUs under the current health
-                (:func:`~crop_gym.model.timing.placement_facts`, :meth:`facts_for`).
+                (:func:`~crop_gym.model.facts.placement_facts`, :meth:`facts_for`).
         """
         return self.row_gains([job], np.zeros(len(facts), dtype=np.int64), facts)
 
