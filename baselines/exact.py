@@ -17,7 +17,8 @@ The bound at a node is ``F(now) + min(Σ w_j k_j over the jobs left, w_max · fr
 never increases anyone else's value (link loads only grow) and a job is worth at most ``w k``. The
 search starts from an incumbent (CROP's answer by default), which only speeds pruning up.
 
-The MILP on communication time is in :mod:`baselines.milp`.
+The MILP on communication time is in :mod:`baselines.milp`; the search space and its size guard
+in :mod:`baselines.exact_space`.
 
 **Size guard.** The search first counts its space (``∏ (options_j + 1)`` over the jobs) and raises
 :class:`~crop_gym.errors.ConfigError` naming the limit if the instance is too large; it also stops
@@ -35,6 +36,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from baselines.exact_space import (
+    EXACT_LIMITS,
+    count_vectors,
+    gpu_groups,
+    guard_space,
+    search_space,
+)
 from baselines.policy import Placement, PlacementPolicy, apply, check_placements, pending_jobs
 from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError, check_range
@@ -44,46 +52,13 @@ from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import comm_time, iteration_time, model_constants
 
 __all__ = [
-    "EXACT_LIMITS",
     "ExactResult",
     "OptimumPolicy",
     "branch_and_bound",
-    "count_vectors",
-    "gpu_groups",
     "optimum",
-    "search_space",
     "upper_bound",
 ]
 
-
-@dataclass(frozen=True)
-class ExactLimits:
-    """Size limits of the exact solvers, measured on a 2-core machine (``benchmarks/bench_crop.py``;
-    docs/CROP.md has the figures): instances within them finish in about a minute or less.
-
-    Attributes:
-        log10_all: Largest ``log10 ∏ (options_j + 1)`` accepted in ``space="all"`` (16-GPU trees with
-            8 jobs, about 10^16, take under 15 s).
-        log10_candidates: Largest ``log10 ∏ (candidates_j + 1)`` accepted in ``space="candidates"``
-            (about 6 jobs x 8 candidates; 8 jobs on 64 GPUs take minutes).
-        max_nodes: Most search nodes expanded before giving up (about a minute).
-        max_options: Most placement options of one job in ``space="all"``.
-        milp_vars: Most MILP variables (job x per-server count vector).
-    """
-
-    log10_all: float = 18.0
-    log10_candidates: float = 5.5
-    max_nodes: int = 200_000
-    max_options: int = 20_000
-    milp_vars: int = 50_000
-
-    def log10_limit(self, space: str) -> float:
-        """The search-space limit of ``space``."""
-        return self.log10_all if space == "all" else self.log10_candidates
-
-
-#: Default limits.
-EXACT_LIMITS = ExactLimits()
 
 _TOL = 1e-9
 
@@ -107,113 +82,6 @@ class ExactResult:
     nodes: int = 0
     seconds: float = 0.0
     log10_space: float = 0.0
-
-
-# ---------------------------------------------------------------------------- GPU groups
-def gpu_groups(state: ClusterState) -> list[NDArray[np.int32]]:
-    """Free usable GPUs split into interchangeable groups (same server, health, speed and GPU link).
-
-    Returns:
-        One sorted ``int32`` array per group, groups ordered by their first GPU.
-    """
-    topo, h = state.topology, state.health
-    free = np.flatnonzero(state.free_mask)
-    node = topo.gpu_node[free]
-    keys = np.stack(
-        [
-            topo.gpu_server[free].astype(np.float64),
-            h.gpu_slowdown[free],
-            h.gpu_fail_prob[free],
-            topo.gpu_speed[free],
-            topo.link_bw[node],
-            topo.link_lat[node],
-            h.link_degradation[node],
-            h.link_fail_prob[node],
-        ],
-        axis=1,
-    )
-    groups: dict[tuple[float, ...], list[int]] = {}
-    for g, key in zip(free.tolist(), map(tuple, keys.tolist()), strict=True):
-        groups.setdefault(key, []).append(g)
-    return sorted((np.array(v, dtype=np.int32) for v in groups.values()), key=lambda a: int(a[0]))
-
-
-def count_vectors(caps: Sequence[int], k: int, limit: int) -> list[tuple[int, ...]]:
-    """All vectors ``v`` with ``0 <= v_i <= caps[i]`` and ``Σ v = k`` (at most ``limit``)."""
-    out: list[tuple[int, ...]] = []
-    n = len(caps)
-    suffix = np.concatenate([np.cumsum(np.asarray(caps[::-1], dtype=np.int64))[::-1], [0]]).tolist()
-
-    def rec(i: int, left: int, acc: list[int]) -> None:
-        if len(out) > limit:
-            return
-        if i == n:
-            if left == 0:
-                out.append(tuple(acc))
-            return
-        lo = max(0, left - suffix[i + 1])
-        for v in range(min(caps[i], left), lo - 1, -1):
-            acc.append(v)
-            rec(i + 1, left - v, acc)
-            acc.pop()
-
-    rec(0, k, [])
-    return out
-
-
-# ---------------------------------------------------------------------------- search space
-def search_space(
-    state: ClusterState, queue: Sequence[Job], *, space: str = "all", max_candidates: int = 32
-) -> tuple[float, dict[str, int]]:
-    """Size of the branch-and-bound search space.
-
-    Returns:
-        ``log10 ∏ (options_j + 1)`` and the options of each job (count vectors for ``"all"``,
-        candidates in the initial state for ``"candidates"``).
-
-    Raises:
-        ConfigError: For an unknown space, or a job with more than ``EXACT_LIMITS.max_options``
-            options in ``space="all"``.
-    """
-    jobs = pending_jobs(state, queue)
-    opts: dict[str, int] = {}
-    if space == "all":
-        caps = [len(g) for g in gpu_groups(state)]
-        cache: dict[int, int] = {}
-        for job in jobs:
-            k = job.num_gpus
-            if k not in cache:
-                n = len(count_vectors(caps, k, EXACT_LIMITS.max_options)) if k <= sum(caps) else 0
-                if n > EXACT_LIMITS.max_options:
-                    raise ConfigError(
-                        f"exact search (space='all') refuses this instance: a job of {k} GPUs has more than "
-                        f"{EXACT_LIMITS.max_options} placements on {sum(caps)} free GPUs in {len(caps)} groups; "
-                        "use space='candidates' or a smaller cluster"
-                    )
-                cache[k] = n
-            opts[job.job_id] = cache[k]
-    elif space == "candidates":
-        for job in jobs:
-            if job.num_gpus > state.topology.num_gpus:
-                opts[job.job_id] = 0
-                continue
-            opts[job.job_id] = len(
-                candidate_placements(state, job.num_gpus, max_candidates=max_candidates)
-            )
-    else:
-        raise ConfigError(f"unknown search space {space!r}; use 'all' or 'candidates'")
-    log10 = float(sum(math.log10(n + 1) for n in opts.values()))
-    return log10, opts
-
-
-def _guard(log10: float, opts: dict[str, int], space: str, limit: float) -> None:
-    if log10 > limit:
-        sizes = ", ".join(f"{j}:{n}" for j, n in opts.items())
-        raise ConfigError(
-            f"exact search (space={space!r}) refuses this instance: its search space is 10^{log10:.1f} "
-            f"combinations ({len(opts)} jobs x options per job [{sizes}]), above the limit of 10^{limit:g} "
-            f"(about a minute on 2 cores); use fewer jobs or a smaller cluster"
-        )
 
 
 # ---------------------------------------------------------------------------- branch and bound
@@ -505,7 +373,7 @@ def branch_and_bound(
     t0 = time.perf_counter()
     jobs = [j for j in pending_jobs(state, queue) if j.num_gpus <= state.num_free]
     log10, opts = search_space(state, jobs, space=space, max_candidates=max_candidates)
-    _guard(
+    guard_space(
         log10, opts, space, EXACT_LIMITS.log10_limit(space) if log10_limit is None else log10_limit
     )
     check_range("max_candidates", max_candidates, 1)
@@ -537,7 +405,7 @@ def optimum(state: ClusterState, queue: Sequence[Job], **kwargs: object) -> Exac
     """
     try:
         search_space_log, opts = search_space(state, queue, space="all")
-        _guard(search_space_log, opts, "all", EXACT_LIMITS.log10_all)
+        guard_space(search_space_log, opts, "all", EXACT_LIMITS.log10_all)
         space = "all"
     except ConfigError:
         space = "candidates"
@@ -555,15 +423,14 @@ def upper_bound(state: ClusterState, queue: Sequence[Job]) -> float:
     over the free GPUs (exact by dynamic programming, so tighter than the search's fractional one).
     """
     jobs = [j for j in pending_jobs(state, queue) if j.num_gpus <= state.num_free]
-    if len(jobs) <= 10:
-        return _Search(state.copy(), jobs, 1).bound(jobs)
     s = _Search(state.copy(), jobs, 1)
+    if len(jobs) <= 10:
+        return s.bound(jobs)
     free = state.free_mask
     slow = np.sort(s.slow[free])
     keep = np.cumprod(np.sort(s.keep[free])[::-1])
-    topo = state.topology
-    per_srv = np.bincount(topo.gpu_server[free], minlength=topo.num_servers)
-    reach = np.cumsum(np.sort(per_srv)[::-1])
+    # reach[i]: the most free GPUs on i + 1 servers.
+    reach = np.cumsum(np.sort(np.bincount(state.topology.gpu_server[free]))[::-1])
     cap = int(free.sum())
     best = np.zeros(cap + 1)  # best[c]: most value of the jobs seen on c GPUs
     for j in jobs:

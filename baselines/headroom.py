@@ -40,7 +40,8 @@ import gymnasium as gym
 import numpy as np
 
 import crop_gym  # noqa: F401  (registers the IDs)
-from baselines.exact import EXACT_LIMITS, optimum, search_space, upper_bound
+from baselines.exact import optimum, upper_bound
+from baselines.exact_space import EXACT_LIMITS, search_space
 from baselines.online import epsilon, make_online_policy, play
 from baselines.policy import apply, make_policy
 from crop_gym.envs.registration import ENV_IDS

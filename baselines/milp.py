@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from baselines._common import own_comm_times
-from baselines.exact import EXACT_LIMITS, count_vectors
+from baselines.exact_space import EXACT_LIMITS, count_vectors
 from baselines.policy import Placement, pending_jobs
 from crop_gym.errors import ConfigError
 from crop_gym.model.jobs import Job

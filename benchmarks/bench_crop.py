@@ -22,7 +22,8 @@ from typing import TypeVar
 import numpy as np
 
 from baselines.crop import crop_greedy
-from baselines.exact import EXACT_LIMITS, branch_and_bound, search_space
+from baselines.exact import branch_and_bound
+from baselines.exact_space import EXACT_LIMITS, search_space
 from baselines.instances import small_instance
 from baselines.policy import apply
 from crop_gym.errors import ConfigError

@@ -9,14 +9,8 @@ import pytest
 
 from baselines._common import own_comm_times
 from baselines.crop import crop_greedy
-from baselines.exact import (
-    EXACT_LIMITS,
-    OptimumPolicy,
-    branch_and_bound,
-    gpu_groups,
-    optimum,
-    search_space,
-)
+from baselines.exact import OptimumPolicy, branch_and_bound, optimum
+from baselines.exact_space import EXACT_LIMITS, gpu_groups, search_space
 from baselines.instances import small_instance
 from baselines.milp import milp_min_comm, milp_variables
 from baselines.policy import apply, check_placements

@@ -36,7 +36,7 @@ from crop_gym.model.facts import placement_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PerfConfig, inter_bandwidth, job_times
+from crop_gym.model.timing import PerfConfig, inter_bandwidth, job_constants, job_times
 from crop_gym.model.topology import Topology
 
 __all__ = [
@@ -413,7 +413,7 @@ class ObservationBuilder:
             facts = facts.take(rows.src)
             eff = self.topology.link_bw * observed.link_degradation
             b_inter = inter_bandwidth(eff, load[links] + 1, links)
-            const = state.job_columns(table.jobs)[table.row_slot]
+            const = job_constants(state.topology, state.perf, table.jobs)[table.row_slot]
             eta = job_times(self.perf, const[:, 0], const[:, 1], const[:, 2], facts, b_inter).eta
         k, s = facts.k, facts.s
         # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,

@@ -297,11 +297,6 @@ class ClusterState:
         """``T*`` of ``job`` on this cluster (:func:`~crop_gym.model.timing.ideal_time`)."""
         return ideal_time(self.topology, job, self.perf)
 
-    def job_columns(self, jobs: Sequence[Job]) -> FloatArray:
-        """``float64[n, 4]``: the :data:`JOB_COLUMNS` of ``jobs`` on this cluster (``M`` and ``t_c``
-        from :func:`~crop_gym.model.timing.job_constants`, ``T*``, ``w``)."""
-        return job_constants(self.topology, self.perf, jobs)
-
     def metrics(self) -> ClusterMetrics:
         """Summary metrics of the current state."""
         t = self._table
@@ -400,16 +395,13 @@ class ClusterState:
         if not links.shape[1] or not links.any():
             return np.zeros(R)
         # on[r, e]: candidate r's rings cross link e (one more job there).
+        rows = self._sharing(links)
+        if not len(rows):
+            return np.zeros(R)
         t, load, eff = self._table, self._load, self._eff_bw
         on = np.zeros((R, self.topology.num_nodes), dtype=bool)
         on[np.arange(R)[:, None], links] = True
         on[:, 0] = False
-        crossed: NDArray[np.bool_] = np.zeros(self.topology.num_nodes, dtype=bool)
-        crossed[links] = True
-        crossed[0] = False
-        rows = np.flatnonzero(crossed[t.links].any(axis=1) & t.active)
-        if not len(rows):
-            return np.zeros(R)
         d, jl = t.data[rows], t.links[rows]  # [J, 16], [J, W]
         hit = on[:, jl]  # [R, J, W]
         b = inter_bandwidth(eff, load[jl] + hit, jl)  # [R, J]
