@@ -14,11 +14,17 @@ from crop_gym.envs.base import (
     RENDER_MODES,
     EpisodeGuard,
     check_count,
-    check_options,
     check_render_mode,
 )
 from crop_gym.envs.observation import ObservationBuilder
-from crop_gym.envs.online_common import OnlineRendering, TraceWindows, online_cluster
+from crop_gym.envs.online_common import (
+    ONLINE_FEATURES,
+    OnlineRendering,
+    TraceWindows,
+    jobs_option,
+    online_cluster,
+    progress_features,
+)
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.envs.rewards import HOUR, online_reward
 from crop_gym.envs.view import ActionTable, action_space, build_action_table
@@ -32,16 +38,6 @@ from crop_gym.sim import SimConfig, SimulationError, Simulator
 __all__ = ["ONLINE_FEATURES", "OnlinePlacementEnv"]
 
 Obs = dict[str, NDArray[np.float32]]
-
-#: Columns of the ``"online"`` key.
-ONLINE_FEATURES: tuple[str, ...] = (
-    "elapsed",  # simulated time / horizon
-    "queued",  # queued jobs / window jobs
-    "running",  # running jobs / window jobs
-    "completed",  # completed jobs / window jobs
-    "mean_wait",  # mean waiting time of the queued jobs w, as w / (w + 1 h)
-    "next_arrival",  # time to the next arrival d, as d / (d + 1 h) (1 when none is left)
-)
 
 
 class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
@@ -225,19 +221,9 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
         return obs
 
     def _online_features(self) -> NDArray[np.float32]:
-        sim = self._sim
-        n = float(self.windows.window_jobs)
-        f = np.zeros(len(ONLINE_FEATURES), dtype=np.float32)
-        f[0] = min(sim.now / self.horizon_s, 1.0)
-        f[1] = min(sim.queue_length / n, 1.0)
-        f[2] = min(sim.running / n, 1.0)
-        f[3] = min(sim.completed / n, 1.0)
-        if sim.queue_length:
-            wait = float(np.mean([sim.now - j.arrival for j in sim.queue]))
-            f[4] = wait / (wait + HOUR)
-        nxt = sim.next_arrival_time()
-        f[5] = 1.0 if not np.isfinite(nxt) else (nxt - sim.now) / (nxt - sim.now + HOUR)
-        return np.clip(f, 0.0, 1.0)
+        return progress_features(self._sim, self.windows.window_jobs, self.horizon_s).astype(
+            np.float32
+        )
 
     def _info(self) -> dict[str, Any]:
         sim = self._sim
@@ -259,13 +245,7 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
         Options:
             ``{"jobs": [Job, ...]}`` plays the given jobs instead of a drawn window.
         """
-        jobs = check_options(options, ("jobs",)).get("jobs")
-        if jobs is not None and (
-            isinstance(jobs, (str, bytes))
-            or not all(isinstance(j, Job) for j in jobs)
-            or len(jobs) == 0
-        ):
-            raise ConfigError("options['jobs'] must be a non-empty sequence of Job")
+        jobs = jobs_option(options)
         super().reset(seed=seed)
         if jobs is None:
             jobs = self.windows.draw(self.np_random)

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
+from crop_gym.envs.base import check_options
 from crop_gym.envs.rewards import HOUR
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.jobs import Job
@@ -24,7 +26,24 @@ from crop_gym.model.topology import Topology, make_topology
 from crop_gym.sim.config import SimConfig
 from crop_gym.sim.engine import Simulator
 
-__all__ = ["OnlineRendering", "TraceWindows", "online_cluster"]
+__all__ = [
+    "ONLINE_FEATURES",
+    "OnlineRendering",
+    "TraceWindows",
+    "jobs_option",
+    "online_cluster",
+    "progress_features",
+]
+
+#: Columns of the ``"online"`` key of v0 (v1 adds its own after them).
+ONLINE_FEATURES: tuple[str, ...] = (
+    "elapsed",  # simulated time / horizon
+    "queued",  # queued jobs / window jobs
+    "running",  # running jobs / window jobs
+    "completed",  # completed jobs / window jobs
+    "mean_wait",  # mean waiting time w of the queued jobs, as w / (w + 1 h)
+    "next_arrival",  # time d to the next arrival, as d / (d + 1 h) (1 when none is left)
+)
 
 
 @dataclass(frozen=True)
@@ -125,6 +144,35 @@ def online_cluster(
         topology = hw.topology(cluster)
         base = dataclasses.replace(base, perf=hw.perf())
     return topology, dataclasses.replace(base, max_time_s=horizon_s, record_timeline=False)
+
+
+def progress_features(sim: Simulator, window_jobs: int, horizon_s: float) -> NDArray[np.float64]:
+    """``float64[6]``: the :data:`ONLINE_FEATURES` of ``sim`` (each in ``[0, 1]``)."""
+    n = float(window_jobs)
+    f = np.zeros(len(ONLINE_FEATURES))
+    f[:4] = (sim.now / horizon_s, sim.queue_length / n, sim.running / n, sim.completed / n)
+    if sim.queue_length:
+        wait = float(np.mean([sim.now - j.arrival for j in sim.queue]))
+        f[4] = wait / (wait + HOUR)
+    nxt = sim.next_arrival_time()
+    f[5] = 1.0 if not math.isfinite(nxt) else (nxt - sim.now) / (nxt - sim.now + HOUR)
+    return np.clip(f, 0.0, 1.0)
+
+
+def jobs_option(options: dict[str, Any] | None) -> Sequence[Job] | None:
+    """The ``{"jobs": [Job, ...]}`` reset option (jobs to play instead of a drawn window), checked.
+
+    Raises:
+        ConfigError: On another option, or ``jobs`` not a non-empty sequence of :class:`Job`.
+    """
+    jobs = check_options(options, ("jobs",)).get("jobs")
+    if jobs is not None and (
+        isinstance(jobs, (str, bytes))
+        or not all(isinstance(j, Job) for j in jobs)
+        or len(jobs) == 0
+    ):
+        raise ConfigError("options['jobs'] must be a non-empty sequence of Job")
+    return jobs
 
 
 class OnlineRendering:

@@ -5,7 +5,6 @@ The class docstring of :class:`OnlinePlacementV1Env` is the specification, with 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any, SupportsFloat
 
@@ -18,11 +17,17 @@ from crop_gym.envs.base import (
     RENDER_MODES,
     EpisodeGuard,
     check_count,
-    check_options,
     check_render_mode,
 )
 from crop_gym.envs.observation import ObservationBuilder
-from crop_gym.envs.online_common import OnlineRendering, TraceWindows, online_cluster
+from crop_gym.envs.online_common import (
+    ONLINE_FEATURES,
+    OnlineRendering,
+    TraceWindows,
+    jobs_option,
+    online_cluster,
+    progress_features,
+)
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.envs.rewards import HOUR, ONLINE_WEIGHTS, online_terms, weighted
 from crop_gym.envs.view import ActionTable, action_space, build_action_table
@@ -36,14 +41,9 @@ __all__ = ["ONLINE_V1_FEATURES", "SLOT_FEATURES", "WAITING_FEATURES", "OnlinePla
 
 Obs = dict[str, NDArray[np.float32]]
 
-#: Columns of the ``"online"`` key.
+#: Columns of the ``"online"`` key: v0's, then the cluster's load and health.
 ONLINE_V1_FEATURES: tuple[str, ...] = (
-    "elapsed",  # simulated time / horizon
-    "queued",  # queued jobs / window jobs
-    "running",  # running jobs / window jobs
-    "completed",  # completed jobs / window jobs
-    "mean_wait",  # mean waiting time w of the queued jobs, as w / (w + 1 h)
-    "next_arrival",  # time d to the next arrival, as d / (d + 1 h) (1 when none is left)
+    *ONLINE_FEATURES,
     "free",  # free usable GPUs / cluster GPUs
     "queued_gpus",  # GPUs requested by the queued jobs / cluster GPUs (capped at 1)
     "abnormal",  # share of GPUs that are slow, failure-prone or failed now
@@ -310,13 +310,7 @@ class OnlinePlacementV1Env(OnlineRendering, gym.Env[Obs, np.int64]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new trace window (or on ``options["jobs"]``)."""
-        jobs = check_options(options, ("jobs",)).get("jobs")
-        if jobs is not None and (
-            isinstance(jobs, (str, bytes))
-            or not all(isinstance(j, Job) for j in jobs)
-            or len(jobs) == 0
-        ):
-            raise ConfigError("options['jobs'] must be a non-empty sequence of Job")
+        jobs = jobs_option(options)
         super().reset(seed=seed)
         if jobs is None:
             jobs = self.draw_window()
@@ -414,17 +408,11 @@ class OnlinePlacementV1Env(OnlineRendering, gym.Env[Obs, np.int64]):
 
     def _online_features(self) -> NDArray[np.float32]:
         sim = self._live()[0]
-        n, G = float(self.windows.window_jobs), self.topology.num_gpus
-        queue = sim.queue
+        G = self.topology.num_gpus
         f = np.zeros(len(ONLINE_V1_FEATURES))
-        f[0] = sim.now / self.horizon_s
-        f[1:4] = (len(queue) / n, sim.running / n, sim.completed / n)
-        if queue:
-            f[4] = _squash(float(np.mean([sim.now - j.arrival for j in queue])))
-        nxt = sim.next_arrival_time()
-        f[5] = 1.0 if not math.isfinite(nxt) else _squash(nxt - sim.now)
+        f[:6] = progress_features(sim, self.windows.window_jobs, self.horizon_s)
         f[6] = sim.state.num_free / G
-        f[7] = sum(j.num_gpus for j in queue) / G
+        f[7] = sum(j.num_gpus for j in sim.queue) / G
         h = sim.state.health
         f[8] = float(np.mean((h.gpu_slowdown > 1.0) | (h.gpu_fail_prob > 0) | h.gpu_failed))
         return np.clip(f, 0.0, 1.0).astype(np.float32)
