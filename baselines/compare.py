@@ -366,14 +366,26 @@ def plot_figure(result: CompareResult) -> Any:
     ):
         means = np.array([np.mean(getattr(r, metric)) for _, r in rows]) * scale
         stds = np.array([np.std(getattr(r, metric)) for _, r in rows]) * scale
-        bars = ax.bar(x, means, yerr=stds, capsize=3, color=bar_colours(names))
-        ax.bar_label(
-            bars, labels=[fmt.format(m) for m in means], label_type="center", fontsize=8, color="w"
-        )
+        colours = bar_colours(names)
+        ax.bar(x, means, yerr=stds, capsize=3, color=colours, error_kw={"lw": 1.0, "ecolor": "0.2"})
+        top = float(np.max(means + stds, initial=0.0)) * 1.15 or 1.0
+        for xi, m, c in zip(x, means, colours, strict=True):
+            # The value at the foot of its bar, boxed so that an error bar does not cross it.
+            ax.text(
+                xi,
+                0.03 * top,
+                fmt.format(m),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="w",
+                zorder=5,
+                bbox={"boxstyle": "round,pad=0.15", "fc": c, "ec": "none"},
+            )
         ax.set_xticks(x, names, rotation=35, ha="right")
         ax.set_xlabel("policy")
         ax.set_ylabel(label)
-        ax.set_ylim(bottom=0.0, top=float(np.max(means + stds, initial=0.0)) * 1.15 or 1.0)
+        ax.set_ylim(bottom=0.0, top=top)
         ax.grid(axis="y", alpha=0.3)
     fig.legend(
         handles=bar_legend_handles(names),
