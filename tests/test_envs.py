@@ -223,23 +223,6 @@ def test_variants_pass_the_gymnasium_checker(env_id: str, kwargs: dict[str, Any]
         check_env(env.unwrapped, skip_render_check=True)
 
 
-def test_render_reuses_one_figure() -> None:
-    env = PlacementEnv("default", render_mode="rgb_array")
-    env.reset(seed=0)
-    env.render()
-    fig = env._renderer._fig
-    n_artists = len(fig.axes[0].get_children())
-    for _ in range(5):
-        valid = np.flatnonzero(env.action_masks())
-        env.step(int(valid[0]))
-        frame = env.render()
-    assert env._renderer._fig is fig and len(fig.axes[0].get_children()) == n_artists
-    clone = pickle.loads(pickle.dumps(env))
-    assert clone.render().shape == frame.shape
-    env.close()
-    assert env._renderer._fig is None
-
-
 def test_import_is_light() -> None:
     code = (
         "import sys, crop_gym, gymnasium as gym\n"

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from crop_gym.envs.online_v1 import OnlinePlacementV1Env
     from crop_gym.envs.placement import PlacementEnv
     from crop_gym.envs.registration import ENV_IDS, register_envs
-    from crop_gym.envs.render import ClusterRenderer
+    from crop_gym.envs.render import ClusterRenderer, draw_placement
     from crop_gym.envs.view import ActionTable, build_action_table
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "OnlinePlacementV1Env",
     "PlacementEnv",
     "build_action_table",
+    "draw_placement",
     "register_envs",
 ]
 
@@ -57,6 +58,7 @@ _WHERE = {
     "build_action_table": "view",
     "ObservationBuilder": "observation",
     "ClusterRenderer": "render",
+    "draw_placement": "render",
     "GPUPlacementEnv": "gpu_placement",
     "OnlinePlacementEnv": "online",
     "OnlinePlacementV1Env": "online_v1",

@@ -293,7 +293,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
             jobs = {jid: self._queue_index.get(jid, i) for i, (jid, _) in enumerate(self.placed)}
             return self._renderer.rgb(
                 self.state,
-                title="   ".join(self._header()),
+                title="\n".join(self._header()),
                 episode_jobs=jobs,
                 chosen=self._chosen(),
             )

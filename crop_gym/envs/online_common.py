@@ -207,7 +207,7 @@ class OnlineRendering:
         if self.render_mode == "ansi":
             return self._renderer.ansi(self.sim.state, header=self._header())
         return self._renderer.rgb(
-            self.sim.state, title="   ".join(self._header()), episode_jobs=self._episode_jobs
+            self.sim.state, title="\n".join(self._header()), episode_jobs=self._episode_jobs
         )
 
     def close(self) -> None:

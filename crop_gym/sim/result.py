@@ -40,13 +40,12 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.io import atomic_write_bytes, atomic_write_text
+from crop_gym.io import atomic_write_text
 from crop_gym.sim.ledger import QUEUED
 
 if TYPE_CHECKING:
@@ -248,39 +247,56 @@ class SimResult:
         atomic_write_text(path, self.records_csv())
 
     def plot(self, path: str | os.PathLike[str]) -> None:
-        """Save a figure: the JCT CDF (left) and utilisation / effective GPUs over time (right)."""
-        import matplotlib
+        """Save :meth:`figure` to ``path`` atomically (the format follows the suffix)."""
+        from crop_gym.plotting import save_figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        save_figure(self.figure(), path)
 
-        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    def figure(self) -> Any:
+        """A matplotlib figure (Agg): the JCT CDF (left), utilisation (top right) and effective
+        GPUs F (bottom right) over time, each on its own axes."""
+        from crop_gym.plotting import new_figure, policy_style
+
+        policy = str(self.info.get("policy"))
+        fig = new_figure(12.0, 5.0)
+        axd = fig.subplot_mosaic([["cdf", "util"], ["cdf", "F"]], sharex=False)
+        ax1, ax2, ax3 = axd["cdf"], axd["util"], axd["F"]
+        style = policy_style(policy, [policy])
         jct = self.records["jct_s"]
         jct = np.sort(jct[~np.isnan(jct)]) / 3600.0
         if len(jct):
-            ax1.step(jct, np.arange(1, len(jct) + 1) / len(jct), where="post")
+            ax1.step(
+                jct, np.arange(1, len(jct) + 1) / len(jct), where="post", label=policy, **style
+            )
             ax1.set_xscale("log")
-        ax1.set_xlabel("JCT (hours)")
-        ax1.set_ylabel("fraction of jobs")
+            ax1.legend(loc="lower right", fontsize=8)
+        ax1.set_xlabel("job completion time (hours, log scale)")
+        ax1.set_ylabel("fraction of completed jobs")
+        ax1.set_ylim(0, 1.02)
         ax1.set_title("JCT CDF")
         ax1.grid(alpha=0.3)
         t = self.timeline["t"] / 3600.0
         G = float(self.info.get("gpus", 1))
-        ax2.step(t, self.timeline["busy"] / G, where="post", label="utilisation")
-        ax2.step(t, self.timeline["F"] / G, where="post", label="effective GPUs / GPUs (F)")
-        ax2.set_xlabel("simulated time (hours)")
-        ax2.set_ylabel("fraction of the cluster")
-        ax2.set_ylim(0, 1.05)
+        ax2.step(
+            t, 100.0 * self.timeline["busy"] / G, where="post", color="tab:blue", label="busy GPUs"
+        )
+        ax2.set_ylabel("utilisation (% of GPUs)")
+        ax2.set_ylim(0, 115)
         ax2.set_title("Cluster over time")
-        ax2.legend(loc="upper right", fontsize=8)
-        ax2.grid(alpha=0.3)
+        ax2.legend(loc="upper left", fontsize=8)
+        ax3.step(t, self.timeline["F"], where="post", color="tab:red", label="F (effective GPUs)")
+        ax3.axhline(G, color="0.4", ls="--", lw=1, label=f"cluster size ({G:g} GPUs)")
+        ax3.set_ylabel("effective GPUs (GPUs)")
+        ax3.set_ylim(0, G * 1.3)
+        ax3.legend(loc="upper left", fontsize=8, ncol=2)
+        ax3.sharex(ax2)
+        ax2.tick_params(labelbottom=False)
+        ax3.set_xlabel("simulated time (hours)")
+        for ax in (ax2, ax3):
+            ax.grid(alpha=0.3)
         fig.suptitle(
-            f"{self.info.get('policy')} on {self.info.get('workload')} / {self.info.get('cluster')} "
+            f"{policy} on {self.info.get('workload')} / {self.info.get('cluster')} "
             f"/ {self.info.get('profile')}"
         )
         fig.tight_layout()
-        buf = io.BytesIO()
-        suffix = Path(path).suffix.lstrip(".") or "png"
-        fig.savefig(buf, format=suffix, dpi=120)
-        plt.close(fig)
-        atomic_write_bytes(path, buf.getvalue())
+        return fig

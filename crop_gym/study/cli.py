@@ -33,6 +33,7 @@ MERGED_OUTPUTS: tuple[str, ...] = (
     "summary.csv",
     "summary.md",
     "summary.png",
+    "jct_cdf.png",
 )
 
 
@@ -179,7 +180,9 @@ def run(args: argparse.Namespace) -> int:
     from crop_gym.cli import check_input_file, write_outputs
     from crop_gym.errors import ConfigError
     from crop_gym.io import check_outputs
+    from crop_gym.plotting import save_figure
     from crop_gym.study.backends import make_backend
+    from crop_gym.study.figures import jct_cdf_figure
     from crop_gym.study.grid import expand
     from crop_gym.study.report import plot_summary, summarize, summary_csv, summary_markdown
     from crop_gym.study.results import finished_records, merged_csv, merged_json, scalar_metrics
@@ -232,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
     }
     if not args.no_plot:
         writers[str(out / "summary.png")] = lambda p: plot_summary(rows, p)
+        writers[str(out / "jct_cdf.png")] = lambda p: save_figure(jct_cdf_figure(records), p)
     for path in write_outputs(writers):
         print(f"wrote {path}")
     if missing:

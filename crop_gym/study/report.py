@@ -274,19 +274,15 @@ def plot_summary(rows: Sequence[SummaryRow], path: str | Path) -> None:
 
     Writes ``path`` (format from the suffix) with matplotlib's Agg backend.
     """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from crop_gym.plotting import new_figure, save_figure
 
     tables = list(_tables(rows).values())
     panels: tuple[tuple[str, str, float], ...] = (
         ("mean_jct_s", "mean JCT (hours, lower is better)", 1 / 3600.0),
-        ("mean_efficiency", "η̄: throughput per allocated GPU", 1.0),
+        ("mean_efficiency", "η̄: throughput per allocated GPU (1 = ideal)", 1.0),
     )
-    fig, axes = plt.subplots(
-        len(tables), len(panels), figsize=(6.0 * len(panels), 3.6 * len(tables)), squeeze=False
-    )
+    fig = new_figure(6.0 * len(panels), 3.6 * len(tables))
+    axes = fig.subplots(len(tables), len(panels), squeeze=False)
     for axrow, group in zip(axes, tables):
         policies = list(dict.fromkeys(r.setting["policy"] for r in group))
         profiles = list(dict.fromkeys(r.setting["abnormal"] for r in group))
@@ -320,6 +316,7 @@ def plot_summary(rows: Sequence[SummaryRow], path: str | Path) -> None:
             ax.set_xticks(x, policies, rotation=30, ha="right", fontsize=8)
             ax.set_xlabel("policy")
             ax.set_ylabel(label)
+            ax.set_ylim(bottom=0.0)
             ax.set_title(_table_title(group[0].setting), fontsize=10)
             ax.grid(axis="y", alpha=0.3)
             ax.legend(title="abnormal", fontsize=8)
@@ -327,5 +324,4 @@ def plot_summary(rows: Sequence[SummaryRow], path: str | Path) -> None:
         "Study summary: mean over seeds, error bars = bootstrap 95 % interval", fontsize=11
     )
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)

@@ -9,6 +9,7 @@ Layout of ``OUT`` (``crop-gym study --out OUT``)::
     OUT/summary.csv          mean and bootstrap 95 % interval over seeds, per setting and metric
     OUT/summary.md           the same as markdown tables
     OUT/summary.png          a figure of the summary
+    OUT/jct_cdf.png          JCT CDFs: a row per setting, a panel per profile, CROP on top
 
 A run counts as finished only if ``runs/<run id>.json`` exists, parses as JSON and holds that run
 id: the file is moved into place with :func:`os.replace` after it is written in full, so a driver
