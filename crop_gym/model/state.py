@@ -389,21 +389,17 @@ class ClusterState:
     def interference(self, facts: PlacementFacts) -> FloatArray:
         """``float64[R]``: the change of the placed jobs' values if a job were placed on each
         placement of ``facts`` (each alone; ``≤ 0``: sharing a link only slows them)."""
-        links = facts.inter_links  # [R, Wc]
-        R = len(facts)
-        if not links.shape[1] or not links.any():
-            return np.zeros(R)
-        rows = self._sharing(links)
+        links, R = facts.inter_links, len(facts)  # [R, Wc]
+        rows = self._sharing(links) if links.any() else ()  # (no inter-server link: none)
         if not len(rows):
             return np.zeros(R)
         # on[r, e]: candidate r's rings cross link e (one more job there).
-        t, load, eff = self._table, self._load, self._eff_bw
         on = np.zeros((R, self.topology.num_nodes), dtype=bool)
         on[np.arange(R)[:, None], links] = True
         on[:, 0] = False
-        d, jl = t.data[rows], t.links[rows]  # [J, 16], [J, W]
+        d, jl = self._table.data[rows], self._table.links[rows]  # [J, 16], [J, W]
         hit = on[:, jl]  # [R, J, W]
-        b = inter_bandwidth(eff, load[jl] + hit, jl)  # [R, J]
+        b = inter_bandwidth(self._eff_bw, self._load[jl] + hit, jl)  # [R, J]
         jf = PlacementFacts(d[:, :_NF], jl)
         times = job_times(self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], jf, b)
         new = job_value(d[:, _NF + 3], jf.k, jf.survival, times.eta)
