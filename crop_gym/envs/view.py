@@ -230,7 +230,9 @@ def build_action_table(
     row_cand = np.arange(len(row_slot), dtype=np.int64) - np.repeat(starts, counts)
     row_src = np.repeat(np.array([first[j.num_gpus] for j in jobs], dtype=np.int64), counts)
     row_src += row_cand
-    facts = memo_facts(state.topology, state.health, [key for s in sets for key in s.keys])
+    # The facts of each distinct candidate once, then of each row (one gather).
+    keys = [key for cs in distinct for key in cs.keys]
+    facts = memo_facts(state.topology, state.health, keys).take(row_src)
     # Gains of every row in one vectorised call (each row alone against the state).
     gains = state.row_gains(jobs, row_slot, facts, interference=interference)
     mask = np.zeros(Q * C + 1, dtype=bool)
