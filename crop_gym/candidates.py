@@ -93,14 +93,6 @@ class CandidateSet:
     def __len__(self) -> int:
         return len(self.keys)
 
-    def row(self, c: int) -> NDArray[np.int32]:
-        """``int32[k]`` sorted GPU indices of candidate ``c``."""
-        return self.gpus[c]
-
-    def row_keys(self) -> tuple[tuple[int, ...], ...]:
-        """Each candidate's GPU indices as a tuple."""
-        return self.keys
-
 
 def _empty(k: int) -> CandidateSet:
     i32 = np.empty(0, np.int32)

@@ -39,3 +39,31 @@ def test_bench_envs_runs() -> None:
     assert out.returncode == 0, out.stderr[-2000:]
     assert "crop_gym/Placement-Testbed8-v0" in out.stdout
     assert "step time: add / candidates / env" in out.stdout
+
+
+def test_step_path_lines_lists_the_step_modules() -> None:
+    """The step-path census finds the modules ``env.step`` runs (and no gymnasium or numpy)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "step_path_lines.py"), "--steps", "20"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    listed = [line.split()[1] for line in out.stdout.splitlines() if "crop_gym/" in line.split()[1]]
+    for module in (
+        "crop_gym/envs/placement.py",
+        "crop_gym/model/state.py",
+        "crop_gym/candidates.py",
+    ):
+        assert module in listed
+    assert "crop_gym/envs/render.py" not in listed  # rendering is not on the step path
+    total = next(line for line in out.stdout.splitlines() if "total, step path" in line)
+    counted = [line for line in out.stdout.splitlines() if "compiled input" not in line]
+    assert int(total.split()[0]) == sum(
+        int(line.split()[0]) for line in counted if line.split()[1].startswith("crop_gym/")
+    )

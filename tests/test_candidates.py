@@ -87,12 +87,12 @@ def test_candidates_follow_the_rules(
     assert len(cs) <= cap and cs.k == k and len(cs.keys) == len(cs)
     assert cs.gpus.dtype == cs.num_servers.dtype == cs.subtree.dtype == np.int32
     assert cs.gpus.shape == (len(cs), k) and cs.quality.dtype == np.float64
-    assert len(set(cs.row_keys())) == len(cs)  # distinct
+    assert len(set(cs.keys)) == len(cs)  # distinct
     q = gpu_quality(st, robust)
     rounded = np.round(q, 9)
     srv_free = np.add.reduceat(free.astype(int), topo.server_gpu_lo)
     for c in range(len(cs)):
-        g = cs.row(c)
+        g = cs.gpus[c]
         assert cs.keys[c] == tuple(g.tolist())
         assert (np.diff(g) > 0).all() and free[g].all() and not health.gpu_failed[g].any()
         servers = np.unique(topo.gpu_server[g])
@@ -134,7 +134,7 @@ def test_without_robustness_only_failed_gpus_matter(
         plain.add(job, gpus)
     a = candidate_placements(st, k, robust=False, max_candidates=cap)
     b = candidate_placements(plain, k, robust=False, max_candidates=cap)
-    assert a.row_keys() == b.row_keys()
+    assert a.keys == b.keys
     assert np.array_equal(a.num_servers, b.num_servers)
     assert np.array_equal(a.subtree, b.subtree)
     assert np.array_equal(a.quality, np.full(len(a), float(k)))
@@ -151,7 +151,7 @@ def test_candidate_sets_match_single_calls(
     assert len(got) == len(sizes)
     for s, cs in zip(sizes, got, strict=True):
         want = candidate_placements(st, s, robust=robust, max_candidates=cap)
-        assert cs.row_keys() == want.row_keys()
+        assert cs.keys == want.keys
         for f in ("gpus", "num_servers", "subtree", "quality"):
             assert np.array_equal(getattr(cs, f), getattr(want, f)), f
 
@@ -169,11 +169,11 @@ def test_candidates_follow_the_state() -> None:
         if t % 3 == 0 and st.jobs:
             st.remove(sorted(st.jobs)[0])
         else:
-            st.add(Job(f"n{t}", "resnet50", 4, 64), before.row(0))
+            st.add(Job(f"n{t}", "resnet50", 4, 64), before.gpus[0])
         after = candidate_placements(st, 4)
         assert all(st.free_mask[after.gpus].all(axis=1))
         if t % 3 and len(after):
-            assert before.row_keys()[0] not in after.row_keys()
+            assert before.keys[0] not in after.keys
 
 
 def test_arguments_are_checked() -> None:
@@ -193,9 +193,9 @@ def test_candidate_set_is_a_frozen_value() -> None:
     st = ClusterState(topo, PROFILES["severe"].sample(topo, np.random.default_rng(9)))
     cs = candidate_placements(st, 4)
     same = CandidateSet(cs.gpus.copy(), cs.num_servers, cs.subtree, cs.quality)
-    assert len(same) == len(cs) and same.row_keys() == cs.row_keys()
+    assert len(same) == len(cs) and same.keys == cs.keys
     for other in (pickle.loads(pickle.dumps(cs)), copy.copy(cs), copy.deepcopy(cs)):
-        assert other.row_keys() == cs.row_keys()
+        assert other.keys == cs.keys
         for f in ("gpus", "num_servers", "subtree", "quality"):
             assert np.array_equal(getattr(other, f), getattr(cs, f))
     with pytest.raises(dataclasses.FrozenInstanceError):

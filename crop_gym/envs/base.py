@@ -1,21 +1,18 @@
-"""What every placement environment shares: argument checks, the episode guard, and the static envs'
-episode start, observation, info and rendering.
+"""What the placement environments share: the episode guard, and the static envs' episode start,
+observation, info and rendering (argument checks: :mod:`crop_gym.envs.checks`).
 
-:func:`check_count`, :func:`check_options` and :func:`check_render_mode` validate constructor
-arguments and reset options the same way in every environment (one :class:`ConfigError` naming the
-parameter and what is allowed). :class:`EpisodeGuard` makes ``step`` raise
-:class:`gymnasium.error.ResetNeeded` before the first ``reset`` and after an episode ended.
-
-:class:`StaticPlacementBase` holds the parts of :class:`~crop_gym.envs.placement.PlacementEnv`
-(candidate mode) and :class:`~crop_gym.envs.gpu_placement.GPUPlacementEnv` (GPU mode) that do not
-depend on the action space: the scenario and its sampler, the start of an episode (a sampled or given
-instance and the observed health), the action table of the current state, the observation, the
-common ``info`` entries and rendering.
+:class:`EpisodeGuard` makes ``step`` raise :class:`gymnasium.error.ResetNeeded` before the first
+``reset`` and after an episode ended. :class:`StaticPlacementBase` holds the parts of
+:class:`~crop_gym.envs.placement.PlacementEnv` (candidate mode) and
+:class:`~crop_gym.envs.gpu_placement.GPUPlacementEnv` (GPU mode) that do not depend on the action
+space: the scenario and its sampler, the start of an episode (a sampled or given instance and the
+observed health), the action table of the current state, the observation, the common ``info``
+entries and rendering.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +20,13 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
+from crop_gym.envs.checks import (
+    DEFAULT_QUEUE_VIEW,
+    RENDER_MODES,
+    check_count,
+    check_options,
+    check_render_mode,
+)
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.envs.view import ActionTable, build_action_table
@@ -32,58 +36,9 @@ from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
 
-__all__ = [
-    "DEFAULT_QUEUE_VIEW",
-    "RENDER_MODES",
-    "EpisodeGuard",
-    "StaticPlacementBase",
-    "check_count",
-    "check_options",
-    "check_render_mode",
-]
+__all__ = ["EpisodeGuard", "StaticPlacementBase"]
 
 Obs = dict[str, NDArray[np.float32]]
-
-#: Default largest queue view (capped at the scenario's queue size).
-DEFAULT_QUEUE_VIEW = 64
-#: Render modes of every placement environment.
-RENDER_MODES = ("ansi", "rgb_array")
-
-
-def check_render_mode(render_mode: str | None) -> str | None:
-    """``render_mode`` if it is ``None`` or one of :data:`RENDER_MODES`, else a :class:`ConfigError`."""
-    if render_mode is not None and render_mode not in RENDER_MODES:
-        raise ConfigError(f"render_mode={render_mode!r} is not one of {list(RENDER_MODES)}")
-    return render_mode
-
-
-def check_count(name: str, value: Any, low: int = 1) -> int:
-    """``value`` as an ``int`` if it is an integer ``>= low`` (not a bool, not a float).
-
-    Raises:
-        ConfigError: Naming ``name`` and the allowed range otherwise.
-    """
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
-    if value < low:
-        raise ConfigError(f"{name}={value!r} is outside its allowed range [{low}, inf)")
-    return int(value)
-
-
-def check_options(options: Mapping[str, Any] | None, allowed: Collection[str]) -> dict[str, Any]:
-    """``options`` as a dict (empty for ``None``), refusing keys outside ``allowed``.
-
-    Raises:
-        ConfigError: Naming the unknown key and the allowed ones.
-    """
-    if options is None:
-        return {}
-    if not isinstance(options, Mapping):
-        raise ConfigError(f"options must be a dict, got {type(options).__name__}")
-    for key in options:
-        if key not in allowed:
-            raise ConfigError(f"unknown reset option {key!r}; allowed: {sorted(allowed) or 'none'}")
-    return dict(options)
 
 
 class EpisodeGuard:
@@ -112,16 +67,8 @@ class EpisodeGuard:
 class StaticPlacementBase(gym.Env[Obs, np.int64]):
     """Base class of the static placement environments (one instance per episode).
 
-    Args:
-        scenario: A :class:`~crop_gym.scenario.Scenario`, a built-in scenario name or a scenario
-            file.
-        queue_view: Largest queue view (``None``: :data:`DEFAULT_QUEUE_VIEW`); capped at the
-            scenario's queue size.
-        max_candidates: Candidates per job (``None``: the scenario's).
-        robust_candidates: Let device health steer candidate choice.
-        group_identical_jobs: Identical pending jobs share a view slot.
-        invalid_action: ``"noop"`` or ``"stop"``.
-        render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
+    The constructor's arguments are those of :class:`~crop_gym.envs.placement.PlacementEnv` of
+    the same names (documented there).
 
     Attributes:
         sampler: Draws the episodes' instances.

@@ -199,8 +199,8 @@ class GPUPlacementEnv(StaticPlacementBase):
         """Place the head job on the picked GPUs; return the reward terms."""
         gpus = np.sort(np.asarray(self.chosen, dtype=np.int32))
         facts = self.state.facts_for(gpus)
-        terms = placement_terms(self.state, self.state.gains(head, facts), facts, 0)
-        self.state.add(head, gpus, facts=facts)
+        own = self.state.row_gains([head], np.zeros(1, np.int64), facts, interference=False).own
+        terms = placement_terms(float(own[0]), self.state.add(head, gpus, facts=facts))
         del self.pending[self.table.positions[0]]
         self.placed.append((head.job_id, self.state.placement(head.job_id)))
         self._new_head()

@@ -28,7 +28,6 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.candidates import CandidateSet
 from crop_gym.envs.view import ActionTable
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
@@ -138,9 +137,9 @@ def _job_columns(
     )
 
 
-@dataclass(frozen=True)
-class _TopologyColumns:
-    """Constants of a topology the features read (per topology: it is immutable).
+@dataclass(frozen=True, eq=False)
+class _Columns:
+    """What the features read of one observed health on one topology (both immutable).
 
     ``switch_weight`` counts the switches above a multi-server placement's servers as a sum over
     its spanned inter-server links: when every server hangs from a switch at one depth (not the
@@ -150,69 +149,58 @@ class _TopologyColumns:
     ``server_switch``.
     """
 
+    topology: Topology
     uplink: NDArray[np.intp]  # the link above each GPU's server
-    speed: FloatArray  # relative speed / fastest GPU
     bw_ref: float  # fastest intra-server (GPU) link
     switch_weight: FloatArray | None  # per link: 1 for a switch above servers (see above)
     server_switch: NDArray[np.int64]  # per link: the parent of a server link, -1 otherwise
-
-
-@lru_cache(maxsize=16)
-def _topology_columns(topology: Topology) -> _TopologyColumns:
-    parents = np.unique(topology.parent[topology.server_node])
-    weight: FloatArray | None = None
-    if len(np.unique(topology.depth[parents])) == 1:
-        weight = np.zeros(topology.num_nodes)
-        weight[parents] = 1.0
-        weight[0] = 0.0  # the root is never spanned; all servers under it -> max(0, 1) = 1
-    return _TopologyColumns(
-        uplink=topology.server_node[topology.gpu_server].astype(np.intp),
-        speed=topology.gpu_speed / float(topology.gpu_speed.max()),
-        bw_ref=float(topology.link_bw[topology.gpu_node].max()),
-        switch_weight=weight,
-        server_switch=np.where(topology.kind == 1, topology.parent, -1).astype(np.int64),
-    )
-
-
-@dataclass(frozen=True)
-class _HealthColumns:
-    """What the features read of one observed health on one topology."""
-
-    topology: Topology
     gpu: NDArray[np.float32]  # [G, 10]: the health columns of GPU_FEATURES, zeros elsewhere
     flags: FloatArray | None  # [G, 2]: 1 where σ > 1, 1 where π > 0 (None if neither anywhere)
     failed: NDArray[np.int32] | None  # [G]: 1 where failed (None if none)
     failed_frac: float
     abnormal_frac: float
 
+    @classmethod
+    def of(cls, topology: Topology, health: Health) -> _Columns:
+        parents = np.unique(topology.parent[topology.server_node])
+        weight: FloatArray | None = None
+        if len(np.unique(topology.depth[parents])) == 1:
+            weight = np.zeros(topology.num_nodes)
+            weight[parents] = 1.0
+            weight[0] = 0.0  # the root is never spanned; all servers under it -> max(0, 1) = 1
+        uplink = topology.server_node[topology.gpu_server].astype(np.intp)
+        gpu = np.zeros((topology.num_gpus, len(GPU_FEATURES)), dtype=np.float32)
+        gpu[:, 2] = health.gpu_failed
+        gpu[:, 3] = 1.0 - 1.0 / health.gpu_slowdown
+        gpu[:, 4] = np.clip(health.gpu_fail_prob, 0.0, 1.0)
+        gpu[:, 5] = topology.gpu_speed / float(topology.gpu_speed.max())
+        gpu[:, 7] = 1.0 - health.link_degradation[uplink]
+        gpu.setflags(write=False)
+        flags = np.stack([health.gpu_slowdown > 1.0, health.gpu_fail_prob > 0.0], axis=1)
+        return cls(
+            topology=topology,
+            uplink=uplink,
+            bw_ref=float(topology.link_bw[topology.gpu_node].max()),
+            switch_weight=weight,
+            server_switch=np.where(topology.kind == 1, topology.parent, -1).astype(np.int64),
+            gpu=gpu,
+            flags=flags.astype(np.float64) if flags.any() else None,
+            failed=health.gpu_failed.astype(np.int32) if health.gpu_failed.any() else None,
+            failed_frac=float(health.gpu_failed.mean()),
+            abnormal_frac=float(health.is_abnormal_gpu.mean()),
+        )
+
 
 # Per Health object (immutable, hashed by identity), kept while the object lives: a pure
 # function of immutable inputs. Weak keys, so that many environments in one process never evict
 # each other's entries and a finished episode's health is forgotten with it.
-_HEALTH_COLUMNS: weakref.WeakKeyDictionary[Health, _HealthColumns] = weakref.WeakKeyDictionary()
+_COLUMNS: weakref.WeakKeyDictionary[Health, _Columns] = weakref.WeakKeyDictionary()
 
 
-def _health_columns(topology: Topology, health: Health) -> _HealthColumns:
-    hit = _HEALTH_COLUMNS.get(health)
-    if hit is not None and hit.topology is topology:
-        return hit
-    tc = _topology_columns(topology)
-    gpu = np.zeros((topology.num_gpus, len(GPU_FEATURES)), dtype=np.float32)
-    gpu[:, 2] = health.gpu_failed
-    gpu[:, 3] = 1.0 - 1.0 / health.gpu_slowdown
-    gpu[:, 4] = np.clip(health.gpu_fail_prob, 0.0, 1.0)
-    gpu[:, 5] = tc.speed
-    gpu[:, 7] = 1.0 - health.link_degradation[tc.uplink]
-    gpu.setflags(write=False)
-    flags = np.stack([health.gpu_slowdown > 1.0, health.gpu_fail_prob > 0.0], axis=1)
-    hit = _HEALTH_COLUMNS[health] = _HealthColumns(
-        topology=topology,
-        gpu=gpu,
-        flags=flags.astype(np.float64) if flags.any() else None,
-        failed=health.gpu_failed.astype(np.int32) if health.gpu_failed.any() else None,
-        failed_frac=float(health.gpu_failed.mean()),
-        abnormal_frac=float(health.is_abnormal_gpu.mean()),
-    )
+def _columns(topology: Topology, health: Health) -> _Columns:
+    hit = _COLUMNS.get(health)
+    if hit is None or hit.topology is not topology:
+        hit = _COLUMNS[health] = _Columns.of(topology, health)
     return hit
 
 
@@ -332,19 +320,19 @@ class ObservationBuilder:
                 f"action table of {table.num_slots}x{table.max_candidates} rows; the builder "
                 f"expects {self.num_slots}x{self.max_candidates}"
             )
-        health = _health_columns(self.topology, observed)
+        health = _columns(self.topology, observed)
         gpu, free = self._gpus(state, health, extra)
         out: dict[str, NDArray[np.float32]] = {"gpus": gpu}
-        rows = _Rows.of(table, self.max_job_gpus, self.num_slots)
+        slots = self._slot_columns(table)
         cand: NDArray[np.float32] | None = None
         if self.with_candidates:
-            cand = self._candidates(state, observed, health, table, rows)
+            cand = self._candidates(state, observed, health, table, slots)
             out["candidates"] = cand
-        out["queue"] = self._queue(table, rows, cand)
+        out["queue"] = self._queue(table, slots, cand)
         out["summary"] = self._summary(state, health, free, pending, table, step, max_steps)
         if self.privileged and self.with_candidates:
             gain = np.zeros(self.num_slots * self.max_candidates, dtype=np.float32)
-            gain[rows.action] = np.clip(table.gains.total / self.max_job_gpus, -1.0, 1.0)
+            gain[table.row_action] = np.clip(table.gains.total / self.max_job_gpus, -1.0, 1.0)
             out["gain"] = gain
         if not self.table_layout:
             for key in ("gpus", "candidates", "queue"):
@@ -352,8 +340,23 @@ class ObservationBuilder:
                     out[key] = out[key].reshape(-1)
         return out
 
+    def _slot_columns(self, table: ActionTable) -> FloatArray:
+        """``float64[n, 17]`` per filled slot, the candidate columns that follow from its job and
+        position (valid, job_gpus, grad_size, compute_time, queue_pos, weight; the others 0).
+        Its columns 1-3 and 16 are also the queue table's."""
+        n = len(table.jobs)
+        cols = np.zeros((n, len(CANDIDATE_FEATURES)))
+        if n:
+            jobs = [job_columns(j, self.max_job_gpus) for j in table.jobs]
+            jc = np.fromiter(chain.from_iterable(jobs), np.float64, 4 * n).reshape(n, 4)
+            cols[:, 0] = 1.0
+            cols[:, 1:4] = jc[:, :3]
+            cols[:, 15] = np.arange(n) / max(self.num_slots - 1, 1)
+            cols[:, 16] = jc[:, 3]
+        return cols
+
     def _gpus(
-        self, state: ClusterState, health: _HealthColumns, extra: NDArray[Any] | None
+        self, state: ClusterState, health: _Columns, extra: NDArray[Any] | None
     ) -> tuple[NDArray[np.float32], int]:
         """The per-GPU table (the observed health columns, then what holds each GPU) and the
         number of free GPUs."""
@@ -376,11 +379,11 @@ class ObservationBuilder:
         # (Unused slots hold stale values; no GPU points at them.) Owner -1: free; failed GPUs
         # (never held) point one row lower.
         owner = state.gpu_owner
-        failed = _health_columns(self.topology, state.health).failed
+        failed = _columns(self.topology, state.health).failed
         row = owner if failed is None else owner - failed
         base = held.take(row, axis=0)
         base += health.gpu
-        n = state.link_load[_topology_columns(self.topology).uplink]
+        n = state.link_load[health.uplink]
         base[:, 6] = n / (n + 1.0)
         free = int(np.count_nonzero(row == -1))
         if not n_extra:
@@ -394,23 +397,22 @@ class ObservationBuilder:
         self,
         state: ClusterState,
         observed: Health,
-        health: _HealthColumns,
+        health: _Columns,
         table: ActionTable,
-        rows: _Rows,
+        slots: FloatArray,
     ) -> NDArray[np.float32]:
         """The candidate table ``(Q * C, 17)``: one row per valid action row, zeros elsewhere."""
         cand = np.zeros((self.num_slots * self.max_candidates, len(CANDIDATE_FEATURES)), np.float32)
-        if len(rows.action) == 0:
+        if len(table.row_slot) == 0:
             return cand
-        tc = _topology_columns(self.topology)
         load = state.link_load
         links = table.facts.inter_links
         if observed is state.health:
             facts, eta, b_inter = table.facts, table.gains.eta, table.gains.b_inter
         else:
             # The health-dependent facts and η as the agent can estimate them.
-            facts = placement_facts(self.topology, observed, [s.gpus for s in rows.sets])
-            facts = facts.take(rows.src)
+            facts = placement_facts(self.topology, observed, [s.gpus for s in table.distinct])
+            facts = facts.take(table.row_src)
             eff = self.topology.link_bw * observed.link_degradation
             b_inter = inter_bandwidth(eff, load[links] + 1, links)
             const = job_constants(state.topology, state.perf, table.jobs)[table.row_slot]
@@ -418,12 +420,14 @@ class ObservationBuilder:
         k, s = facts.k, facts.s
         # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,
         # queue_pos, weight), then the placement's.
-        d = rows.slot_columns.take(table.row_slot, axis=0)
+        d = slots.take(table.row_slot, axis=0)
         d[:, 4] = s / _SERVERS_SCALE
         d[:, 5] = (s - 1.0) / np.maximum(k - 1.0, 1.0)
-        d[:, 6] = _switches(tc, links) / _SWITCHES_SCALE
+        d[:, 6] = _switches(health, links) / _SWITCHES_SCALE
         if health.flags is not None:
-            d[:, 7:9] = rows.gpu_sums(health.flags) / k[:, None]
+            # Slow and failure-prone GPUs of each distinct candidate, then of each row.
+            flags = [health.flags.take(cs.gpus, axis=0).sum(axis=1) for cs in table.distinct]
+            d[:, 7:9] = np.concatenate(flags).take(table.row_src, axis=0) / k[:, None]
         d[:, 9] = 1.0 - 1.0 / facts.slowdown
         d[:, 10] = facts.survival
         d[:, 11] = eta
@@ -431,13 +435,14 @@ class ObservationBuilder:
         if links.shape[1]:
             most = load[links].max(axis=1)
             d[:, 13] = most / (most + 1.0)
-        d[:, 14] = np.minimum(np.minimum(facts.b_intra, b_inter), tc.bw_ref) / tc.bw_ref
+        bw_ref = health.bw_ref
+        d[:, 14] = np.minimum(np.minimum(facts.b_intra, b_inter), bw_ref) / bw_ref
         np.minimum(np.maximum(d, 0.0, out=d), 1.0, out=d)
-        cand[rows.action] = d
+        cand[table.row_action] = d
         return cand
 
     def _queue(
-        self, table: ActionTable, rows: _Rows, cand: NDArray[np.float32] | None
+        self, table: ActionTable, slots: FloatArray, cand: NDArray[np.float32] | None
     ) -> NDArray[np.float32]:
         """The queue table ``(Q, 8)``: one row per filled view slot, zeros elsewhere."""
         C = self.max_candidates
@@ -446,8 +451,8 @@ class ObservationBuilder:
         if n == 0:
             return queue
         queue[:n, 0] = 1.0
-        queue[:n, 1:4] = rows.slot_columns[:, 1:4]
-        queue[:n, 4] = rows.slot_columns[:, 16]
+        queue[:n, 1:4] = slots[:, 1:4]
+        queue[:n, 4] = slots[:, 16]
         queue[:n, 5] = np.bincount(table.row_slot, minlength=n) / C
         queue[:n, 7] = np.minimum(table.copies[:n] / _COPIES_SCALE, 1.0)
         if cand is not None:
@@ -459,7 +464,7 @@ class ObservationBuilder:
     def _summary(
         self,
         state: ClusterState,
-        health: _HealthColumns,
+        health: _Columns,
         free: int,
         pending: Sequence[Job],
         table: ActionTable,
@@ -487,59 +492,9 @@ class ObservationBuilder:
         )
 
 
-@dataclass(slots=True)
-class _Rows:
-    """How the action table's rows map to its view slots and distinct candidate sets.
-
-    Attributes:
-        action: ``int64[M]`` action (candidate-table row) of each valid row.
-        slot_columns: ``float64[n, 17]`` per filled slot, the candidate columns that follow
-            from its job and position (valid, job_gpus, grad_size, compute_time, queue_pos,
-            weight; the others 0). Its columns 1-3 and 16 are also the queue table's.
-        sets: The distinct candidate sets of the view (slots of one job size share one).
-        src: ``int64[M]`` row of each valid row among the rows of ``sets``, in order.
-    """
-
-    action: NDArray[np.int64]
-    slot_columns: FloatArray
-    sets: tuple[CandidateSet, ...]
-    src: NDArray[np.int64]
-
-    @classmethod
-    def of(cls, table: ActionTable, max_job_gpus: int, num_slots: int) -> _Rows:
-        n = len(table.jobs)
-        cols = np.zeros((n, len(CANDIDATE_FEATURES)))
-        if n:
-            cols[:, 0] = 1.0
-            jobs = [job_columns(j, max_job_gpus) for j in table.jobs]
-            jc = np.fromiter(chain.from_iterable(jobs), np.float64, 4 * n).reshape(n, 4)
-            cols[:, 1:4] = jc[:, :3]
-            cols[:, 16] = jc[:, 3]
-            cols[:, 15] = np.arange(n) / max(num_slots - 1, 1)
-        first: dict[int, int] = {}
-        sets: list[CandidateSet] = []
-        starts: list[int] = []
-        rows = 0
-        for cs in table.sets:
-            start = first.get(id(cs))
-            if start is None:
-                start = first[id(cs)] = rows
-                sets.append(cs)
-                rows += len(cs)
-            starts.append(start)
-        src = np.asarray(starts, dtype=np.int64)[table.row_slot] + table.row_cand
-        return cls(table.row_action, cols, tuple(sets), src)
-
-    def gpu_sums(self, per_gpu: FloatArray) -> FloatArray:
-        """``float64[M, c]``: the sums of ``per_gpu[G, c]`` over each row's GPUs."""
-        sums = [per_gpu.take(cs.gpus, axis=0).sum(axis=1) for cs in self.sets]
-        out: FloatArray = np.concatenate(sums).take(self.src, axis=0)
-        return out
-
-
-def _switches(tc: _TopologyColumns, links: NDArray[np.int32]) -> FloatArray:
+def _switches(tc: _Columns, links: NDArray[np.int32]) -> FloatArray:
     """Distinct switches above the servers of each row of spanned inter-server ``links`` (1 on
-    one server; see :class:`_TopologyColumns`)."""
+    one server; see :class:`_Columns`)."""
     if links.shape[1] == 0:
         return np.ones(len(links))
     if tc.switch_weight is not None:

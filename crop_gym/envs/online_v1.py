@@ -13,12 +13,8 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.envs.base import (
-    RENDER_MODES,
-    EpisodeGuard,
-    check_count,
-    check_render_mode,
-)
+from crop_gym.envs.base import EpisodeGuard
+from crop_gym.envs.checks import RENDER_MODES, check_count, check_render_mode
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.online_common import (
     ONLINE_FEATURES,

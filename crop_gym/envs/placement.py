@@ -183,8 +183,8 @@ class PlacementEnv(StaticPlacementBase):
         if decoded is not None:
             q, c = decoded
             job, row = table.jobs[q], table.row_of(q, c)
-            terms = placement_terms(self.state, table.gains, table.facts, row)
-            self.state.add(job, table.gpus(q, c), facts=table.facts.take(row))
+            delta = self.state.add(job, table.gpus(q, c), facts=table.facts.take(row))
+            terms = placement_terms(float(table.gains.own[row]), delta)
             del self.pending[table.positions[q]]
             self.placed.append((job.job_id, self.state.placement(job.job_id)))
             placed = job.job_id

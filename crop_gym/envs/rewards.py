@@ -17,9 +17,6 @@ HighwayEnv's ``_rewards``) and weighs them (:data:`ONLINE_WEIGHTS`); the reward 
 
 from __future__ import annotations
 
-from crop_gym.model.facts import PlacementFacts
-from crop_gym.model.state import ClusterState, Gains
-
 __all__ = [
     "HOUR",
     "NO_TERMS",
@@ -38,24 +35,11 @@ HOUR = 3600.0
 NO_TERMS: dict[str, float] = {"own_value": 0.0, "interference": 0.0}
 
 
-def placement_terms(
-    state: ClusterState, gains: Gains, facts: PlacementFacts, row: int
-) -> dict[str, float]:
-    """The reward terms of placing row ``row`` of ``gains``, in ``state`` before the placement.
-
-    Args:
-        state: The state before the placement.
-        gains: :meth:`~crop_gym.model.state.ClusterState.row_gains` of the alternatives in
-            ``state`` (e.g. :attr:`ActionTable.gains`); their interference is evaluated for the
-            chosen row alone if it was not for all of them.
-        facts: The placement facts of the alternatives.
-        row: The chosen row.
-    """
-    if gains.interference is not None:
-        other = float(gains.interference[row])
-    else:
-        other = float(state.interference(facts.take(row))[0])
-    return {"own_value": float(gains.own[row]), "interference": other}
+def placement_terms(own: float, delta: float) -> dict[str, float]:
+    """The reward terms of a placement whose new job is worth ``own`` and that changed F by
+    ``delta`` (what :meth:`~crop_gym.model.state.ClusterState.add` returns): the interference is
+    the rest of the change."""
+    return {"own_value": own, "interference": delta - own}
 
 
 def total(terms: dict[str, float]) -> float:

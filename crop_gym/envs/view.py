@@ -78,8 +78,11 @@ class ActionTable:
         positions: Index in the pending queue of each view job.
         copies: ``int64[Q]`` pending jobs each slot stands for (0 for an empty slot).
         sets: The candidate set of each filled slot.
+        distinct: The distinct candidate sets of the view, one per job size, in order of first
+            appearance (slots of one size share one).
         row_slot: ``int64[M]`` slot of each valid row (``M`` candidates in all).
         row_cand: ``int64[M]`` candidate index of each valid row in its slot's set.
+        row_src: ``int64[M]`` row of each valid row among the rows of :attr:`distinct`, in order.
         facts: Placement facts of the ``M`` valid rows (under the true health).
         gains: ΔF of each valid row (its job's own value and, if evaluated, the interference it
             causes).
@@ -94,8 +97,10 @@ class ActionTable:
     positions: tuple[int, ...]
     copies: NDArray[np.int64]
     sets: tuple[CandidateSet, ...]
+    distinct: tuple[CandidateSet, ...]
     row_slot: NDArray[np.int64]
     row_cand: NDArray[np.int64]
+    row_src: NDArray[np.int64]
     facts: PlacementFacts
     gains: Gains
     mask: NDArray[np.bool_]
@@ -213,15 +218,21 @@ def build_action_table(
     positions, copies = select_view(pending, state.num_free, Q, group_identical)
     jobs = tuple(pending[i] for i in positions)
     sizes = list(dict.fromkeys(j.num_gpus for j in jobs))
-    by_size = dict(
-        zip(sizes, candidate_sets(state, sizes, robust=robust, max_candidates=C), strict=True)
-    )
+    distinct = tuple(candidate_sets(state, sizes, robust=robust, max_candidates=C))
+    by_size = dict(zip(sizes, distinct, strict=True))
+    first, n = {}, 0  # size -> its first row among the distinct sets' rows
+    for k, cs in by_size.items():
+        first[k], n = n, n + len(cs)
     sets = tuple(by_size[j.num_gpus] for j in jobs)
     counts = np.array([len(s) for s in sets], dtype=np.int64)
     row_slot = np.repeat(np.arange(len(jobs), dtype=np.int64), counts)
     starts = np.cumsum(counts) - counts
     row_cand = np.arange(len(row_slot), dtype=np.int64) - np.repeat(starts, counts)
-    facts = memo_facts(state.topology, state.health, [key for s in sets for key in s.keys])
+    row_src = np.repeat(np.array([first[j.num_gpus] for j in jobs], dtype=np.int64), counts)
+    row_src += row_cand
+    # The facts of each distinct candidate once, then of each row (one gather).
+    keys = [key for cs in distinct for key in cs.keys]
+    facts = memo_facts(state.topology, state.health, keys).take(row_src)
     # Gains of every row in one vectorised call (each row alone against the state).
     gains = state.row_gains(jobs, row_slot, facts, interference=interference)
     mask = np.zeros(Q * C + 1, dtype=bool)
@@ -238,8 +249,10 @@ def build_action_table(
         positions=tuple(positions),
         copies=copies_arr,
         sets=sets,
+        distinct=distinct,
         row_slot=row_slot,
         row_cand=row_cand,
+        row_src=row_src,
         facts=facts,
         gains=gains,
         mask=mask,

@@ -142,10 +142,12 @@ def _facts(
     valid = idx < k[:, None]
     srv = topology.gpu_server[P]
     new_srv = np.ones(P.shape, dtype=bool)
-    new_srv[:, 1:] = srv[:, 1:] != srv[:, :-1]
-    s = new_srv.sum(axis=1)
+    np.not_equal(srv[:, 1:], srv[:, :-1], out=new_srv[:, 1:])
     run_start = np.maximum.accumulate(np.where(new_srv, idx, 0), axis=1)
-    g = np.where(valid, idx - run_start + 1, 0).max(axis=1)
+    values = np.empty((R, len(FACT_COLUMNS)))
+    values[:, 0] = k
+    values[:, 1] = np.where(valid, idx - run_start, -1).max(axis=1) + 1
+    values[:, 2] = new_srv.sum(axis=1)
 
     # Per-GPU terms in one gather. A GPU's own (intra-server) link holds only that GPU: a ring of
     # k >= 2 spans every one.
@@ -153,32 +155,26 @@ def _facts(
     multi = k >= 2
     worst = X[:, :, :3].max(axis=1)  # -bandwidth, latency and slowdown of the GPU links
     ok = np.where(valid[:, :, None], X[:, :, 3:], 1.0).prod(axis=1)  # (GPU, GPU and its link)
+    values[:, 3] = np.where(multi, -worst[:, 0], np.inf)
+    values[:, 4] = np.where(multi, worst[:, 1], 0.0)
+    values[:, 6] = worst[:, 2]
 
     # Inter-server links: at each depth, the links above the row's GPUs are contiguous runs (GPUs
     # are numbered in DFS order). If a depth holds more than one link, none of them holds all of
     # the placement, so each is spanned; if it holds one, that link holds all of it.
     a = _upper_links_by_depth(topology)[P]  # [R, k, D]; 0 where a GPU has no link at a depth
     change = a[:, 1:, :] != a[:, :-1, :]
-    first = np.ones(a.shape, dtype=bool)
-    first[:, 1:, :] = change
-    inter = (first & change.any(axis=1)[:, None, :] & (a > 0)).reshape(R, -1)
+    inter = np.empty(a.shape, dtype=bool)
+    inter[:, 0, :] = True
+    inter[:, 1:, :] = change
+    inter &= change.any(axis=1)[:, None, :]
+    inter = inter.reshape(R, -1)
     a = np.where(inter, a.reshape(R, -1), 0)
     link = _link_table(topology, health)[a]  # [R, k * D, 2]: latency, 1 - π (root: 0, 1)
-    a_inter = link[:, :, 0].max(axis=1)
-    width = int(inter.sum(axis=1).max(initial=0))
+    values[:, 5] = link[:, :, 0].max(axis=1)
+    values[:, 7] = np.where(multi, ok[:, 1], ok[:, 0]) * link[:, :, 1].prod(axis=1)
+    width = int(np.count_nonzero(a, axis=1).max(initial=0))
     a.sort(axis=1)
-    values = np.column_stack(
-        (
-            k,
-            g,
-            s,
-            np.where(multi, -worst[:, 0], np.inf),
-            np.where(multi, worst[:, 1], 0.0),
-            a_inter,
-            worst[:, 2],
-            np.where(multi, ok[:, 1], ok[:, 0]) * link[:, :, 1].prod(axis=1),
-        )
-    )
     # Largest first, root-padded.
     return PlacementFacts(values, a[:, ::-1][:, :width].astype(np.int32))
 

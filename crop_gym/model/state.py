@@ -97,8 +97,8 @@ class Gains:
 
 #: The model outputs, the last columns of :attr:`PlacedJobs.data`.
 OUTPUT_COLUMNS: tuple[str, ...] = ("T", "C", "eta", "value")
-_NF, _NJ = len(FACT_COLUMNS), len(JOB_COLUMNS)
-_OUT = _NF + _NJ  # first output column
+_NF = len(FACT_COLUMNS)
+_OUT = _NF + len(JOB_COLUMNS)  # first output column
 
 
 @dataclass
@@ -322,9 +322,8 @@ class ClusterState:
         d = t.data[rows]
         facts = PlacementFacts(d[:, :_NF], t.links[rows])
         b_inter = inter_bandwidth(self._eff_bw, self._load, facts.inter_links)
-        M, tc, tstar, w = d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], d[:, _NF + 3]
-        times = job_times(self.perf, M, tc, tstar, facts, b_inter)
-        value = job_value(w, facts.k, facts.survival, times.eta)
+        times = job_times(self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], facts, b_inter)
+        value = job_value(d[:, _NF + 3], facts.k, facts.survival, times.eta)
         t.data[rows, _OUT:] = np.column_stack((times.T, times.C, times.eta, value))
 
     def _reevaluate(self, rows: NDArray[np.intp]) -> float:
@@ -334,7 +333,7 @@ class ClusterState:
         return float(self._table.value[rows].sum()) - before
 
     def _sharing(self, links: NDArray[np.int32]) -> NDArray[np.intp]:
-        """Active slots whose rings cross one of ``links`` (root padding ignored)."""
+        """Active slots whose rings cross one of ``links`` (any shape; root padding ignored)."""
         t = self._table
         on = np.zeros(self.topology.num_nodes, dtype=bool)
         on[links] = True
@@ -390,21 +389,17 @@ class ClusterState:
     def interference(self, facts: PlacementFacts) -> FloatArray:
         """``float64[R]``: the change of the placed jobs' values if a job were placed on each
         placement of ``facts`` (each alone; ``≤ 0``: sharing a link only slows them)."""
-        links = facts.inter_links  # [R, Wc]
-        R = len(facts)
-        if not links.shape[1] or not links.any():
-            return np.zeros(R)
-        # on[r, e]: candidate r's rings cross link e (one more job there).
-        rows = self._sharing(links)
+        links, R = facts.inter_links, len(facts)  # [R, Wc]
+        rows = self._sharing(links) if links.any() else ()  # (no inter-server link: none)
         if not len(rows):
             return np.zeros(R)
-        t, load, eff = self._table, self._load, self._eff_bw
+        # on[r, e]: candidate r's rings cross link e (one more job there).
         on = np.zeros((R, self.topology.num_nodes), dtype=bool)
         on[np.arange(R)[:, None], links] = True
         on[:, 0] = False
-        d, jl = t.data[rows], t.links[rows]  # [J, 16], [J, W]
+        d, jl = self._table.data[rows], self._table.links[rows]  # [J, 16], [J, W]
         hit = on[:, jl]  # [R, J, W]
-        b = inter_bandwidth(eff, load[jl] + hit, jl)  # [R, J]
+        b = inter_bandwidth(self._eff_bw, self._load[jl] + hit, jl)  # [R, J]
         jf = PlacementFacts(d[:, :_NF], jl)
         times = job_times(self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], jf, b)
         new = job_value(d[:, _NF + 3], jf.k, jf.survival, times.eta)
@@ -440,7 +435,7 @@ class ClusterState:
             raise ConfigError(
                 f"GPU index outside [0, {self.topology.num_gpus - 1}] in {p.tolist()}"
             )
-        if np.any(p[1:] == p[:-1]):
+        if (p[1:] == p[:-1]).any():
             raise ConfigError(f"repeated GPU in placement {p.tolist()}")
         free = self.free_mask
         if not free[p].all():
@@ -578,7 +573,6 @@ class ClusterState:
         self.version += 1
         self.evaluate()
 
-    # --------------------------------------------------------------- copying
     def copy(self) -> ClusterState:
         """An independent copy (jobs and placement arrays, which are immutable, are shared)."""
         new = object.__new__(ClusterState)
