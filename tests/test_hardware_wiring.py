@@ -21,8 +21,9 @@ from crop_gym.model.hardware_topology import (
     resolve_hardware,
 )
 from crop_gym.model.jobs import MODEL_ZOO, Job
+from crop_gym.model.objective import evaluate_from_scratch
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PerfConfig, model_constants
+from crop_gym.model.timing import JOB_COLUMNS, PerfConfig, job_constants, model_constants
 from crop_gym.model.topology import build_tree, make_topology
 from crop_gym.scenario import Scenario, ScenarioSampler, get_scenario
 
@@ -76,6 +77,29 @@ def test_a_profile_changes_links_compute_and_options() -> None:
         float(hw.profile.compute_time("bert", 32.0)),
     )
     assert hw.perf().nic_sharing == 1.0
+
+
+def test_per_model_compute_sharing_reaches_the_state(tmp_path: Path) -> None:
+    # A profile with κ = 0.2 for bert only: a bert job on g co-located GPUs computes
+    # t_c · (1 + 0.2 (g - 1)) in the state, the objective and T*; vgg16 keeps the shared κ (0).
+    prof = json.loads((BUNDLED / "azure-v100.json").read_text())
+    prof["model_compute_sharing"] = {"bert": 0.2}
+    prof["compute_sharing"] = 0.0
+    (tmp_path / "k.json").write_text(json.dumps(prof))
+    hw = resolve_hardware(str(tmp_path / "k.json"))
+    topo, perf = hw.topology("leafspine-64"), hw.perf()
+    bert, vgg = Job("a", "bert", 4, 128), Job("b", "vgg16", 4, 128)
+    const = job_constants(topo, perf, [bert, vgg])
+    assert const[:, JOB_COLUMNS.index("compute_sharing")].tolist() == [0.2, 0.0]
+    st = ClusterState(topo, perf=perf)
+    st.add(bert, np.arange(4))  # 4 GPUs on one server: g = 4
+    t_c = model_constants(topo, bert)[1]
+    assert st.iteration_times()["a"] >= t_c * (1 + 0.2 * 3) * (1 - 1e-12)
+    scratch = evaluate_from_scratch(topo, st.health, perf, [bert], [np.arange(4)])
+    assert pytest.approx(scratch.F, rel=1e-12) == st.F
+    # Alone on a compact placement the job runs at its ideal time: T* carries κ too.
+    tstar = const[0, JOB_COLUMNS.index("tstar")]
+    assert st.iteration_times()["a"] == pytest.approx(tstar, rel=1e-12)
 
 
 # ------------------------------------------------------------------------- scenarios

@@ -416,7 +416,15 @@ class ObservationBuilder:
             eff = self.topology.link_bw * observed.link_degradation
             b_inter = inter_bandwidth(eff, load[links] + 1, links)
             const = job_constants(state.topology, state.perf, table.jobs)[table.row_slot]
-            eta = job_times(self.perf, const[:, 0], const[:, 1], const[:, 2], facts, b_inter).eta
+            eta = job_times(
+                self.perf,
+                const[:, 0],
+                const[:, 1],
+                const[:, 2],
+                facts,
+                b_inter,
+                compute_sharing=const[:, 4],
+            ).eta
         k, s = facts.k, facts.s
         # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,
         # queue_pos, weight), then the placement's.

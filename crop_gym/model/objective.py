@@ -28,10 +28,9 @@ from crop_gym.model.jobs import Job
 from crop_gym.model.timing import (
     JobTimes,
     PerfConfig,
-    ideal_time,
     inter_bandwidth,
+    job_constants,
     job_times,
-    model_constants,
 )
 from crop_gym.model.topology import Topology
 
@@ -112,17 +111,16 @@ def evaluate_from_scratch(
     load[0] = 0
     eff_bw = topology.link_bw * health.link_degradation
     b_inter = inter_bandwidth(eff_bw, load, links)
-    tstar = np.array([ideal_time(topology, j, perf) for j in jobs], dtype=np.float64)
-    const = np.array([model_constants(topology, j) for j in jobs], dtype=np.float64)
-    const = const.reshape(len(jobs), 2)
-    times = job_times(perf, const[:, 0], const[:, 1], tstar, facts, b_inter)
-    weight = np.array([j.weight for j in jobs], dtype=np.float64)
-    value = job_value(weight, facts.k, facts.survival, times.eta)
+    const = job_constants(topology, perf, jobs)
+    times = job_times(
+        perf, const[:, 0], const[:, 1], const[:, 2], facts, b_inter, compute_sharing=const[:, 4]
+    )
+    value = job_value(const[:, 3], facts.k, facts.survival, times.eta)
     return Evaluation(
         F=float(value.sum()),
         times=times,
         survival=facts.survival,
         value=value,
-        tstar=tstar,
+        tstar=const[:, 2],
         link_load=load,
     )

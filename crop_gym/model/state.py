@@ -107,7 +107,7 @@ class PlacedJobs:
 
     Attributes:
         active: ``bool[S]``.
-        data: ``float64[S, 16]``: the placement facts (:data:`FACT_COLUMNS`), the job's constants
+        data: ``float64[S, 17]``: the placement facts (:data:`FACT_COLUMNS`), the job's constants
             (:data:`JOB_COLUMNS`: gradient bytes ``M``, reference compute time ``t_c``, ideal time
             ``T*``, weight ``w``) and its current outputs (:data:`OUTPUT_COLUMNS`: ``T``, ``C``,
             ``η``, value); rows of free slots are stale, except value, which is 0.
@@ -322,7 +322,15 @@ class ClusterState:
         d = t.data[rows]
         facts = PlacementFacts(d[:, :_NF], t.links[rows])
         b_inter = inter_bandwidth(self._eff_bw, self._load, facts.inter_links)
-        times = job_times(self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], facts, b_inter)
+        times = job_times(
+            self.perf,
+            d[:, _NF],
+            d[:, _NF + 1],
+            d[:, _NF + 2],
+            facts,
+            b_inter,
+            compute_sharing=d[:, _NF + 4],
+        )
         value = job_value(d[:, _NF + 3], facts.k, facts.survival, times.eta)
         t.data[rows, _OUT:] = np.column_stack((times.T, times.C, times.eta, value))
 
@@ -377,11 +385,13 @@ class ClusterState:
         :attr:`Gains.interference` is ``None`` (:meth:`interference` gives it for the rows that
         need it).
         """
-        grad_bytes, compute, tstar, weight = job_constants(self.topology, self.perf, jobs).T
+        grad_bytes, compute, tstar, weight, kappa = job_constants(self.topology, self.perf, jobs).T
         i = job_of_row
         links = facts.inter_links  # [R, Wc]
         b_own = inter_bandwidth(self._eff_bw, self._load[links] + 1, links)
-        own_t = job_times(self.perf, grad_bytes[i], compute[i], tstar[i], facts, b_own)
+        own_t = job_times(
+            self.perf, grad_bytes[i], compute[i], tstar[i], facts, b_own, compute_sharing=kappa[i]
+        )
         own = job_value(weight[i], facts.k, facts.survival, own_t.eta)
         other = self.interference(facts) if interference else None
         return Gains(own=own, interference=other, eta=own_t.eta, comm=own_t.C, b_inter=b_own)
@@ -397,11 +407,13 @@ class ClusterState:
         on = np.zeros((R, self.topology.num_nodes), dtype=bool)
         on[np.arange(R)[:, None], links] = True
         on[:, 0] = False
-        d, jl = self._table.data[rows], self._table.links[rows]  # [J, 16], [J, W]
+        d, jl = self._table.data[rows], self._table.links[rows]  # [J, 17], [J, W]
         hit = on[:, jl]  # [R, J, W]
         b = inter_bandwidth(self._eff_bw, self._load[jl] + hit, jl)  # [R, J]
         jf = PlacementFacts(d[:, :_NF], jl)
-        times = job_times(self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], jf, b)
+        times = job_times(
+            self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], jf, b, compute_sharing=d[:, _NF + 4]
+        )
         new = job_value(d[:, _NF + 3], jf.k, jf.survival, times.eta)
         out: FloatArray = np.where(hit.any(axis=2), new - d[:, _OUT + 3], 0.0).sum(axis=1)
         return out

@@ -314,7 +314,7 @@ def _constants(topology: Topology, spec: ModelSpec, local_batch: float) -> tuple
 
 
 #: The columns of :func:`job_constants`, in order.
-JOB_COLUMNS: tuple[str, ...] = ("grad_bytes", "compute", "tstar", "weight")
+JOB_COLUMNS: tuple[str, ...] = ("grad_bytes", "compute", "tstar", "weight", "compute_sharing")
 
 
 def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
@@ -326,25 +326,35 @@ def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
 
 
 def job_constants(topology: Topology, perf: PerfConfig, jobs: Sequence[Job]) -> FloatArray:
-    """``float64[J, 4]``: per job its :data:`JOB_COLUMNS`, gradient bytes ``M``, reference compute
-    time ``t_c``, ideal time ``T*`` (:func:`ideal_time`) and weight ``w``.
+    """``float64[J, 5]``: per job its :data:`JOB_COLUMNS`, gradient bytes ``M``, reference compute
+    time ``t_c``, ideal time ``T*`` (:func:`ideal_time`), weight ``w`` and compute sharing κ (the
+    hardware profile's value for the job's model, else ``perf.compute_sharing``; the
+    ``compute_sharing=`` column of :func:`job_times`).
 
     One memoised look-up per job class: the constants are a pure function of immutable inputs.
     """
-    rows = [
-        (*_job_class(topology, perf, get_model(j.model), j.num_gpus, float(j.batch_size)), j.weight)
-        for j in jobs
-    ]
+    rows = []
+    for j in jobs:
+        grad_bytes, t_c, tstar, kappa = _job_class(
+            topology, perf, get_model(j.model), j.num_gpus, float(j.batch_size)
+        )
+        rows.append((grad_bytes, t_c, tstar, j.weight, kappa))
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(JOB_COLUMNS))
 
 
 @lru_cache(maxsize=1 << 16)
 def _job_class(
     topology: Topology, perf: PerfConfig, spec: ModelSpec, k: int, batch: float
-) -> tuple[float, float, float]:
-    """``(M, t_c, T*)`` of a job class; ``T*`` is the job alone on a compact healthy placement."""
+) -> tuple[float, float, float, float]:
+    """``(M, t_c, T*, κ)`` of a job class; ``T*`` is the job alone on a compact healthy placement."""
     facts = placement_facts(topology, Health.healthy(topology), [topology.compact_placement(k)])
     b_inter = inter_bandwidth(topology.link_bw, 1, facts.inter_links)
     grad_bytes, t_c = _constants(topology, spec, batch / k)
-    times = job_times(perf, grad_bytes, t_c, np.inf, facts, np.asarray(b_inter))
-    return grad_bytes, t_c, float(times.T[0])
+    hw = topology.hardware
+    kappa = perf.compute_sharing
+    if hw is not None:
+        kappa = float(hw.model_compute_sharing.get(spec.name, kappa))
+    times = job_times(
+        perf, grad_bytes, t_c, np.inf, facts, np.asarray(b_inter), compute_sharing=kappa
+    )
+    return grad_bytes, t_c, float(times.T[0]), kappa
