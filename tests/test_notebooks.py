@@ -3,7 +3,7 @@
 Each notebook in ``notebooks/`` is executed top to bottom by ``nbclient`` in a new ``ipykernel``
 (``notebooks/execute.py``: the repository on ``PYTHONPATH``, one thread per numeric library). Then:
 
-* **budget**: the kernel's CPU time (user + system) is at most ``TIMEOUT_S`` (3 minutes);
+* **budget**: the kernel's CPU time (user + system) is at most ``BUDGET_CPU_S`` (3 minutes);
 * **staleness**: every code cell's fresh outputs match the stored ones — same output types and MIME
   types, same text once numbers are taken out, and every number equal to within ``REL_TOL``
   (a cell tagged ``loose`` keeps only the text and types: timings, wall-clock figures). Images are
@@ -124,7 +124,7 @@ def test_notebook_is_fresh(path: Path) -> None:
     runner.execute(fresh)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    assert cpu <= runner.TIMEOUT_S, f"{path.name}: {cpu:.0f} CPU-s > {runner.TIMEOUT_S}"
+    assert cpu <= runner.BUDGET_CPU_S, f"{path.name}: {cpu:.0f} CPU-s > {runner.BUDGET_CPU_S}"
 
     inserted = {i for i, _ in solutions}
     fresh_code = [c for i, c in enumerate(fresh.cells) if c.cell_type == "code" and i not in inserted]
