@@ -100,7 +100,9 @@ def _with_solutions(nb: Any) -> tuple[Any, list[tuple[int, str]]]:
             for i, (lang, code) in enumerate(blocks):
                 if lang != "python":
                     continue
-                expect = blocks[i + 1][1] if i + 1 < len(blocks) and blocks[i + 1][0] == "text" else ""
+                expect = (
+                    blocks[i + 1][1] if i + 1 < len(blocks) and blocks[i + 1][0] == "text" else ""
+                )
                 solutions.append((len(cells), expect))
                 cells.append(nbformat.v4.new_code_cell(code))
     fresh.cells = cells
@@ -127,7 +129,9 @@ def test_notebook_is_fresh(path: Path) -> None:
     assert cpu <= runner.BUDGET_CPU_S, f"{path.name}: {cpu:.0f} CPU-s > {runner.BUDGET_CPU_S}"
 
     inserted = {i for i, _ in solutions}
-    fresh_code = [c for i, c in enumerate(fresh.cells) if c.cell_type == "code" and i not in inserted]
+    fresh_code = [
+        c for i, c in enumerate(fresh.cells) if c.cell_type == "code" and i not in inserted
+    ]
     assert len(fresh_code) == len(code)
     for n, (old, new) in enumerate(zip(code, fresh_code), start=1):
         loose = "loose" in old.metadata.get("tags", [])
