@@ -167,29 +167,17 @@ class _Greedy:
         # (k, survival, slowdown) of each candidate, for the lazy bound.
         self.c_bound: list[tuple[int, float, float]] = []
         self.c_links: list[NDArray[np.int32]] = []  # its inter-server links
+        # The same links as rows of one root-padded matrix (row = candidate id), so that the
+        # candidates a placement touches are found with one gather per size.
+        self.c_linkmat = np.zeros((64, 4), dtype=np.int32)
         self.size_list: dict[int, list[int]] = {}
         # (class, candidate) -> [gain or None (bound only), stamp, rank in its list]
         self.entry: dict[tuple[int, int], list] = {}
         self.heap: list[tuple[float, int, int, int, int, int]] = []
         self.size_stamp: dict[int, int] = {}
         self.stamp = 0
-        # Inter-server links of placed jobs, for the exactness tracking of cached gains.
-        self.link_jobs: dict[int, list[int]] = {}
-        self.job_links: list[NDArray[np.int32]] = []
-        intra = self.topo.is_intra
-        for jid in ws.jobs:
-            links = self.topo.spanned_links(ws.placement(jid))
-            self._register_job_links(links[~intra[links]])
 
     # ------------------------------------------------------------------ helpers
-    def _register_job_links(self, links: NDArray[np.int32]) -> None:
-        if len(links) == 0:
-            return
-        j = len(self.job_links)
-        self.job_links.append(links)
-        for e in links.tolist():
-            self.link_jobs.setdefault(e, []).append(j)
-
     def _next_stamp(self) -> int:
         self.stamp += 1
         return self.stamp
@@ -208,8 +196,19 @@ class _Greedy:
                 self.c_facts.append(f)
                 self.c_bound.append((k, float(f.survival[0]), float(f.slowdown[0])))
                 row = f.inter_links[0]
-                self.c_links.append(np.sort(row[row > 0]))
+                links = np.sort(row[row > 0])
+                self._store_links(len(self.c_links), links)
+                self.c_links.append(links)
         return [self.cid_of[key] for key in keys]
+
+    def _store_links(self, cid: int, links: NDArray[np.int32]) -> None:
+        """Write candidate ``cid``'s links into :attr:`c_linkmat` (grown as needed)."""
+        rows, width = self.c_linkmat.shape
+        if cid >= rows or len(links) > width:
+            grown = np.zeros((max(rows, 2 * cid + 2), max(width, len(links))), dtype=np.int32)
+            grown[:rows, :width] = self.c_linkmat
+            self.c_linkmat = grown
+        self.c_linkmat[cid, : len(links)] = links
 
     def _bound(self, c: int, cid: int) -> float:
         """Upper bound of ΔF of class ``c`` on ``cid``: its value with zero communication."""
@@ -303,24 +302,26 @@ class _Greedy:
             for cid2 in self.size_list.get(k, []):
                 self._push_entry(c, cid2, self.entry[(c, cid2)])
         # Cached gains that this placement may have changed become bounds again: those of candidates
-        # whose links meet its links or the links of the jobs that share them.
+        # whose links meet its links or the links of the jobs that share them (the placed jobs, this
+        # one included, are the rows of the state's table; its root padding, node 0, is no link).
         inter = self.c_links[cid]
         if len(inter):
+            table = ws.placed
+            on = np.zeros(self.topo.num_nodes, dtype=bool)
+            on[inter] = True
+            on[0] = False
+            sharing = table.links[on[table.links].any(axis=1) & table.active]
             touched = np.zeros(self.topo.num_nodes, dtype=bool)
-            touched[inter] = True
-            for e in inter.tolist():
-                for j in self.link_jobs.get(e, ()):
-                    touched[self.job_links[j]] = True
-            self._register_job_links(inter)
+            touched[sharing] = True
+            touched[0] = False
             for k2, lst in self.size_list.items():
-                for cid2 in lst:
-                    links = self.c_links[cid2]
-                    if len(links) and touched[links].any():
-                        for c2 in self.size_classes[k2]:
-                            ent = self.entry[(c2, cid2)]
-                            ent[0] = None
-                            if self.lazy:
-                                self._push_entry(c2, cid2, ent)
+                hit = touched[self.c_linkmat[lst]].any(axis=1)
+                for cid2 in np.asarray(lst)[hit].tolist():
+                    for c2 in self.size_classes[k2]:
+                        ent = self.entry[(c2, cid2)]
+                        ent[0] = None
+                        if self.lazy:
+                            self._push_entry(c2, cid2, ent)
         # Every size's candidate list may have changed with the free GPUs.
         if self.lazy:
             for k2 in self.size_classes:
