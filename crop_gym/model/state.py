@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
-from crop_gym.model.facts import FACT_COLUMNS, PlacementFacts, memo_facts, placement_facts
+from crop_gym.model.facts import FACT_COLUMNS, PlacementFacts, memo_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
 from crop_gym.model.timing import (
@@ -547,36 +547,60 @@ class ClusterState:
         return delta
 
     def set_health(self, health: Health) -> None:
-        """Replace the device health and re-evaluate every placed job under it.
+        """Replace the device health and re-evaluate the placed jobs under it.
+
+        Only the jobs it can change are recomputed: the placement facts of those holding a GPU
+        whose σ, π or own link changed or spanning a link whose π changed, and the times of those
+        and of the jobs crossing a link whose ρ changed. The others' facts and times are functions
+        of unchanged inputs, so the result is exactly that of recomputing every job (tested).
 
         Raises:
             ConfigError: If a placed job holds a GPU that the new health marks failed (remove the job
                 first, as the simulator does on a failure).
         """
-        slots = sorted(self._jobs.values())
-        usable = health.usable
-        for s in slots:
-            gpus = self._slot_gpus[s]
-            assert gpus is not None
-            if not usable[gpus].all():
-                job = self._slot_job[s]
-                assert job is not None
-                raise ConfigError(
-                    f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed"
-                )
+        held_failed = (self._owner >= 0) & health.gpu_failed
+        if held_failed.any():
+            job = self._slot_job[int(self._owner[held_failed].min())]
+            assert job is not None
+            raise ConfigError(
+                f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed"
+            )
+        old, t = self._health, self._table
         self._health = health
         self._set_health_arrays()
-        if slots:
-            held = [g for g in (self._slot_gpus[s] for s in slots) if g is not None]
-            facts = placement_facts(self.topology, health, held)
-            width = facts.inter_links.shape[1]
-            if width > self._table.links.shape[1]:
-                self._table = self._table.resized(self._table.slots, width)
-            self._table.data[slots, :_NF] = facts.values
-            self._table.links[slots] = 0
-            self._table.links[slots, :width] = facts.inter_links
         self.version += 1
-        self.evaluate()
+        active = np.flatnonzero(t.active)
+        if not len(active):
+            self._F = 0.0
+            return
+        # Devices whose health changed (a GPU's facts also read its own link's ρ and π).
+        link_ch = (old.link_degradation != health.link_degradation) | (
+            old.link_fail_prob != health.link_fail_prob
+        )
+        link_ch[0] = False  # the root: the links' padding
+        gpu_ch = (old.gpu_slowdown != health.gpu_slowdown) | (
+            old.gpu_fail_prob != health.gpu_fail_prob
+        )
+        gpu_ch |= link_ch[self.topology.gpu_node]
+        refact = np.zeros(t.slots, dtype=bool)
+        refact[self._owner[gpu_ch & (self._owner >= 0)]] = True
+        pi_ch = old.link_fail_prob != health.link_fail_prob
+        pi_ch[0] = False
+        refact[active] |= pi_ch[t.links[active]].any(axis=1)
+        slots = np.flatnonzero(refact)
+        if len(slots):
+            keys = [tuple(self._slot_gpus[s].tolist()) for s in slots.tolist()]  # type: ignore[union-attr]
+            facts = memo_facts(self.topology, health, keys)
+            width = facts.inter_links.shape[1]
+            t.data[slots, :_NF] = facts.values
+            t.links[slots] = 0
+            t.links[slots, :width] = facts.inter_links
+        retime = refact.copy()
+        retime[active] |= link_ch[t.links[active]].any(axis=1)
+        rows = np.flatnonzero(retime)
+        if len(rows):
+            self._times(rows)
+        self._F = float(t.value[active].sum())
 
     # --------------------------------------------------------------- copying
     def copy(self) -> ClusterState:
