@@ -29,6 +29,10 @@ The algorithm (a reconstruction; docs/CROP.md has the pseudo-code and the measur
    chosen health-blind and gains evaluated as if every device were healthy (failed GPUs are still
    avoided); the caller measures F on the true state.
 
+Memos (``baselines/crop_memo.py``, pure functions of immutable inputs, no result changes): candidate
+facts and lists per health across calls, and gains, lists and F by prefix of acceptances shared by
+the two passes of one call.
+
 Ties are broken deterministically: higher rank (rounded to 1e-9) first, then the job earlier in the
 queue, then the better-ranked candidate (fewest servers, healthiest, tightest fit). Identical jobs
 (same model, size, batch and weight) share their gain computations. Re-running one pass on the state

@@ -19,8 +19,8 @@ without changing a single placement:
   which the call does not change, and the state after a sequence of acceptances is a function of
   that sequence; so what one pass computed after a prefix is what the other would compute after
   the same prefix. The two passes mostly agree on their first placements (often on all of them),
-  so the second pass rarely needs a state of its own (:class:`baselines.crop._Greedy` builds it
-  only when the memo lacks something).
+  so the second pass rarely needs a state of its own (CROP's pass builds it only when the memo
+  lacks something).
 """
 
 from __future__ import annotations
