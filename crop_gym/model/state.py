@@ -547,60 +547,38 @@ class ClusterState:
         return delta
 
     def set_health(self, health: Health) -> None:
-        """Replace the device health and re-evaluate the placed jobs under it.
-
-        Only the jobs it can change are recomputed: the placement facts of those holding a GPU
-        whose σ, π or own link changed or spanning a link whose π changed, and the times of those
-        and of the jobs crossing a link whose ρ changed. The others' facts and times are functions
-        of unchanged inputs, so the result is exactly that of recomputing every job (tested).
+        """Replace the device health; re-evaluate the jobs it changes (exactly as if all were).
 
         Raises:
-            ConfigError: If a placed job holds a GPU that the new health marks failed (remove the job
-                first, as the simulator does on a failure).
+            ConfigError: If a placed job holds a GPU the new health marks failed (remove it first).
         """
         held_failed = (self._owner >= 0) & health.gpu_failed
         if held_failed.any():
             job = self._slot_job[int(self._owner[held_failed].min())]
-            assert job is not None
-            raise ConfigError(
-                f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed"
-            )
+            msg = f"job {job.job_id} holds a failed GPU; remove it before marking it failed"  # type: ignore[union-attr]
+            raise ConfigError(msg)
         old, t = self._health, self._table
-        self._health = health
+        self._health, self.version = health, self.version + 1
         self._set_health_arrays()
-        self.version += 1
-        active = np.flatnonzero(t.active)
-        if not len(active):
-            self._F = 0.0
-            return
-        # Devices whose health changed (a GPU's facts also read its own link's ρ and π).
-        link_ch = (old.link_degradation != health.link_degradation) | (
-            old.link_fail_prob != health.link_fail_prob
-        )
-        link_ch[0] = False  # the root: the links' padding
-        gpu_ch = (old.gpu_slowdown != health.gpu_slowdown) | (
-            old.gpu_fail_prob != health.gpu_fail_prob
-        )
-        gpu_ch |= link_ch[self.topology.gpu_node]
+        pi_ch = old.link_fail_prob != health.link_fail_prob
+        link_ch = (old.link_degradation != health.link_degradation) | pi_ch
+        pi_ch[0] = link_ch[0] = False  # the root: the links' padding
+        # New facts (and times) for jobs on a changed GPU or link π; new times for a changed ρ.
+        gpu_ch = old.gpu_slowdown != health.gpu_slowdown
+        gpu_ch |= (old.gpu_fail_prob != health.gpu_fail_prob) | link_ch[self.topology.gpu_node]
         refact = np.zeros(t.slots, dtype=bool)
         refact[self._owner[gpu_ch & (self._owner >= 0)]] = True
-        pi_ch = old.link_fail_prob != health.link_fail_prob
-        pi_ch[0] = False
-        refact[active] |= pi_ch[t.links[active]].any(axis=1)
+        refact[t.active] |= pi_ch[t.links[t.active]].any(axis=1)
         slots = np.flatnonzero(refact)
         if len(slots):
             keys = [tuple(self._slot_gpus[s].tolist()) for s in slots.tolist()]  # type: ignore[union-attr]
             facts = memo_facts(self.topology, health, keys)
-            width = facts.inter_links.shape[1]
-            t.data[slots, :_NF] = facts.values
-            t.links[slots] = 0
-            t.links[slots, :width] = facts.inter_links
-        retime = refact.copy()
-        retime[active] |= link_ch[t.links[active]].any(axis=1)
-        rows = np.flatnonzero(retime)
+            t.data[slots, :_NF] = facts.values  # (the links depend on the topology only)
+        refact[t.active] |= link_ch[t.links[t.active]].any(axis=1)
+        rows = np.flatnonzero(refact)
         if len(rows):
             self._times(rows)
-        self._F = float(t.value[active].sum())
+        self._F = float(t.value[t.active].sum())
 
     # --------------------------------------------------------------- copying
     def copy(self) -> ClusterState:
