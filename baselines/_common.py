@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -13,14 +15,25 @@ from crop_gym.model.state import ClusterState
 __all__ = ["blind_health", "blind_state", "free_per_server", "own_comm_times"]
 
 
+#: Per health (immutable, compared by identity) its blind view; dropped with the health.
+_BLIND: weakref.WeakKeyDictionary[Health, Health] = weakref.WeakKeyDictionary()
+
+
 def blind_health(health: Health) -> Health:
     """What a health-blind scheduler believes: every device healthy, but failed GPUs still failed.
 
     A dead GPU is not ambiguous (the node agent reports it), so even the non-robust policies never
     use one; stragglers (σ), failure-prone devices (π) and degraded links (ρ) are invisible.
+    The same ``health`` object always gives the same blind object (a pure function of an
+    immutable input, kept while ``health`` lives), so what is memoised per health (placement
+    facts, CROP's candidate pool) carries over between the decisions of a health-blind policy.
     """
-    g, n = len(health.gpu_slowdown), len(health.link_degradation)
-    return Health(np.ones(g), health.gpu_failed, np.zeros(g), np.ones(n), np.zeros(n))
+    blind = _BLIND.get(health)
+    if blind is None:
+        g, n = len(health.gpu_slowdown), len(health.link_degradation)
+        blind = Health(np.ones(g), health.gpu_failed, np.zeros(g), np.ones(n), np.zeros(n))
+        _BLIND[health] = blind
+    return blind
 
 
 def blind_state(state: ClusterState) -> ClusterState:

@@ -29,6 +29,10 @@ The algorithm (a reconstruction; docs/CROP.md has the pseudo-code and the measur
    chosen health-blind and gains evaluated as if every device were healthy (failed GPUs are still
    avoided); the caller measures F on the true state.
 
+Memos (``baselines/crop_memo.py``, pure functions of immutable inputs, no result changes): candidate
+facts and lists per health across calls, and gains, lists and F by prefix of acceptances shared by
+the two passes of one call.
+
 Ties are broken deterministically: higher rank (rounded to 1e-9) first, then the job earlier in the
 queue, then the better-ranked candidate (fewest servers, healthiest, tightest fit). Identical jobs
 (same model, size, batch and weight) share their gain computations. Re-running one pass on the state
@@ -47,10 +51,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from baselines._common import blind_state
+from baselines.crop_memo import CandidatePool, PrefixMemo, candidate_pool
 from baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.candidates import CandidateSet, candidate_placements
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.model.facts import PlacementFacts, memo_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import model_constants
@@ -113,11 +117,16 @@ class GreedyResult:
 
 
 class _Greedy:
-    """One greedy pass on the decision state ``ws`` (which it mutates)."""
+    """One greedy pass from the decision state ``view`` (not changed: the pass works on a copy).
+
+    The pass's state is the view plus its acceptances. It is materialised (copied and the
+    acceptances applied) only when something the call's memo does not hold must be computed on
+    it; a pass that follows the other pass's choices mostly reads the memo.
+    """
 
     def __init__(
         self,
-        ws: ClusterState,
+        view: ClusterState,
         jobs: list[Job],
         *,
         robust: bool,
@@ -126,9 +135,13 @@ class _Greedy:
         lazy: bool,
         density: bool,
         candidate_fn: CandidateFn,
+        pool: CandidatePool,
+        memo: PrefixMemo,
     ) -> None:
-        self.ws = ws
-        self.topo = ws.topology
+        self.view = view
+        self.topo = view.topology
+        self._state: ClusterState | None = None  # the view's copy, once needed
+        self._unapplied: list[tuple[Job, int]] = []  # acceptances not applied to it yet
         self.robust = robust
         self.cap = cap
         self.min_gain = min_gain
@@ -156,64 +169,60 @@ class _Greedy:
                 self.cls_k.append(job.num_gpus)
                 self.cls_scale.append(1.0 / job.num_gpus if density else 1.0)
                 self.cls_w.append(job.weight)
-                self.cls_ratio.append(ws.ideal_time(job) / model_constants(ws.topology, job)[1])
+                self.cls_ratio.append(view.ideal_time(job) / model_constants(self.topo, job)[1])
                 self.cls_members.append(deque())
                 self.size_classes.setdefault(job.num_gpus, []).append(c)
             self.cls_members[c].append(q)
-        # Candidates: one id per distinct GPU set.
-        self.cid_of: dict[tuple[int, ...], int] = {}
-        self.c_gpus: list[NDArray[np.int32]] = []
-        self.c_facts: list[PlacementFacts] = []
-        # (k, survival, slowdown) of each candidate, for the lazy bound.
-        self.c_bound: list[tuple[int, float, float]] = []
-        self.c_links: list[NDArray[np.int32]] = []  # its inter-server links
+        # Candidates (ids, facts, bounds, links) live in the pool of the decision state's health,
+        # shared with the other pass and later calls; gains after a prefix of acceptances in the
+        # call's prefix memo (baselines/crop_memo.py).
+        self.pool = pool
+        self.memo = memo
+        self.node = 0  # the prefix of acceptances so far (a node of memo's trie)
         self.size_list: dict[int, list[int]] = {}
         # (class, candidate) -> [gain or None (bound only), stamp, rank in its list]
         self.entry: dict[tuple[int, int], list] = {}
         self.heap: list[tuple[float, int, int, int, int, int]] = []
         self.size_stamp: dict[int, int] = {}
         self.stamp = 0
-        # Inter-server links of placed jobs, for the exactness tracking of cached gains.
-        self.link_jobs: dict[int, list[int]] = {}
-        self.job_links: list[NDArray[np.int32]] = []
-        intra = self.topo.is_intra
-        for jid in ws.jobs:
-            links = self.topo.spanned_links(ws.placement(jid))
-            self._register_job_links(links[~intra[links]])
 
     # ------------------------------------------------------------------ helpers
-    def _register_job_links(self, links: NDArray[np.int32]) -> None:
-        if len(links) == 0:
-            return
-        j = len(self.job_links)
-        self.job_links.append(links)
-        for e in links.tolist():
-            self.link_jobs.setdefault(e, []).append(j)
-
     def _next_stamp(self) -> int:
         self.stamp += 1
         return self.stamp
 
+    def _ws(self) -> ClusterState:
+        """The pass's state (the view plus every acceptance so far), materialised now."""
+        if self._state is None:
+            self._state = self.view.copy()
+        ws, pool = self._state, self.pool
+        for job, cid in self._unapplied:
+            ws.add(job, pool.gpus[cid], facts=pool.facts[cid])
+        self._unapplied.clear()
+        return ws
+
     def _candidates(self, k: int) -> list[int]:
         self.st.refreshes += 1
-        cs = self.candidate_fn(self.ws, k, robust=self.robust, max_candidates=self.cap)
-        keys = cs.keys
-        new = [i for i, key in enumerate(keys) if key not in self.cid_of]
-        if new:
-            facts = memo_facts(self.topo, self.ws.health, [keys[i] for i in new])
-            for j, i in enumerate(new):
-                self.cid_of[keys[i]] = len(self.c_gpus)
-                self.c_gpus.append(cs.gpus[i].copy())
-                f = facts.take(j)
-                self.c_facts.append(f)
-                self.c_bound.append((k, float(f.survival[0]), float(f.slowdown[0])))
-                row = f.inter_links[0]
-                self.c_links.append(np.sort(row[row > 0]))
-        return [self.cid_of[key] for key in keys]
+        pool = self.pool
+        if self.candidate_fn is not candidate_placements:  # any generator: called every time
+            ws = self._ws()
+            cs = self.candidate_fn(ws, k, robust=self.robust, max_candidates=self.cap)
+            return pool.ids(ws.health, cs)
+        # The default generator reads the topology, the health and the free GPUs only.
+        ids = self.memo.lists.get((self.node, k))
+        if ids is None:
+            ws = self._ws()
+            key = (ws.free_mask.tobytes(), k, self.robust, self.cap)
+            ids = pool.lists.get(key)
+            if ids is None:
+                cs = candidate_placements(ws, k, robust=self.robust, max_candidates=self.cap)
+                ids = pool.lists[key] = pool.ids(ws.health, cs)
+            self.memo.lists[(self.node, k)] = ids
+        return ids
 
     def _bound(self, c: int, cid: int) -> float:
         """Upper bound of ΔF of class ``c`` on ``cid``: its value with zero communication."""
-        k, survival, slowdown = self.c_bound[cid]
+        k, survival, slowdown = self.pool.bound[cid]
         return self.cls_w[c] * k * survival * min(1.0, self.cls_ratio[c] / slowdown)
 
     def _size_bound(self, k: int) -> float:
@@ -221,9 +230,13 @@ class _Greedy:
         return max(self.cls_w[c] * k * self.cls_scale[c] for c in self.size_classes[k])
 
     def _evaluate(self, c: int, cid: int) -> float:
-        self.st.gain_evals += 1
-        job = self.jobs[self.cls_members[c][0]]
-        return self.ws.gain(job, facts=self.c_facts[cid])
+        key = (self.node, c, cid)
+        gain = self.memo.gains.get(key)
+        if gain is None:
+            self.st.gain_evals += 1
+            job = self.jobs[self.cls_members[c][0]]
+            gain = self.memo.gains[key] = self._ws().gain(job, facts=self.pool.facts[cid])
+        return gain
 
     def _rank(self, c: int, value: float) -> float:
         return round(value * self.cls_scale[c], _NDIGITS)
@@ -284,11 +297,12 @@ class _Greedy:
 
     # --------------------------------------------------------------- acceptance
     def _accept(self, c: int, cid: int, gain: float) -> None:
-        ws = self.ws
         q = self.cls_members[c].popleft()
         job = self.jobs[q]
-        ws.add(job, self.c_gpus[cid], facts=self.c_facts[cid])
-        self.result.placements.append(Placement(job, self.c_gpus[cid]))
+        pool = self.pool
+        self._unapplied.append((job, cid))
+        self.node = self.memo.child(self.node, c, cid)
+        self.result.placements.append(Placement(job, pool.gpus[cid]))
         self.result.gains.append(gain)
         self.st.rounds += 1
         k = self.cls_k[c]
@@ -303,28 +317,45 @@ class _Greedy:
             for cid2 in self.size_list.get(k, []):
                 self._push_entry(c, cid2, self.entry[(c, cid2)])
         # Cached gains that this placement may have changed become bounds again: those of candidates
-        # whose links meet its links or the links of the jobs that share them.
-        inter = self.c_links[cid]
-        if len(inter):
-            touched = np.zeros(self.topo.num_nodes, dtype=bool)
-            touched[inter] = True
-            for e in inter.tolist():
-                for j in self.link_jobs.get(e, ()):
-                    touched[self.job_links[j]] = True
-            self._register_job_links(inter)
+        # whose links meet its links or the links of the jobs that share them (the placed jobs, this
+        # one included, are the rows of the state's table; its root padding, node 0, is no link).
+        if len(pool.links[cid]):
+            touched = self._touched(cid)
             for k2, lst in self.size_list.items():
-                for cid2 in lst:
-                    links = self.c_links[cid2]
-                    if len(links) and touched[links].any():
-                        for c2 in self.size_classes[k2]:
-                            ent = self.entry[(c2, cid2)]
-                            ent[0] = None
-                            if self.lazy:
-                                self._push_entry(c2, cid2, ent)
+                hit = touched[pool.linkmat[lst]].any(axis=1)
+                for cid2 in np.asarray(lst)[hit].tolist():
+                    for c2 in self.size_classes[k2]:
+                        ent = self.entry[(c2, cid2)]
+                        ent[0] = None
+                        if self.lazy:
+                            self._push_entry(c2, cid2, ent)
         # Every size's candidate list may have changed with the free GPUs.
         if self.lazy:
             for k2 in self.size_classes:
                 self._push_refresh(k2)
+
+    def _touched(self, cid: int) -> NDArray[np.bool_]:
+        """``bool[N]``: the links of the jobs that share a link with the one just accepted on
+        ``cid`` (itself included), in the state after the acceptance (memoised by prefix)."""
+        touched = self.memo.touched.get(self.node)
+        if touched is None:
+            table = self._ws().placed
+            on = np.zeros(self.topo.num_nodes, dtype=bool)
+            on[self.pool.links[cid]] = True
+            on[0] = False
+            sharing = table.links[on[table.links].any(axis=1) & table.active]
+            touched = np.zeros(self.topo.num_nodes, dtype=bool)
+            touched[sharing] = True
+            touched[0] = False
+            self.memo.touched[self.node] = touched
+        return touched
+
+    def final_F(self) -> float:
+        """F of the pass's state at its end (memoised by prefix)."""
+        F = self.memo.F.get(self.node)
+        if F is None:
+            F = self.memo.F[self.node] = self._ws().F
+        return F
 
     # ---------------------------------------------------------------- drivers
     def run_lazy(self, max_rounds: int | None) -> None:
@@ -377,13 +408,12 @@ def _one_pass(
     max_rounds: int | None,
     **kw: object,
 ) -> GreedyResult:
-    ws = view.copy()
-    g = _Greedy(ws, jobs, lazy=lazy, density=density, **kw)  # type: ignore[arg-type]
+    g = _Greedy(view, jobs, lazy=lazy, density=density, **kw)  # type: ignore[arg-type]
     if lazy:
         g.run_lazy(max_rounds)
     else:
         g.run_plain(max_rounds)
-    g.result.F = ws.F
+    g.result.F = g.final_F()
     return g.result
 
 
@@ -436,6 +466,8 @@ def crop_greedy(
         "cap": max_candidates,
         "min_gain": min_gain,
         "candidate_fn": candidate_fn,
+        "pool": candidate_pool(view.topology, view.health),
+        "memo": PrefixMemo(),
     }
     if rule == "best":
         a = _one_pass(view, jobs, False, lazy, None, **kw)

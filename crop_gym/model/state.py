@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
-from crop_gym.model.facts import FACT_COLUMNS, PlacementFacts, memo_facts, placement_facts
+from crop_gym.model.facts import FACT_COLUMNS, PlacementFacts, memo_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
 from crop_gym.model.timing import (
@@ -554,36 +554,38 @@ class ClusterState:
         return delta
 
     def set_health(self, health: Health) -> None:
-        """Replace the device health and re-evaluate every placed job under it.
+        """Replace the device health; re-evaluate the jobs it changes (exactly as if all were).
 
         Raises:
-            ConfigError: If a placed job holds a GPU that the new health marks failed (remove the job
-                first, as the simulator does on a failure).
+            ConfigError: If a placed job holds a GPU the new health marks failed (remove it first).
         """
-        slots = sorted(self._jobs.values())
-        usable = health.usable
-        for s in slots:
-            gpus = self._slot_gpus[s]
-            assert gpus is not None
-            if not usable[gpus].all():
-                job = self._slot_job[s]
-                assert job is not None
-                raise ConfigError(
-                    f"job {job.job_id} holds a failed GPU; remove it before marking the GPU failed"
-                )
-        self._health = health
+        held_failed = (self._owner >= 0) & health.gpu_failed
+        if held_failed.any():
+            job = self._slot_job[int(self._owner[held_failed].min())]
+            msg = f"job {job.job_id} holds a failed GPU; remove it before marking it failed"  # type: ignore[union-attr]
+            raise ConfigError(msg)
+        old, t = self._health, self._table
+        self._health, self.version = health, self.version + 1
         self._set_health_arrays()
-        if slots:
-            held = [g for g in (self._slot_gpus[s] for s in slots) if g is not None]
-            facts = placement_facts(self.topology, health, held)
-            width = facts.inter_links.shape[1]
-            if width > self._table.links.shape[1]:
-                self._table = self._table.resized(self._table.slots, width)
-            self._table.data[slots, :_NF] = facts.values
-            self._table.links[slots] = 0
-            self._table.links[slots, :width] = facts.inter_links
-        self.version += 1
-        self.evaluate()
+        pi_ch = old.link_fail_prob != health.link_fail_prob
+        link_ch = (old.link_degradation != health.link_degradation) | pi_ch
+        pi_ch[0] = link_ch[0] = False  # the root: the links' padding
+        # New facts (and times) for jobs on a changed GPU or link π; new times for a changed ρ.
+        gpu_ch = old.gpu_slowdown != health.gpu_slowdown
+        gpu_ch |= (old.gpu_fail_prob != health.gpu_fail_prob) | link_ch[self.topology.gpu_node]
+        refact = np.zeros(t.slots, dtype=bool)
+        refact[self._owner[gpu_ch & (self._owner >= 0)]] = True
+        refact[t.active] |= pi_ch[t.links[t.active]].any(axis=1)
+        slots = np.flatnonzero(refact)
+        if len(slots):
+            keys = [tuple(self._slot_gpus[s].tolist()) for s in slots.tolist()]  # type: ignore[union-attr]
+            facts = memo_facts(self.topology, health, keys)
+            t.data[slots, :_NF] = facts.values  # (the links depend on the topology only)
+        refact[t.active] |= link_ch[t.links[t.active]].any(axis=1)
+        rows = np.flatnonzero(refact)
+        if len(rows):
+            self._times(rows)
+        self._F = float(t.value[t.active].sum())
 
     def copy(self) -> ClusterState:
         """An independent copy (jobs and placement arrays, which are immutable, are shared)."""
