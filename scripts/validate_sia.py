@@ -263,6 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="keep the (cluster, variant) results of OUT/sia_validation.json that this run does not redo",
     )
+    ap.add_argument(
+        "--merge-from",
+        type=Path,
+        action="append",
+        default=[],
+        help="also keep the results of this sia_validation.json (repeatable; --clusters '' only merges)",
+    )
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"{args.data}: Sia measurement folder not found (see --data)", file=sys.stderr)
@@ -274,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     noise = repeat_noise(args.data)
     results = []
-    for c in args.clusters.split(","):
+    for c in [c for c in args.clusters.split(",") if c]:
         if c not in CLUSTERS:
             print(f"--clusters: {c!r} is not one of {', '.join(CLUSTERS)}", file=sys.stderr)
             return 2
@@ -285,18 +292,18 @@ def main(argv: list[str] | None = None) -> int:
             if args.write_profiles and SHIPPED.get(c) == v:
                 dest = ROOT / "crop_gym" / "data" / "hardware" / f"{prof.name}.json"
                 atomic_write_text(dest, prof.to_json())
-    old = args.out / "sia_validation.json"
-    if args.merge and old.is_file():
-        done = {(r["cluster"], r["compute"]) for r in results}
-        kept = [
-            r
-            for r in json.loads(old.read_text())["clusters"]
-            if (r["cluster"], r["compute"]) not in done
-        ]
-        order = {c: i for i, c in enumerate(CLUSTERS)}
-        results = sorted(
-            kept + results, key=lambda r: (order[r["cluster"]], VARIANTS.index(r["compute"]))
-        )
+    earlier = [args.out / "sia_validation.json"] if args.merge else []
+    earlier += args.merge_from
+    done = {(r["cluster"], r["compute"]) for r in results}
+    for path in reversed(earlier):  # later files win over earlier ones, this run over all
+        if not path.is_file():
+            continue
+        for r in json.loads(path.read_text())["clusters"]:
+            if (r["cluster"], r["compute"]) not in done:
+                results.append(r)
+                done.add((r["cluster"], r["compute"]))
+    order = {c: i for i, c in enumerate(CLUSTERS)}
+    results.sort(key=lambda r: (order[r["cluster"]], VARIANTS.index(r["compute"])))
     ef = fit_calibration("hierarchical")
     summary = {
         "repeat_noise_dgx": noise,
