@@ -328,8 +328,11 @@ def fit_profile(
         if "fabric" in free:
             shared["fabric"] *= shared["nic"]
         grad = zoo_grad * np.exp(x[2 * na : 3 * na])
-        c0 = np.where(is_measured, np.exp(x[:na]), x[:na] * _MS)
-        c1 = np.where(is_measured, np.exp(x[na : 2 * na]), x[na : 2 * na] * _MS)
+        # exp only of the measured blocks (an affine t0 in ms would overflow it).
+        c0 = np.where(is_measured, np.exp(np.where(is_measured, x[:na], 0.0)), x[:na] * _MS)
+        c1 = np.where(
+            is_measured, np.exp(np.where(is_measured, x[na : 2 * na], 0.0)), x[na : 2 * na] * _MS
+        )
         return shared, c0, c1, grad
 
     def predict(x: FloatArray) -> FloatArray:
