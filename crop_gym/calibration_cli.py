@@ -108,6 +108,14 @@ def register(subparsers: Any) -> None:
         metavar="APP=MODEL",
         help="map an application folder to a zoo model; repeatable",
     )
+    g.add_argument(
+        "--compute",
+        choices=("measured", "affine", "mixed"),
+        default="measured",
+        help="compute curve per application: measured (1-GPU rows, level fitted; default), "
+        "affine (fitted t0 + per_sample * batch) or mixed (the better of the two per application; "
+        "three fits, slower); see docs/MODEL.md section 7.3",
+    )
     g.add_argument("--out", metavar="PROFILE.json", default=None, help="the fitted profile")
     g.add_argument("--hardware", metavar="NAME|PATH", default=None, help="profile to --evaluate")
     g.add_argument(

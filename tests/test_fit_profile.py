@@ -151,6 +151,44 @@ def test_measured_curve_fit_recovers_per_model_kappa() -> None:
         fit_profile(one, gpus_per_node=4, gpu_type="x")
 
 
+def test_mixed_fit_gives_each_application_its_better_curve() -> None:
+    # Truth: bert's compute is affine with a shared κ-free model, resnet50's a staircase that no
+    # line fits. A mapping fits each with its own variant; "mixed" finds the same choice itself.
+    base = truth()
+    stairs = ComputeCurve(local_batch=(4, 8, 16, 32, 64), time=(0.03, 0.031, 0.08, 0.081, 0.2))
+    true = HardwareProfile(
+        **{
+            **{f: getattr(base, f) for f in ("name", "citation", "gpus_per_node", "gpu_type")},
+            "links": base.links,
+            "fabric_bandwidth": base.fabric_bandwidth,
+            "nic_sharing": 1.0,
+            "overlap": 0.3,
+            "overlap_cap": 1.0,
+            "step_latency": 0.004,
+            "model_compute_sharing": {"bert": 0.0, "resnet50": 0.1},
+            "compute": {"bert": {"x": ComputeCurve.affine(0.05, 0.01)}, "resnet50": {"x": stairs}},
+            "grad_bytes": dict(base.grad_bytes),
+        }
+    )
+    data = synthetic(true)
+    choice = {"bert": "affine", "resnet50": "measured"}
+    got = fit_profile(data, gpus_per_node=4, gpu_type="x", compute=choice)
+    assert got.fit["compute"] == "mixed" and got.fit["compute_by_app"] == choice
+    assert got.fit["parameters"] == 4 + 3 * 2
+    assert got.fit["median_abs_rel_error"] < 1e-3
+    assert got.compute["bert"]["x"].t0 == pytest.approx(0.05, rel=0.02)
+    assert got.compute["resnet50"]["x"].time == pytest.approx(stairs.time, rel=0.01)
+    assert got.model_kappa("resnet50") == pytest.approx(0.1, rel=0.05)
+    assert "bert" not in got.fit["compute_scale"]
+    auto = fit_profile(data, gpus_per_node=4, gpu_type="x", compute="mixed")
+    assert auto.fit["compute_by_app"]["resnet50"] == "measured"
+    assert auto.fit["median_abs_rel_error"] < 1e-3
+    again = HardwareProfile.from_mapping(got.to_mapping())
+    assert np.array_equal(predict_step_time(again, data), predict_step_time(got, data))
+    with pytest.raises(ConfigError, match=r"compute\['resnet50'\]=None"):
+        fit_profile(data, gpus_per_node=4, gpu_type="x", compute={"bert": "affine"})
+
+
 def test_fit_refuses_bad_arguments() -> None:
     data = synthetic(truth())
     with pytest.raises(ConfigError, match="at most 4"):

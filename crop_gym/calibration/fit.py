@@ -20,7 +20,11 @@ the log error of the step time, fixed starting points, the best kept):
     ``scale`` (the multi-GPU rows of the Sia data run at 0.86-1.2 x the 1-GPU time at the same
     batch); fitted: ``ln scale``, the application's compute sharing κ_a (its slowdown per
     co-located GPU) and ``M``; the default shared set has no κ then (:data:`MEASURED_FREE`);
-  - ``"affine"``: the curve ``t0 + per_sample · b`` and ``M`` are fitted (no measured input).
+  - ``"affine"``: the curve ``t0 + per_sample · b`` and ``M`` are fitted (no measured input);
+  - ``"mixed"``: each application takes the variant that fits its own rows better (both variants
+    are fitted first, the lower per-application median |rel err| on the fitted rows wins), then one
+    joint fit with that choice; or a mapping ``{application: "measured" | "affine"}`` given
+    directly. An affine application has no κ of its own (the shared κ, if fitted, applies).
 
   ``M`` is the effective gradient bytes, fitted in log scale with a weak pull towards the zoo's
   size, since ``M`` and the bandwidths are only identified together.
@@ -74,7 +78,7 @@ DEFAULT_FREE: tuple[str, ...] = ("fabric", "nic", "overlap", "compute_sharing")
 #: The shared parameters fitted by default with the measured compute curve (κ is per application).
 MEASURED_FREE: tuple[str, ...] = ("fabric", "nic", "overlap", "step_latency")
 #: How the compute curve is obtained (see the module docstring).
-COMPUTE_VARIANTS: tuple[str, ...] = ("measured", "affine")
+COMPUTE_VARIANTS: tuple[str, ...] = ("measured", "affine", "mixed")
 _SCALE_BOUND = 1.0  # |ln scale| of the measured curve: a level within x e^±1
 MAX_SHARED = 4
 PER_APP = 3
@@ -128,6 +132,7 @@ class FitReport:
     p90_abs_rel_error: float
     cost: float
     compute: str = "affine"
+    compute_by_app: Mapping[str, str] | None = None
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-able mapping."""
@@ -137,9 +142,15 @@ class FitReport:
             "applications": list(self.applications),
             "parameters": self.parameters,
             "compute": self.compute,
+            **({"compute_by_app": dict(self.compute_by_app)} if self.compute_by_app else {}),
             "measured_inputs": (
                 "compute knots: median 1-GPU step time at each 1-GPU local batch"
-                if self.compute == "measured"
+                + (
+                    " (applications fitted with the measured curve)"
+                    if self.compute == "mixed"
+                    else ""
+                )
+                if self.compute in ("measured", "mixed")
                 else "none"
             ),
             "median_abs_rel_error": round(self.median_abs_rel_error, 5),
@@ -209,7 +220,7 @@ def fit_profile(
     free: Sequence[str] | None = None,
     nic_sharing: float = 1.0,
     gpu_bandwidth: float | None = None,
-    compute: str = "measured",
+    compute: str | Mapping[str, str] = "measured",
 ) -> HardwareProfile:
     """Fit a hardware profile to measured step times.
 
@@ -225,29 +236,46 @@ def fit_profile(
             :data:`MEASURED_FREE` or :data:`DEFAULT_FREE` by ``compute``).
         nic_sharing: ν of the result (structural, not fitted).
         gpu_bandwidth: GPU link bandwidth, bytes/s (default the base's, else 10 TB/s: the fabric binds).
-        compute: ``"measured"`` (curve through the 1-GPU rows, per-application level and κ fitted)
-            or ``"affine"`` (``t0``, ``per_sample`` fitted), see the module docstring.
+        compute: ``"measured"`` (curve through the 1-GPU rows, per-application level and κ fitted),
+            ``"affine"`` (``t0``, ``per_sample`` fitted), ``"mixed"`` (the better of the two per
+            application, chosen on ``measurements``), or a mapping ``{application: variant}``
+            naming every application; see the module docstring.
 
     Returns:
         The fitted profile; its ``fit`` field holds a :class:`FitReport` mapping.
 
     Raises:
         ConfigError: On no rows, an unknown or repeated shared parameter, more than 4 of them, a
-            row wider than ``gpus_per_node``, an unknown ``compute``, or (measured) an application
-            with fewer than two 1-GPU batches or with a shared κ also fitted.
+            row wider than ``gpus_per_node``, an unknown ``compute`` or application in it, or
+            (measured) an application with fewer than two 1-GPU batches or with a shared κ also
+            fitted when every application is measured.
     """
     from scipy.optimize import least_squares
 
-    if compute not in COMPUTE_VARIANTS:
-        raise ConfigError(f"compute={compute!r} is not one of {', '.join(COMPUTE_VARIANTS)}")
-    measured_curve = compute == "measured"
-    free = tuple(free) if free is not None else MEASURED_FREE if measured_curve else DEFAULT_FREE
+    if compute == "mixed":
+        return _fit_mixed(
+            measurements,
+            gpus_per_node=gpus_per_node,
+            gpu_type=gpu_type,
+            base=base,
+            name=name,
+            citation=citation,
+            free=free,
+            nic_sharing=nic_sharing,
+            gpu_bandwidth=gpu_bandwidth,
+        )
+    models = tuple(str(m) for m in np.unique(measurements.model))
+    apps = {m: str(measurements.app[measurements.model == m][0]) for m in models}
+    by_app = _variant_by_app(compute, tuple(apps.values()))
+    is_measured = np.array([by_app[apps[m]] == "measured" for m in models], dtype=bool)
+    label = compute if isinstance(compute, str) else "mixed"
+    free = tuple(free) if free is not None else MEASURED_FREE if is_measured.any() else DEFAULT_FREE
     for f in free:
         if f not in SHARED_PARAMETERS:
             raise ConfigError(f"free={f!r} is not one of {', '.join(SHARED_PARAMETERS)}")
     if len(set(free)) != len(free) or len(free) > MAX_SHARED:
         raise ConfigError(f"free={list(free)}: at most {MAX_SHARED} distinct shared parameters")
-    if measured_curve and "compute_sharing" in free:
+    if is_measured.all() and "compute_sharing" in free:
         raise ConfigError(
             "free: compute_sharing is fitted per application with compute='measured'; leave it out"
         )
@@ -269,23 +297,24 @@ def fit_profile(
         "nic_latency": base.links[1].latency if base else 0.0,
         "step_latency": base.step_latency if base else 0.0,
     }
-    models = tuple(str(m) for m in np.unique(measurements.model))
-    apps = {m: str(measurements.app[measurements.model == m][0]) for m in models}
     idx = np.searchsorted(np.array(models), measurements.model)
     na, ns = len(models), len(free)
     zoo_grad = np.array([get_model(m).grad_bytes for m in models])
     b = measurements.local_bsz
     measured = measurements.step_time
-    knots = _one_gpu_knots(models, measurements) if measured_curve else {}
+    measured_models = [m for i, m in enumerate(models) if is_measured[i]]
+    knots = _one_gpu_knots(measured_models, measurements)
     # The measured curve at every row's batch (unscaled), through the same function as a profile's.
     t1 = np.zeros(len(measurements))
     for i, m in enumerate(models):
-        if measured_curve:
+        if is_measured[i]:
             sel = idx == i
             t1[sel] = compute_curve(*knots[m], b[sel])
+    row_measured = is_measured[idx]
 
     def unpack(x: FloatArray) -> tuple[dict[str, float], FloatArray, FloatArray, FloatArray]:
-        """Shared values; the two compute blocks (t0, per_sample in s, or scale, κ); M in bytes."""
+        """Shared values; the two compute blocks per application (measured: scale, κ; affine:
+        t0, per_sample in s); M in bytes."""
         shared = dict(fixed)
         for j, f in enumerate(free):
             v = float(x[3 * na + j])
@@ -299,9 +328,12 @@ def fit_profile(
         if "fabric" in free:
             shared["fabric"] *= shared["nic"]
         grad = zoo_grad * np.exp(x[2 * na : 3 * na])
-        if measured_curve:
-            return shared, np.exp(x[:na]), np.exp(x[na : 2 * na]), grad
-        return shared, x[:na] * _MS, x[na : 2 * na] * _MS, grad
+        # exp only of the measured blocks (an affine t0 in ms would overflow it).
+        c0 = np.where(is_measured, np.exp(np.where(is_measured, x[:na], 0.0)), x[:na] * _MS)
+        c1 = np.where(
+            is_measured, np.exp(np.where(is_measured, x[na : 2 * na], 0.0)), x[na : 2 * na] * _MS
+        )
+        return shared, c0, c1, grad
 
     def predict(x: FloatArray) -> FloatArray:
         shared, c0, c1, grad = unpack(x)
@@ -309,12 +341,10 @@ def fit_profile(
         facts, b_inter = measurement_facts(
             measurements.placement, gpu_link, LinkLevel("nic", shared["nic"], shared["nic_latency"])
         )
-        if measured_curve:  # c0 = scale, c1 = κ per application
-            times = job_times(
-                perf, grad[idx], c0[idx] * t1, np.inf, facts, b_inter, compute_sharing=c1[idx]
-            )
-        else:  # c0 = t0, c1 = per_sample
-            times = job_times(perf, grad[idx], c0[idx] + c1[idx] * b, np.inf, facts, b_inter)
+        # measured: c0 = scale, c1 = κ of the application; affine: c0 = t0, c1 = per_sample.
+        compute_s = np.where(row_measured, c0[idx] * t1, c0[idx] + c1[idx] * b)
+        kappa = np.where(row_measured, c1[idx], shared["compute_sharing"])
+        times = job_times(perf, grad[idx], compute_s, np.inf, facts, b_inter, compute_sharing=kappa)
         out: FloatArray = times.T
         return out
 
@@ -322,14 +352,17 @@ def fit_profile(
         r = np.log(predict(x)) - np.log(measured)
         return np.concatenate([r, _PRIOR * x[2 * na : 3 * na]])
 
-    if measured_curve:  # ln scale, ln κ_a
-        t0_start, ps_start = np.zeros(na), np.full(na, _START["compute_sharing"])
-        k_lo, k_hi = _BOUNDS["compute_sharing"]
-        lo_c = np.concatenate([np.full(na, -_SCALE_BOUND), np.full(na, k_lo)])
-        hi_c = np.concatenate([np.full(na, _SCALE_BOUND), np.full(na, k_hi)])
-    else:
-        t0_start, ps_start = _compute_start(models, measurements)
-        lo_c, hi_c = np.zeros(2 * na), np.full(2 * na, np.inf)
+    # Measured applications: ln scale, ln κ_a; affine ones: t0, per_sample (ms).
+    aff_t0, aff_ps = _compute_start(models, measurements)
+    t0_start = np.where(is_measured, 0.0, aff_t0)
+    ps_start = np.where(is_measured, _START["compute_sharing"], aff_ps)
+    k_lo, k_hi = _BOUNDS["compute_sharing"]
+    lo_c = np.concatenate(
+        [np.where(is_measured, -_SCALE_BOUND, 0.0), np.where(is_measured, k_lo, 0.0)]
+    )
+    hi_c = np.concatenate(
+        [np.where(is_measured, _SCALE_BOUND, np.inf), np.where(is_measured, k_hi, np.inf)]
+    )
     lo = np.concatenate([lo_c, np.full(na, -8.0), [_BOUNDS[f][0] for f in free]])
     hi = np.concatenate([hi_c, np.full(na, 8.0), [_BOUNDS[f][1] for f in free]])
     best = None
@@ -362,7 +395,8 @@ def fit_profile(
         median_abs_rel_error=float(np.median(rel)),
         p90_abs_rel_error=float(np.quantile(rel, 0.9)),
         cost=float(best.cost),
-        compute=compute,
+        compute=label,
+        compute_by_app=dict(by_app) if label == "mixed" else None,
     )
     compute_curves: dict[str, dict[str, ComputeCurve]] = (
         {m: dict(c) for m, c in base.compute.items()} if base else {}
@@ -370,7 +404,7 @@ def fit_profile(
     curves: dict[str, ComputeCurve] = {}
     kappas = dict(base.model_compute_sharing) if base else {}
     for i, m in enumerate(models):
-        if measured_curve:  # the measured knots at the fitted level
+        if is_measured[i]:  # the measured knots at the fitted level
             kb, kt = knots[m]
             curves[m] = ComputeCurve(
                 local_batch=tuple(float(v) for v in kb),
@@ -409,12 +443,51 @@ def fit_profile(
         fit={
             **report.to_mapping(),
             **(
-                {"compute_scale": {m: _sig(float(c0[i]), 4) for i, m in enumerate(models)}}
-                if measured_curve
+                {
+                    "compute_scale": {
+                        m: _sig(float(c0[i]), 4) for i, m in enumerate(models) if is_measured[i]
+                    }
+                }
+                if is_measured.any()
                 else {}
             ),
         },
     )
+
+
+def _variant_by_app(compute: str | Mapping[str, str], apps: Sequence[str]) -> dict[str, str]:
+    """``{application: "measured" | "affine"}`` for every fitted application."""
+    if isinstance(compute, str):
+        if compute not in ("measured", "affine"):
+            raise ConfigError(f"compute={compute!r} is not one of {', '.join(COMPUTE_VARIANTS)}")
+        return {a: compute for a in apps}
+    out = {}
+    for a in apps:
+        v = compute.get(a)
+        if v not in ("measured", "affine"):
+            raise ConfigError(
+                f"compute[{a!r}]={v!r}: every fitted application needs 'measured' or 'affine'"
+            )
+        out[a] = v
+    return out
+
+
+def _fit_mixed(measurements: Measurements, **kw: Any) -> HardwareProfile:
+    """``compute="mixed"``: fit both variants, give each application the one with the lower
+    median |rel err| on its own rows of ``measurements``, and fit once more with that choice."""
+    from crop_gym.calibration.report import error_report
+
+    errs = {}
+    for v in ("measured", "affine"):
+        pred = predict_step_time(fit_profile(measurements, compute=v, **kw), measurements)
+        errs[v] = error_report(pred, measurements.step_time, measurements.app).to_mapping()[
+            "per_app"
+        ]
+    choice = {
+        a: min(("measured", "affine"), key=lambda v: errs[v][a]["median_abs_rel_error"])
+        for a in errs["measured"]
+    }
+    return fit_profile(measurements, compute=choice, **kw)
 
 
 def _perf(shared: Mapping[str, float], nic_sharing: float) -> PerfConfig:

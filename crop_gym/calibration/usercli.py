@@ -90,6 +90,7 @@ def run_measured(args: argparse.Namespace) -> int:
             gpus_per_node=args.gpus_per_node,
             gpu_type=args.gpu_type,
             name=args.name,
+            compute=args.compute,
             citation=f"fitted by crop-gym calibrate --profiles {args.profiles}"
             + (f" --cluster {args.cluster}" if args.cluster is not None else ""),
         )
@@ -117,6 +118,7 @@ def run_measured(args: argparse.Namespace) -> int:
                 "--gpus-per-node": args.gpus_per_node is not None,
                 "--gpu-type": args.gpu_type != "gpu",
                 "--name": args.name is not None,
+                "--compute": args.compute != "measured",
             },
             mode,
         )
