@@ -1,13 +1,12 @@
 """The mutable cluster state: device health, placed jobs, link loads, per-job times and values.
 
-:class:`ClusterState` holds one representation of the placed jobs, :class:`PlacedJobs`: a table of
-per-slot arrays (one row per placed job: its placement facts, its constants ``M``, ``t_c``, ``T*``,
-``w``, and its current ``T``, ``C``, ``η`` and value). Adding or removing a job changes the loads of
-its inter-server links, so only the jobs that share one of those links change speed; they are
-re-evaluated together, vectorised, with :func:`~crop_gym.model.timing.job_times`.
-:meth:`ClusterState.gains` evaluates ΔF of many candidate placements at once without changing the
-state. :func:`~crop_gym.model.objective.evaluate_from_scratch` is the reference both are tested
-against.
+:class:`ClusterState` holds one representation of the placed jobs, :class:`PlacedJobs`: one row
+per placed job (its placement facts, constants ``M``, ``t_c``, ``T*``, ``w``, κ, and current ``T``,
+``C``, ``η`` and value). Adding or removing a job changes the loads of its inter-server links, so
+only the jobs sharing one of those links change speed; they are re-evaluated together with
+:func:`~crop_gym.model.timing.job_times`. :meth:`ClusterState.gains` evaluates ΔF of many candidate
+placements at once without changing the state; both are tested against
+:func:`~crop_gym.model.objective.evaluate_from_scratch`.
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
 from crop_gym.model.timing import (
     JOB_COLUMNS,
+    JobTimes,
     PerfConfig,
     ideal_time,
     inter_bandwidth,
@@ -101,16 +101,21 @@ _NF = len(FACT_COLUMNS)
 _OUT = _NF + len(JOB_COLUMNS)  # first output column
 
 
+def _table_times(perf: PerfConfig, d: FloatArray, facts: PlacementFacts, b: Any) -> JobTimes:
+    """:func:`job_times` of placed-job rows ``d`` (their :data:`JOB_COLUMNS` after the facts)."""
+    M, t_c, tstar, kappa = d[..., _NF], d[..., _NF + 1], d[..., _NF + 2], d[..., _NF + 4]
+    return job_times(perf, M, t_c, tstar, facts, b, compute_sharing=kappa)
+
+
 @dataclass
 class PlacedJobs:
     """The placed jobs as one named array per slot (``active`` marks the used rows).
 
     Attributes:
         active: ``bool[S]``.
-        data: ``float64[S, 17]``: the placement facts (:data:`FACT_COLUMNS`), the job's constants
-            (:data:`JOB_COLUMNS`: gradient bytes ``M``, reference compute time ``t_c``, ideal time
-            ``T*``, weight ``w``) and its current outputs (:data:`OUTPUT_COLUMNS`: ``T``, ``C``,
-            ``η``, value); rows of free slots are stale, except value, which is 0.
+        data: ``float64[S, 17]``: placement facts (:data:`FACT_COLUMNS`), the job's constants
+            (:data:`JOB_COLUMNS`: ``M``, ``t_c``, ``T*``, ``w``, κ) and current outputs
+            (:data:`OUTPUT_COLUMNS`: ``T``, ``C``, ``η``, value); free rows are stale but value 0.
         links: ``int32[S, W]`` each slot's inter-server links, root-padded (all padding when free).
     """
 
@@ -121,11 +126,8 @@ class PlacedJobs:
     @classmethod
     def empty(cls, slots: int, width: int) -> PlacedJobs:
         """A table of ``slots`` free rows whose link rows hold ``width`` links."""
-        return cls(
-            np.zeros(slots, dtype=bool),
-            np.zeros((slots, _OUT + len(OUTPUT_COLUMNS))),
-            np.zeros((slots, width), dtype=np.int32),
-        )
+        data = np.zeros((slots, _OUT + len(OUTPUT_COLUMNS)))
+        return cls(np.zeros(slots, dtype=bool), data, np.zeros((slots, width), dtype=np.int32))
 
     @property
     def slots(self) -> int:
@@ -322,15 +324,7 @@ class ClusterState:
         d = t.data[rows]
         facts = PlacementFacts(d[:, :_NF], t.links[rows])
         b_inter = inter_bandwidth(self._eff_bw, self._load, facts.inter_links)
-        times = job_times(
-            self.perf,
-            d[:, _NF],
-            d[:, _NF + 1],
-            d[:, _NF + 2],
-            facts,
-            b_inter,
-            compute_sharing=d[:, _NF + 4],
-        )
+        times = _table_times(self.perf, d, facts, b_inter)
         value = job_value(d[:, _NF + 3], facts.k, facts.survival, times.eta)
         t.data[rows, _OUT:] = np.column_stack((times.T, times.C, times.eta, value))
 
@@ -411,9 +405,7 @@ class ClusterState:
         hit = on[:, jl]  # [R, J, W]
         b = inter_bandwidth(self._eff_bw, self._load[jl] + hit, jl)  # [R, J]
         jf = PlacementFacts(d[:, :_NF], jl)
-        times = job_times(
-            self.perf, d[:, _NF], d[:, _NF + 1], d[:, _NF + 2], jf, b, compute_sharing=d[:, _NF + 4]
-        )
+        times = _table_times(self.perf, d, jf, b)
         new = job_value(d[:, _NF + 3], jf.k, jf.survival, times.eta)
         out: FloatArray = np.where(hit.any(axis=2), new - d[:, _OUT + 3], 0.0).sum(axis=1)
         return out
