@@ -1,9 +1,8 @@
 """Cluster topology: a rooted tree of links, built with networkx and compiled into numpy arrays.
 
 The tree goes GPU → server (intra-server interconnect) → ToR switch → optional pod → root. Every edge
-is a link with a per-direction bandwidth (bytes/s) and a latency (s). A multi-path fabric (several
-spines with ECMP) is represented by one aggregated uplink whose bandwidth is the sum of the parallel
-links.
+is a link with a per-direction bandwidth (bytes/s) and a latency (s). A multi-path fabric (spines
+with ECMP) is one aggregated uplink whose bandwidth is the sum of the parallel links.
 
 A link is identified by its *child* node: link ``e`` joins node ``e`` to ``parent[e]``. Nodes are
 numbered in depth-first preorder from the root (node 0), so the GPUs of any subtree form a contiguous
@@ -61,8 +60,7 @@ def _readonly(a: np.ndarray) -> Any:
 
 
 class GpuHardware(Protocol):
-    """What a topology needs of its hardware profile (a
-    :class:`crop_gym.model.hardware.HardwareProfile`): per-model constants of its GPU type."""
+    """What a topology needs of its hardware profile (a :class:`~crop_gym.model.hardware.HardwareProfile`)."""
 
     @property
     def name(self) -> str: ...
