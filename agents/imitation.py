@@ -534,11 +534,12 @@ def dagger(
     logger: Any = None,
     progress: bool = False,
 ) -> tuple[Demonstrations, list[dict[str, Any]]]:
-    """DAgger: roll out the policy, label its states with CROP, aggregate, re-train.
+    """DAgger: roll out the policy, label its states with the teacher, aggregate, re-train.
 
     Round ``i`` (from 1) rolls out ``config.dagger_episodes`` episodes on seeds ``seed_fn(i, e)``;
     each step follows the expert with probability ``dagger_beta / 2**(i-1)``, else the policy's
-    greedy action; every visited state is labelled with the expert's action.
+    greedy action; every visited state is labelled with the expert's action (the teacher of
+    ``config.teacher``, :func:`agents.teachers.teacher_of`).
 
     Args:
         policy: The (already cloned) SB3 policy, trained in place.
