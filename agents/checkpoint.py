@@ -5,7 +5,9 @@ algorithm, the policy kind, the environment ID and arguments it was trained on, 
 options, the seed, the step count and the library versions. SB3 ignores the extra member, so
 ``MaskablePPO.load(path)`` still works; :func:`load_checkpoint` reads both.
 
-The checkpoint shipped with the package is ``agents/checkpoints/default.zip`` (``--model default``).
+The checkpoints shipped with the package are ``agents/checkpoints/default.zip`` (``--model
+default``, static placement) and ``agents/checkpoints/default-online.zip`` (``--model
+default-online``, the online policy of ``scripts/train_default_online.py``).
 
 Loading never unpickles by default. SB3's ``Algo.load`` rebuilds some of a model's settings with
 ``cloudpickle`` from the ``data`` member, so a crafted zip runs any command it likes when loaded.
@@ -35,6 +37,7 @@ from crop_gym.io import check_regular_input, parse_mapping
 __all__ = [
     "ALGO_CLASSES",
     "DEFAULT_CHECKPOINT",
+    "DEFAULT_ONLINE_CHECKPOINT",
     "META_NAME",
     "algo_class",
     "checkpoint_metadata",
@@ -60,12 +63,14 @@ ALGO_CLASSES: dict[str, str] = {
 }
 
 
-def default_checkpoint() -> Path:
-    """Path of the checkpoint shipped with the package."""
-    return Path(str(resources.files("agents") / "checkpoints" / "default.zip"))
+def default_checkpoint(name: str = "default") -> Path:
+    """Path of a checkpoint shipped with the package (``default`` or ``default-online``)."""
+    return Path(str(resources.files("agents") / "checkpoints" / f"{name}.zip"))
 
 
 DEFAULT_CHECKPOINT = "default"
+#: The shipped online policy (``--model default-online``): trained on the env ID in its metadata.
+DEFAULT_ONLINE_CHECKPOINT = "default-online"
 
 
 def algo_class(algo: str) -> Any:
@@ -196,7 +201,7 @@ def export_checkpoint(
 
 
 def resolve_model_path(model: str | Path) -> Path:
-    """A checkpoint path from ``default``, a ``.zip`` file or a training run directory.
+    """A checkpoint path from ``default``, ``default-online``, a ``.zip`` file or a run directory.
 
     A run directory resolves to its ``best_model.zip`` (best validation ratio to CROP), else its
     ``final_model.zip``, else the newest file in ``checkpoints/``.
@@ -204,8 +209,8 @@ def resolve_model_path(model: str | Path) -> Path:
     Raises:
         ConfigError: If nothing loadable is found (one line naming the path).
     """
-    if str(model) == DEFAULT_CHECKPOINT:
-        p = default_checkpoint()
+    if str(model) in (DEFAULT_CHECKPOINT, DEFAULT_ONLINE_CHECKPOINT):
+        p = default_checkpoint(str(model))
         if not p.exists():
             raise ConfigError(f"the shipped checkpoint {p} is missing (reinstall crop-gym)")
         return p

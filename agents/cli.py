@@ -6,7 +6,7 @@ Usage::
         [--bc-demos N] [--dagger R] [--resume] [--policy CandidateScorer|MultiInputPolicy]
         [--n-envs N] [--vec-env dummy|subproc] [--config YML] [--hyperparams KEY=VALUE ...]
         [--dry-run] [--trust-checkpoint]
-    crop-gym eval [--model PATH|DIR|default] [--env ID] [--episodes N] [--seed S] [--json PATH|-]
+    crop-gym eval [--model PATH|DIR|default|default-online] [--env ID] [--episodes N] [--seed S] [--json PATH|-]
         [--baselines all|crop|NAME,NAME] [--predict] [--trust-checkpoint]
 
 Importing this module is cheap and needs neither torch nor Stable-Baselines3; they are imported when
@@ -153,7 +153,8 @@ def register(subparsers: Any) -> None:
     e.add_argument(
         "--model",
         default="default",
-        help="checkpoint .zip, training run directory, or 'default' (the shipped checkpoint)",
+        help="checkpoint .zip, training run directory, 'default' (the shipped static checkpoint) "
+        "or 'default-online' (the shipped online one)",
     )
     e.add_argument("--env", default=None, help="environment ID (default: the checkpoint's)")
     e.add_argument(
@@ -388,6 +389,16 @@ def _print_report(rep: dict[str, Any]) -> None:
             print(
                 f"  {name:<14} mean JCT {h(j):7.3f} h   time in system {h(t):7.3f} h   "
                 f"completed {c:5d}   effective GPU-h {e:9.2f}"
+            )
+        for name, m in (rep.get("reference_mean_jct_h") or {}).items():
+            print(
+                f"  {name:<14} mean JCT {m:7.3f} h (time in system, same env and windows)   "
+                f"policy/it {rep['mean_jct_ratio_to'][name]:.4f}"
+            )
+        if rep.get("mean_jct_ratio_to_crop") is not None:
+            print(
+                f"  policy mean JCT {rep['policy_mean_jct_h']:.3f} h   "
+                f"mean_jct_ratio_to_crop {rep['mean_jct_ratio_to_crop']:.4f} (< 1: faster than CROP)"
             )
         if rep.get("jct_ratio_to_crop") is not None:
             print(

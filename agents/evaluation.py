@@ -33,8 +33,12 @@ from agents.networks import MASKED_LOGIT, ObsSpec, adapt_observation, obs_to_ten
 from agents.policies import scorer_of
 from baselines.compare import DEFAULT_POLICIES
 
+#: References played through the online environment itself (:mod:`baselines.online`).
+ONLINE_REFERENCES: tuple[str, ...] = ("crop", "sjf-crop")
+
 __all__ = [
     "DEFAULT_BASELINES",
+    "ONLINE_REFERENCES",
     "PolicyAgent",
     "RandomValidAgent",
     "evaluate",
@@ -254,6 +258,7 @@ def evaluate_online(
     first_seed: int = EVAL_SEED_BASE,
     env_kwargs: Mapping[str, Any] | None = None,
     baselines: Sequence[str] = ("crop", "best-fit", "first-fit"),
+    references: Sequence[str] = ONLINE_REFERENCES,
     progress: bool = False,
 ) -> dict[str, Any]:
     """Mean JCT and effective GPU-hours of the agent and baselines on the same trace windows.
@@ -261,16 +266,25 @@ def evaluate_online(
     For each seed the agent plays the online environment from ``reset(seed)``; each baseline runs
     in a :class:`crop_gym.sim.Simulator` built from the same jobs, cluster, profile, options and
     simulator seed (hence the same health timeline as long as the placements do not change it).
+    Each of ``references`` (:data:`baselines.online.ONLINE_POLICIES` names) plays the *same
+    environment* from the same ``reset(seed)`` through the same action interface
+    (:func:`baselines.online.play`): these are the CROP and sjf-crop of docs/BENCHMARK.md, and
+    ``mean_jct_h`` (time in system until completion or the horizon, every window job) is
+    compared with theirs on environments that report it (``OnlinePlacement-v1`` and later).
 
     Returns:
         :func:`summarize` of the per-episode records (with JCT fields).
     """
+    from baselines.online import make_online_policy, play
     from baselines.policy import make_policy
     from crop_gym.sim import Simulator
 
     env = gym.make(env_id, **dict(env_kwargs or {}))
+    ref_env = gym.make(env_id, **dict(env_kwargs or {})) if references else None
     agent.bind(env)
     policies = {name: make_policy(name) for name in baselines}
+    for name in references:
+        make_online_policy(name)  # unknown names fail before any episode
     records: list[dict[str, Any]] = []
     it: Any = range(episodes)
     if progress:
@@ -290,12 +304,27 @@ def evaluate_online(
             "baselines": {},
         }
         rec["policy"]["steps"] = played["steps"]
+        rec["policy"]["mean_jct_h"] = u.mean_jct_h() if hasattr(u, "mean_jct_h") else None
+        rec["references"] = {
+            name: play(
+                ref_env, make_online_policy(name, np.random.default_rng([seed, 2])), seed
+            ).mean_jct_h
+            for name in references
+            if ref_env is not None
+        }
         for name, pol in policies.items():
             sim = Simulator(jobs, u.topology, profile=u.profile, config=u.sim_config, seed=sim_seed)
             res = sim.run(pol)
             rec["baselines"][name] = _online_record(res.summary(), sim)
         records.append(rec)
+        if progress and "crop" in rec["references"] and rec["policy"]["mean_jct_h"] is not None:
+            pj = np.mean([r["policy"]["mean_jct_h"] for r in records])
+            it.set_postfix(
+                mean_jct_ratio_to_crop=f"{pj / np.mean([r['references']['crop'] for r in records]):.4f}"
+            )
     env.close()
+    if ref_env is not None:
+        ref_env.close()
     return summarize(records, env_id=env_id, first_seed=first_seed, kind="online")
 
 
@@ -409,11 +438,35 @@ def summarize(
             out["jct_ratio_to_crop"] = base["crop"]["jct_ratio"]
             out["time_in_system_ratio_to_crop"] = base["crop"]["time_in_system_ratio"]
             out["ratio_to_crop"] = base["crop"]["ratio"]
+        out.update(_reference_summary(records))
         out["ratio_to"] = {n: b["ratio"] for n, b in base.items()}
         out["jct_ratio_to"] = {n: b["jct_ratio"] for n, b in base.items()}
         out["time_in_system_ratio_to"] = {n: b["time_in_system_ratio"] for n, b in base.items()}
     out["baselines"] = base
     out["per_episode"] = records
+    return out
+
+
+def _reference_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The agent's mean JCT (hours) beside the references' on the same windows.
+
+    ``mean_jct_ratio_to_crop`` = policy mean JCT / CROP mean JCT (means over the windows, < 1 is
+    better); ``mean_jct_ratio_to[name]`` the same for every reference.
+    """
+    refs = list(records[0].get("references") or {}) if records else []
+    pj = [r["policy"].get("mean_jct_h") for r in records]
+    if not refs or any(v is None for v in pj):
+        return {}
+    p = float(np.mean(pj))
+    means = {n: float(np.mean([r["references"][n] for r in records])) for n in refs}
+    out: dict[str, Any] = {
+        "policy_mean_jct_h": p,
+        "reference_mean_jct_h": means,
+        "mean_jct_ratio_to": {n: p / m if m else None for n, m in means.items()},
+    }
+    if "crop" in means:
+        out["crop_mean_jct_h"] = means["crop"]
+        out["mean_jct_ratio_to_crop"] = out["mean_jct_ratio_to"]["crop"]
     return out
 
 
@@ -429,4 +482,5 @@ def evaluate(agent: Any, env_id: str, **kwargs: Any) -> dict[str, Any]:
         return evaluate_online(agent, env_id, **kwargs)
     if "baselines" in kwargs and kwargs["baselines"] is None:
         kwargs.pop("baselines")
+    kwargs.pop("references", None)
     return evaluate_static(agent, env_id, **kwargs)

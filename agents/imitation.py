@@ -1,7 +1,8 @@
 """Imitation of CROP: demonstrations, behaviour cloning on the policy's own logits, and DAgger.
 
-* :func:`record_demonstrations` runs :class:`baselines.expert.CropExpert` (CROP's action in the
-  environment's candidate action space) on training-range seeds and stores every observation, the
+* :func:`record_demonstrations` runs the teacher (:func:`agents.teachers.teacher_of`: by default
+  :class:`baselines.expert.CropExpert`, CROP's action in the environment's candidate action space;
+  on the online environments a :mod:`baselines.online` policy) on training-range seeds and stores every observation, the
   expert's action, the action mask and the return-to-go in a :class:`Demonstrations` set.
 * :func:`behaviour_cloning` trains an SB3 policy *in place*: the cross-entropy of the expert's
   action under the policy's own masked logits (the scorer's per-row logits, or the action net's
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 from agents._io import atomic_write
 from agents.networks import MASKED_LOGIT, obs_to_tensors
 from agents.policies import scorer_of
+from agents.teachers import teacher_of
 
 __all__ = [
     "BCConfig",
@@ -62,6 +64,9 @@ class BCConfig:
         dagger_beta: Share of the rollout steps that follow the expert in the first round (then
             halved each round).
         dagger_epochs: Epochs of re-training after each round.
+        teacher: Whose actions are imitated: ``"crop"`` (CROP; on static environments its
+            expert :class:`baselines.expert.CropExpert`) or, on online environments, any
+            :data:`baselines.online.ONLINE_POLICIES` name (e.g. ``"sjf-crop"``).
     """
 
     epochs: int = 30
@@ -77,6 +82,7 @@ class BCConfig:
     dagger_episodes: int = 50
     dagger_beta: float = 0.5
     dagger_epochs: int = 10
+    teacher: str = "crop"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -204,11 +210,10 @@ def _rollouts(
     progress: bool,
     desc: str,
     expert_rule: str = "best",
+    teacher: str = "crop",
 ) -> Demonstrations:
     """Run one episode per seed; ``choose(obs, mask, expert_action)`` picks the action taken."""
-    from baselines.expert import CropExpert
-
-    expert = CropExpert(env, rule=expert_rule)
+    expert_action = teacher_of(env, teacher, expert_rule)
     obs_buf: dict[str, list[np.ndarray]] = {}
     actions: list[int] = []
     masks: list[np.ndarray] = []
@@ -225,7 +230,7 @@ def _rollouts(
         done = False
         while not done:
             mask = np.asarray(info["action_mask"], dtype=bool)
-            a_exp = int(expert.action())
+            a_exp = int(expert_action())
             for k, v in obs.items():
                 obs_buf.setdefault(k, []).append(np.asarray(v, dtype=np.float32))
             actions.append(a_exp)
@@ -255,8 +260,9 @@ def record_demonstrations(
     gamma: float = 1.0,
     progress: bool = False,
     expert_rule: str = "best",
+    teacher: str = "crop",
 ) -> Demonstrations:
-    """CROP's demonstrations: one expert episode per seed.
+    """The teacher's demonstrations (CROP by default): one expert episode per seed.
 
     Args:
         env: A candidate-mode placement environment (unwrapped rewards: raw ΔF).
@@ -266,6 +272,7 @@ def record_demonstrations(
         expert_rule: CROP's ranking rule (:class:`baselines.expert.CropExpert`): ``"best"`` (the
             default CROP: better of the ΔF and ΔF-per-GPU passes) or a single pass (``"gain"``,
             ``"density"``), whose next action is a function of the current state alone.
+        teacher: The teacher (:func:`teacher_of`): ``"crop"``, or an online policy's name.
     """
     return _rollouts(
         env,
@@ -276,6 +283,7 @@ def record_demonstrations(
         progress=progress,
         desc="demos",
         expert_rule=expert_rule,
+        teacher=teacher,
     )
 
 
@@ -526,11 +534,12 @@ def dagger(
     logger: Any = None,
     progress: bool = False,
 ) -> tuple[Demonstrations, list[dict[str, Any]]]:
-    """DAgger: roll out the policy, label its states with CROP, aggregate, re-train.
+    """DAgger: roll out the policy, label its states with the teacher, aggregate, re-train.
 
     Round ``i`` (from 1) rolls out ``config.dagger_episodes`` episodes on seeds ``seed_fn(i, e)``;
     each step follows the expert with probability ``dagger_beta / 2**(i-1)``, else the policy's
-    greedy action; every visited state is labelled with the expert's action.
+    greedy action; every visited state is labelled with the expert's action (the teacher of
+    ``config.teacher``, :func:`agents.teachers.teacher_of`).
 
     Args:
         policy: The (already cloned) SB3 policy, trained in place.
@@ -565,6 +574,7 @@ def dagger(
             expert_driven=False,
             progress=progress,
             desc=f"DAgger {i}",
+            teacher=config.teacher,
         )
         demos = demos.extend(new)
         hist = behaviour_cloning(

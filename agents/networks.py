@@ -60,6 +60,11 @@ class ObsSpec:
         max_job_gpus: The normaliser of the ``job_gpus`` columns (``k / max_job_gpus``).
         context: Further 1-D keys read into the context, as ``(key, length)`` pairs (e.g. the
             online environment's ``("online", 6)``).
+        slot_tables: Per-view-slot tables appended to the candidate rows of their slot, as
+            ``(key, columns)`` pairs (``OnlinePlacement-v1``'s ``("slots", 2)``: the remaining
+            work and the wait of the slot's job). Row ``q * C + c`` is candidate ``c`` of slot
+            ``q``, so each slot row is repeated ``C`` times. Without them a row cannot tell its
+            own job's remaining work from the others' (the context pools over slots).
     """
 
     gpu_features: tuple[str, ...]
@@ -68,6 +73,7 @@ class ObsSpec:
     summary_features: tuple[str, ...]
     max_job_gpus: int
     context: tuple[tuple[str, int], ...] = ()
+    slot_tables: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def default(cls, max_job_gpus: int = 32) -> ObsSpec:
@@ -95,6 +101,13 @@ class ObsSpec:
             for k, sp in base.observation_space.spaces.items()
             if k not in known
         )
+        slots = base.observation_space.spaces.get("slots")
+        q = int(getattr(base, "queue_view", 0) or 0)
+        slot_tables = (
+            (("slots", int(np.prod(slots.shape)) // q),)
+            if slots is not None and q > 0 and int(np.prod(slots.shape)) % q == 0
+            else ()
+        )
         return cls(
             tuple(feats.gpu_features),
             tuple(f.CANDIDATE_FEATURES),
@@ -102,12 +115,14 @@ class ObsSpec:
             tuple(f.SUMMARY_FEATURES),
             int(feats.max_job_gpus),
             context,
+            slot_tables,
         )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         out = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
         out["context"] = [[k, n] for k, n in self.context]
+        out["slot_tables"] = [[k, n] for k, n in self.slot_tables]
         return out
 
     @classmethod
@@ -120,6 +135,7 @@ class ObsSpec:
             tuple(data["summary_features"]),
             int(data["max_job_gpus"]),
             tuple((str(k), int(n)) for k, n in data.get("context", ())),
+            tuple((str(k), int(n)) for k, n in data.get("slot_tables", ())),
         )
 
 
@@ -213,6 +229,18 @@ def _masked_pool(x: th.Tensor, mask: th.Tensor) -> th.Tensor:
     return th.cat([mean, mx], dim=-1)
 
 
+def _slot_columns(table: th.Tensor, width: int, rows: int) -> list[th.Tensor]:
+    """A per-slot table ``(B, Q * width)`` as columns of the ``rows = Q * C`` candidate rows.
+
+    Slot ``q``'s row goes to candidate rows ``q * C ... q * C + C - 1``. Its columns are times
+    squashed as ``x = t / (t + 1 h)``; they are given as they are and as ``log(1 + t / 1 h) =
+    -log(1 - x)``, which keeps long jobs apart (``x`` crowds near 1 beyond a few hours).
+    """
+    slots = _rows(table, width)
+    per_row = slots.repeat_interleave(rows // slots.shape[1], dim=1)
+    return [per_row, -th.log1p(-per_row.clamp(0.0, 1.0 - 1e-6))]
+
+
 class _Trunk(nn.Module):
     """GPU/job encoders, context MLP and candidate encoder (one per actor, one per critic)."""
 
@@ -231,10 +259,12 @@ class _Trunk(nn.Module):
         )
         self.use_gain = cfg.use_gain
         self.context_keys = tuple(k for k, _ in sp.context)
+        self.slot_tables = sp.slot_tables
         self.gpu_enc = _mlp([self.widths[0], h, e])
         self.job_enc = _mlp([self.widths[2], h, e])
         self.ctx = _mlp([4 * e + len(sp.summary_features) + sum(n for _, n in sp.context), h, e])
-        cand_in = self.widths[1] + 1 + int(cfg.use_gain)  # + the k·η·s·w product
+        # + the k·η·s·w product, + each slot-table column twice (squashed and unsquashed)
+        cand_in = self.widths[1] + 1 + int(cfg.use_gain) + 2 * sum(n for _, n in sp.slot_tables)
         self.cand_enc = _mlp([cand_in + e, h, h])
 
     def forward(
@@ -259,6 +289,8 @@ class _Trunk(nn.Module):
         parts = [cand, prod.unsqueeze(-1)]
         if self.use_gain:
             parts.append(obs["gain"].reshape(cand.shape[0], -1, 1))
+        for key, width in self.slot_tables:
+            parts += _slot_columns(obs[key], width, cand.shape[1])
         parts.append(ctx.unsqueeze(1).expand(-1, cand.shape[1], -1))
         rows = self.cand_enc(th.cat(parts, dim=-1))
         pooled = _masked_pool(rows, valid)
@@ -391,6 +423,10 @@ def adapt_observation(
                 f"observation key {key!r} has {arr.shape[-1]} entries, the policy reads {n}"
             )
         out[key] = np.array(arr, copy=True)
+    for key, _n in scorer_spec.slot_tables:
+        if key not in obs:
+            raise ValueError(f"observation lacks the key {key!r} the policy reads")
+        out[key] = np.array(obs[key], dtype=np.float32, copy=True)
     if "gain" in obs:
         out["gain"] = np.array(obs["gain"], dtype=np.float32, copy=True)
     return out

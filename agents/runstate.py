@@ -339,6 +339,7 @@ class RunState:
             first_seed=VALIDATION_SEED_BASE,
             env_kwargs=self.env_kwargs,
             baselines=("crop",),
+            references=("crop",),
         )
         dt = time.perf_counter() - t
         self.eval_seconds += dt
@@ -370,7 +371,8 @@ class RunState:
                 policy_mean_jct_s=rep.get("policy_mean_jct_s"),
                 crop_mean_jct_s=rep.get("crop_mean_jct_s"),
             )
-            j = rep.get("time_in_system_ratio_to_crop")
+            row["mean_jct_ratio_to_crop"] = rep.get("mean_jct_ratio_to_crop")
+            j = rep.get("mean_jct_ratio_to_crop") or rep.get("time_in_system_ratio_to_crop")
             score = None if j is None else -j
         row["eval_seconds"] = dt
         self.curve = [r for r in self.curve if r["steps"] < steps or r["phase"] != phase] + [row]

@@ -257,12 +257,16 @@ def train(
             f"{cfg.source}: env_kwargs {env_kwargs} refused by {env_id} ({msg})"
         ) from None
     finetune = bc_demos > 0
-    if finetune and is_online(probe):
-        probe.close()
-        raise ConfigError(
-            "--bc-demos: behaviour cloning needs a static placement environment (CROP's expert), "
-            f"not {env_id}"
-        )
+    if finetune:
+        from agents.teachers import teacher_of
+
+        teacher = str((cfg.run.get("bc") or {}).get("teacher", "crop"))
+        try:
+            probe.reset(seed=0)
+            teacher_of(probe, teacher)
+        except ValueError as e:
+            probe.close()
+            raise ConfigError(f"{cfg.source}: bc: {e} ({env_id})") from None
     try:
         pol, pol_kwargs = policy_spec(
             algo, str(cfg.run["policy"]), cfg.algo_kwargs.get("policy_kwargs"), probe
@@ -403,7 +407,9 @@ def _run(
             run.best = (
                 b.get("ratio_to_crop")
                 if b.get("kind") == "static"
-                else -(b.get("jct_ratio_to_crop") or 0.0)
+                else -(
+                    b.get("mean_jct_ratio_to_crop") or b.get("time_in_system_ratio_to_crop") or 0.0
+                )
             )
         run.meta["resumed_from"] = {
             "wall_s": run.elapsed_before,
@@ -476,7 +482,9 @@ def _run(
     save_checkpoint(model, outdir / "final_model.zip", run.checkpoint_meta(model))
     if run.curve:
         label = f"{algo} on {run.env_id}" + (
-            f", BC on {run.bc_demos} CROP episodes" if run.bc_demos else ", from scratch"
+            f", BC on {run.bc_demos} {(cfg.run.get('bc') or {}).get('teacher', 'crop')} episodes"
+            if run.bc_demos
+            else ", from scratch"
         )
         plot_curve(run.curve, outdir / "learning_curve.png", title=label)
     run.meta["status"] = "done"
@@ -507,10 +515,6 @@ def _imitate(
         record_demonstrations,
     )
 
-    if is_online(env):
-        raise ValueError(
-            "behaviour cloning needs the static placement environment (CROP's expert wrapper)"
-        )
     bc_cfg = BCConfig.from_dict(run.cfg.run.get("bc"))
     bc_cfg.reward_scale = reward_scale
     bc_cfg.gamma = float(algo_kwargs.get("gamma", 1.0))
@@ -530,7 +534,9 @@ def _imitate(
         if demos.seeds != seeds:
             demos = None
     if demos is None:
-        demos = record_demonstrations(env, seeds, gamma=bc_cfg.gamma, progress=progress)
+        demos = record_demonstrations(
+            env, seeds, gamma=bc_cfg.gamma, progress=progress, teacher=bc_cfg.teacher
+        )
         demos.save(demo_path)
     run.meta["phases"]["demos"] = {
         "episodes": demos.num_episodes,
@@ -552,7 +558,7 @@ def _imitate(
         "train_states": hist["train_states"],
         "val_states": hist["val_states"],
     }
-    if hist["val_episodes"]:
+    if hist["val_episodes"] and not is_online(env):
         # Agreement counting CROP-equivalent choices (CROP keeps the better of two greedy passes,
         # so exact agreement is capped below 1 on instances where the passes differ).
         eq = equivalent_agreement(model.policy, env, demos.subset(hist["val_episodes"]))

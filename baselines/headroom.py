@@ -16,7 +16,12 @@ the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
   horizon, hours; lower is better) of ``random``, the best heuristic (``fifo-first-fit``,
   ``sjf-crop``), CROP (:mod:`baselines.online`), and two references: the best of ``rollouts``
   seeded ε-perturbed (ε = 0.1) rollouts of CROP and sjf-crop per window (achieved, not a bound),
-  and a proven hindsight lower bound (each job's work at its ideal speed, capped at the horizon).
+  and a proven hindsight lower bound (each job's work at its ideal speed, capped at the horizon);
+  the learned column is the shipped online checkpoint (``--learned-online``, default
+  ``default-online``) on the ID it was trained on.
+
+``--ids ID ...`` measures those rows only and merges them into the existing ``headroom.json``
+(the other rows are kept as they were).
 
 It writes ``BENCHMARK.md``, ``headroom.json`` and ``headroom.csv`` into ``--out`` (default
 ``docs/`` for the table, ``docs/results/`` for the data).
@@ -29,6 +34,7 @@ import csv
 import importlib
 import io
 import json
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -79,6 +85,7 @@ class Row:
     bound_kind: str
     crop_gap: float  # static: 1 - CROP / bound; online: CROP / bound - 1 (bound = best rollout)
     extra: dict[str, float] = field(default_factory=dict)
+    learned_name: str | None = None  # the checkpoint of the learned column
 
 
 # ---------------------------------------------------------------------------------- static
@@ -184,7 +191,45 @@ def static_row(env_id: str, seeds: Sequence[int], learned: str | None) -> Row:
 
 
 # ---------------------------------------------------------------------------------- online
-def online_row(env_id: str, seeds: Sequence[int], rollouts: int) -> Row:
+def _learned_online(
+    env_id: str, seeds: Sequence[int], learned: Sequence[str]
+) -> tuple[list[float], str] | None:
+    """Mean JCT (hours) of the first of ``learned`` trained on ``env_id``, and its name.
+
+    Each checkpoint applies to the environment it was trained on (its metadata's ``env_id``);
+    ``None`` where none was (or the rl extra is missing).
+    """
+    try:
+        ckpt = importlib.import_module("agents.checkpoint")
+        evaluation = importlib.import_module("agents.evaluation")
+    except ImportError:
+        return None
+    for name in learned:
+        try:
+            if ckpt.read_metadata(ckpt.resolve_model_path(name)).get("env_id") != env_id:
+                continue
+            model, meta = ckpt.load_checkpoint(name)
+        except (CropGymError, ValueError, OSError) as exc:
+            print(f"headroom: learned {name!r} skipped: {exc}", file=sys.stderr)
+            continue
+        agent = evaluation.PolicyAgent(model)
+        env = gym.make(env_id, **(meta.get("env_kwargs") or {}))
+        agent.bind(env)
+        out = []
+        for s in seeds:
+            obs, _ = env.reset(seed=s)
+            done = False
+            while not done:
+                obs, _, term, trunc, _ = env.step(agent.act(obs, env.unwrapped.action_masks()))  # type: ignore[attr-defined]
+                done = bool(term or trunc)
+            out.append(float(env.unwrapped.mean_jct_h()))  # type: ignore[attr-defined]
+        return out, name
+    return None
+
+
+def online_row(
+    env_id: str, seeds: Sequence[int], rollouts: int, learned: Sequence[str] = ()
+) -> Row:
     """The online task's row (see the module docstring)."""
     env = gym.make(env_id)
     jct: dict[str, list[float]] = {}
@@ -209,6 +254,8 @@ def online_row(env_id: str, seeds: Sequence[int], rollouts: int) -> Row:
     mean = {n: float(np.mean(v)) for n, v in jct.items()}
     best = min(ONLINE_HEURISTICS, key=mean.__getitem__)
     crop, roll = np.array(jct["crop"]), np.array(best_roll)
+    lj = _learned_online(env_id, seeds, learned) if learned else None
+    extra = {} if lj is None else {"learned_over_crop": float(np.mean(lj[0]) / crop.mean())}
     return Row(
         env_id=env_id,
         kind="online",
@@ -218,7 +265,7 @@ def online_row(env_id: str, seeds: Sequence[int], rollouts: int) -> Row:
         best_heuristic=mean[best],
         best_heuristic_name=best,
         crop=mean["crop"],
-        learned=None,
+        learned=None if lj is None else float(np.mean(lj[0])),
         bound=float(roll.mean()),
         bound_kind=f"best of {rollouts + 2} rollouts",
         crop_gap=float(np.mean(crop / roll - 1)),
@@ -227,7 +274,9 @@ def online_row(env_id: str, seeds: Sequence[int], rollouts: int) -> Row:
             "crop_over_lower_bound": float(np.mean(crop / np.array(lb))),
             "crop_decisions": float(decisions),
             "crop_multi_job_decisions": float(multi),
+            **extra,
         },
+        learned_name=None if lj is None else lj[1],
     )
 
 
@@ -239,6 +288,7 @@ def headroom(
     online_seeds: int = 10,
     rollouts: int = 8,
     learned: str | None = "default",
+    learned_online: Sequence[str] = ("default-online",),
     progress: bool = True,
 ) -> list[Row]:
     """Rows of every registered ID (or of ``ids``), static rows shared between IDs of one scenario."""
@@ -252,7 +302,7 @@ def headroom(
         t0 = time.perf_counter()
         if "Online" in env_id:
             n = [HELD_OUT_SEED + i for i in range(online_seeds)]
-            rows.append(online_row(env_id, n, rollouts))
+            rows.append(online_row(env_id, n, rollouts, learned_online))
         else:
             rows.append(static_row(env_id, [HELD_OUT_SEED + i for i in range(seeds)], learned))
         if progress:
@@ -266,13 +316,14 @@ def _fmt(x: float | None, kind: str) -> str:
     return f"{x:.2f}" if kind == "online" else f"{x:.3f}"
 
 
-def render_markdown(rows: Sequence[Row], command: str) -> str:
-    """docs/BENCHMARK.md."""
+def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
+    """docs/BENCHMARK.md (``note``: a line under the regeneration command)."""
     out = [
         "# Benchmark headroom",
         "",
         f"Regenerate with `{command}` (module docstring of `baselines/headroom.py` says what each",
         "column is). Held-out seeds from 10^9 (training uses seeds below 10^6).",
+        *([note] if note else []),
         "",
         "## Static tasks (mean F, higher is better)",
         "",
@@ -305,7 +356,8 @@ def render_markdown(rows: Sequence[Row], command: str) -> str:
             out.append(
                 f"| `{r.env_id}` | {r.seeds} | {_fmt(r.random, 'online')} | "
                 f"{_fmt(r.best_heuristic, 'online')} ({r.best_heuristic_name}) | "
-                f"{_fmt(r.crop, 'online')} | — | {_fmt(r.bound, 'online')} ({r.bound_kind}) | "
+                f"{_fmt(r.crop, 'online')} | {_fmt(r.learned, 'online')} | "
+                f"{_fmt(r.bound, 'online')} ({r.bound_kind}) | "
                 f"{e['hindsight_lower_bound_h']:.2f} | {100 * r.crop_gap:.1f} % | "
                 f"{int(e['crop_multi_job_decisions'])} of {int(e['crop_decisions'])} |"
             )
@@ -316,8 +368,17 @@ def render_markdown(rows: Sequence[Row], command: str) -> str:
         "them (achieved, not a bound). Hindsight LB: each job's work at its ideal speed capped at",
         "the horizon (proven, loose: it ignores queueing). Multi-job decisions: CROP's steps at",
         "which two or more jobs were placeable.",
-        "",
     ]
+    learned = [r for r in rows if r.kind == "online" and r.learned_name]
+    if learned:
+        out += [
+            "Learned: the shipped online checkpoint trained on that ID ("
+            + ", ".join(f"`{r.env_id.split('/')[-1]}`: `{r.learned_name}`" for r in learned)
+            + "), greedy; it was cloned from the sjf-crop teacher and fine-tuned with MaskablePPO",
+            "(docs/AGENTS.md, Online v1; its 5-seed evaluation on 30 windows is in",
+            "docs/results/online_rl.json). — : no checkpoint was trained on that ID.",
+        ]
+    out.append("")
     return "\n".join(out)
 
 
@@ -333,6 +394,19 @@ def _csv(rows: Sequence[Row]) -> str:
     return buf.getvalue()
 
 
+def _merge(path: Path, rows: Sequence[Row]) -> list[Row]:
+    """``rows`` in place of their IDs' rows of an earlier table (``--ids`` updates those rows)."""
+    if not path.exists():
+        return list(rows)
+    try:
+        old = [Row(**d) for d in json.loads(path.read_text(encoding="utf-8"))]
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}: cannot merge into it ({exc}); omit --ids") from None
+    new = {r.env_id: r for r in rows}
+    merged = [new.pop(r.env_id, r) for r in old]
+    return merged + list(new.values())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m baselines.headroom [--fast] [--ids ID ...] [--seeds N] [--out DIR]``."""
     p = argparse.ArgumentParser(
@@ -345,6 +419,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rollouts", type=int, default=8, help="perturbed rollouts per window")
     p.add_argument(
         "--learned", default="default", help="checkpoint for the learned column, or 'none'"
+    )
+    p.add_argument(
+        "--learned-online",
+        nargs="+",
+        default=["default-online"],
+        help="checkpoints of the online learned column, each for the ID it was trained on",
     )
     p.add_argument("--out", default="docs", help="directory of BENCHMARK.md (data in OUT/results)")
     a = p.parse_args(argv)
@@ -359,12 +439,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             online_seeds=2 if fast else a.online_seeds,
             rollouts=2 if fast else a.rollouts,
             learned=None if a.learned == "none" else a.learned,
+            learned_online=[n for n in a.learned_online if n != "none"],
         )
         out = Path(a.out)
         (out / "results").mkdir(parents=True, exist_ok=True)
+        if a.ids:
+            rows = _merge(out / "results" / "headroom.json", rows)
         args = list(sys.argv[1:] if argv is None else argv)
         cmd = " ".join(["python -m baselines.headroom", *args])
-        atomic_write(out / "BENCHMARK.md", render_markdown(rows, cmd))
+        note = ""
+        if a.ids and (out / "BENCHMARK.md").exists():
+            m = re.search(r"Regenerate with `([^`]*)`", (out / "BENCHMARK.md").read_text("utf-8"))
+            if m:
+                cmd, note = m.group(1), f"Rows of {', '.join(a.ids)} last updated with `{cmd}`."
+        atomic_write(out / "BENCHMARK.md", render_markdown(rows, cmd, note))
         atomic_write(
             out / "results" / "headroom.json",
             json.dumps([asdict(r) for r in rows], indent=2) + "\n",

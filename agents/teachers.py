@@ -1,0 +1,43 @@
+"""Teachers for imitation: whose action a demonstration records in an environment's state.
+
+Static placement environments are taught by CROP (:class:`baselines.expert.CropExpert`, which
+reproduces CROP's run action by action). The online environments (``OnlinePlacement*``) are
+taught by a policy of :mod:`baselines.online` acting through the same action interface: ``crop``
+(CROP's first placement on the view, wait when it places nothing) or ``sjf-crop`` (the placeable
+job with the least remaining work first, on its row of the largest ΔF), whose mean JCT is far
+below CROP's on the v1 tasks (docs/BENCHMARK.md). A policy cloned from a teacher is compared to
+CROP and to its teacher (docs/AGENTS.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["teacher_of"]
+
+
+def teacher_of(env: gym.Env[Any, Any], teacher: str = "crop", rule: str = "best") -> Any:
+    """``() -> action`` of the teacher in ``env``'s current state.
+
+    Static environments: CROP's expert (:class:`baselines.expert.CropExpert`, ``rule``); online
+    environments (``OnlinePlacement*``): the :mod:`baselines.online` policy named ``teacher``.
+
+    Raises:
+        ValueError: For a teacher the environment has not.
+    """
+    u: Any = env.unwrapped
+    if hasattr(u, "sim"):
+        from baselines.online import make_online_policy
+
+        try:
+            policy = make_online_policy(teacher)
+        except KeyError as e:
+            raise ValueError(str(e).strip("'\"")) from None
+        return lambda: policy(u)
+    if teacher != "crop":
+        raise ValueError(f"teacher={teacher!r}: static environments are taught by CROP only")
+    from baselines.expert import CropExpert
+
+    return CropExpert(env, rule=rule).action
