@@ -37,7 +37,7 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,23 @@ class Row:
 
 
 # ---------------------------------------------------------------------------------- static
+
+
+def _rollouts(
+    env: Any, agent: Any, seeds: Sequence[int], score: Callable[[Any], float]
+) -> list[float]:
+    """``score(env.unwrapped)`` after one masked episode of ``agent`` per seed."""
+    out = []
+    for s in seeds:
+        obs, _ = env.reset(seed=s)
+        done = False
+        while not done:
+            obs, _, term, trunc, _ = env.step(agent.act(obs, env.unwrapped.action_masks()))
+            done = bool(term or trunc)
+        out.append(score(env.unwrapped))
+    return out
+
+
 def _rollout_rows(inst: PlacementInstance, pick: Any, C: int) -> float:
     """F after placing, at every step, the row ``pick(table)`` until nothing is placeable."""
     state: ClusterState = inst.state.copy()
@@ -130,15 +147,7 @@ def _learned_static(env_id: str, seeds: Sequence[int], learned: str | None) -> l
     except (ImportError, CropGymError, ValueError) as exc:
         print(f"headroom: no learned column for {env_id}: {exc}", file=sys.stderr)
         return None
-    out = []
-    for s in seeds:
-        obs, _ = env.reset(seed=s)
-        done = False
-        while not done:
-            obs, _, term, trunc, _ = env.step(agent.act(obs, env.unwrapped.action_masks()))  # type: ignore[attr-defined]
-            done = bool(term or trunc)
-        out.append(float(env.unwrapped.state.F))  # type: ignore[attr-defined]
-    return out
+    return _rollouts(env, agent, seeds, lambda e: float(e.state.F))
 
 
 def static_row(env_id: str, seeds: Sequence[int], learned: str | None) -> Row:
@@ -215,15 +224,7 @@ def _learned_online(
         agent = evaluation.PolicyAgent(model)
         env = gym.make(env_id, **(meta.get("env_kwargs") or {}))
         agent.bind(env)
-        out = []
-        for s in seeds:
-            obs, _ = env.reset(seed=s)
-            done = False
-            while not done:
-                obs, _, term, trunc, _ = env.step(agent.act(obs, env.unwrapped.action_masks()))  # type: ignore[attr-defined]
-                done = bool(term or trunc)
-            out.append(float(env.unwrapped.mean_jct_h()))  # type: ignore[attr-defined]
-        return out, name
+        return _rollouts(env, agent, seeds, lambda e: float(e.mean_jct_h())), name
     return None
 
 

@@ -25,6 +25,8 @@ import sys
 import time
 from typing import Any
 
+from baselines.policy import POLICIES as REGISTERED
+
 CASES: dict[str, dict[str, Any]] = {
     "cluster10/n32g8/crop/none": {
         "trace": "elasticflow:cluster10",
@@ -61,17 +63,7 @@ CASES: dict[str, dict[str, Any]] = {
         "profile": "none",
     },
 }
-POLICIES = (
-    "crop",
-    "crop-plain",
-    "crop-nonrobust",
-    "random",
-    "first-fit",
-    "best-fit",
-    "spread",
-    "hived",
-    "comm-greedy",
-)
+POLICIES = tuple(REGISTERED)  # every registered policy, in the registry's order
 for _p in POLICIES:
     CASES[f"policy/cluster04[:3000]/{_p}/mild"] = {
         "trace": "elasticflow:cluster04",
