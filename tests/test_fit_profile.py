@@ -107,6 +107,26 @@ def test_fit_recovers_known_parameters() -> None:
     assert a.links[1].bandwidth == pytest.approx(5 * GB, rel=0.15)
 
 
+def _with_latency(
+    base: HardwareProfile, kappas: dict[str, float], compute: dict[str, dict[str, ComputeCurve]]
+) -> HardwareProfile:
+    """``base``'s links with a 4 ms step latency, φ = 0.3, the given κ per model and curves."""
+    return HardwareProfile(
+        **{
+            **{f: getattr(base, f) for f in ("name", "citation", "gpus_per_node", "gpu_type")},
+            "links": base.links,
+            "fabric_bandwidth": base.fabric_bandwidth,
+            "nic_sharing": 1.0,
+            "overlap": 0.3,
+            "overlap_cap": 1.0,
+            "step_latency": 0.004,
+            "model_compute_sharing": kappas,
+            "compute": compute,
+            "grad_bytes": dict(base.grad_bytes),
+        }
+    )
+
+
 def test_measured_curve_fit_recovers_per_model_kappa() -> None:
     # Truth: knot curves, κ per model (none shared), a per-step latency. The fit takes the curve
     # from the 1-GPU rows and recovers level (1), κ per model, the links, φ and λ.
@@ -117,19 +137,8 @@ def test_measured_curve_fit_recovers_per_model_kappa() -> None:
             local_batch=(4, 8, 16, 32, 64), time=(0.03, 0.031, 0.06, 0.09, 0.15)
         ),
     }
-    true = HardwareProfile(
-        **{
-            **{f: getattr(base, f) for f in ("name", "citation", "gpus_per_node", "gpu_type")},
-            "links": base.links,
-            "fabric_bandwidth": base.fabric_bandwidth,
-            "nic_sharing": 1.0,
-            "overlap": 0.3,
-            "overlap_cap": 1.0,
-            "step_latency": 0.004,
-            "model_compute_sharing": {"bert": 0.01, "resnet50": 0.2},
-            "compute": {m: {"x": c} for m, c in knots.items()},
-            "grad_bytes": dict(base.grad_bytes),
-        }
+    true = _with_latency(
+        base, {"bert": 0.01, "resnet50": 0.2}, {m: {"x": c} for m, c in knots.items()}
     )
     data = synthetic(true)
     got = fit_profile(data, gpus_per_node=4, gpu_type="x")
@@ -156,19 +165,10 @@ def test_mixed_fit_gives_each_application_its_better_curve() -> None:
     # line fits. A mapping fits each with its own variant; "mixed" finds the same choice itself.
     base = truth()
     stairs = ComputeCurve(local_batch=(4, 8, 16, 32, 64), time=(0.03, 0.031, 0.08, 0.081, 0.2))
-    true = HardwareProfile(
-        **{
-            **{f: getattr(base, f) for f in ("name", "citation", "gpus_per_node", "gpu_type")},
-            "links": base.links,
-            "fabric_bandwidth": base.fabric_bandwidth,
-            "nic_sharing": 1.0,
-            "overlap": 0.3,
-            "overlap_cap": 1.0,
-            "step_latency": 0.004,
-            "model_compute_sharing": {"bert": 0.0, "resnet50": 0.1},
-            "compute": {"bert": {"x": ComputeCurve.affine(0.05, 0.01)}, "resnet50": {"x": stairs}},
-            "grad_bytes": dict(base.grad_bytes),
-        }
+    true = _with_latency(
+        base,
+        {"bert": 0.0, "resnet50": 0.1},
+        {"bert": {"x": ComputeCurve.affine(0.05, 0.01)}, "resnet50": {"x": stairs}},
     )
     data = synthetic(true)
     choice = {"bert": "affine", "resnet50": "measured"}
