@@ -55,7 +55,7 @@ from crop_gym.envs.view import build_action_table
 from crop_gym.errors import ConfigError, CropGymError
 from crop_gym.io import atomic_write
 from crop_gym.model.state import ClusterState
-from crop_gym.scenario import PlacementInstance, ScenarioSampler
+from crop_gym.scenario import PlacementInstance, ScenarioSampler, get_scenario
 
 __all__ = ["HELD_OUT_SEED", "HEURISTICS", "Row", "headroom", "main", "render_markdown"]
 
@@ -152,7 +152,10 @@ def _learned_static(env_id: str, seeds: Sequence[int], learned: str | None) -> l
 
 def static_row(env_id: str, seeds: Sequence[int], learned: str | None) -> Row:
     """The static task's row (see the module docstring)."""
-    scenario = ENV_IDS[env_id][1].get("scenario", "default")
+    kwargs = ENV_IDS[env_id][1]
+    scenario = get_scenario(kwargs.get("scenario", "default"))
+    if kwargs.get("hardware") is not None:  # as the env does with its hardware= argument
+        scenario = scenario.replace(hardware=kwargs["hardware"])
     sampler = ScenarioSampler(scenario)
     C = sampler.scenario.max_candidates
     per: dict[str, list[float]] = {n: [] for n in (*HEURISTICS, "row-greedy", "crop", "valid")}
