@@ -339,11 +339,8 @@ class _Greedy:
         ``cid`` (itself included), in the state after the acceptance (memoised by prefix)."""
         touched = self.memo.touched.get(self.node)
         if touched is None:
-            table = self._ws().placed
-            on = np.zeros(self.topo.num_nodes, dtype=bool)
-            on[self.pool.links[cid]] = True
-            on[0] = False
-            sharing = table.links[on[table.links].any(axis=1) & table.active]
+            ws = self._ws()
+            sharing = ws.placed.links[ws.sharing_slots(self.pool.links[cid])]
             touched = np.zeros(self.topo.num_nodes, dtype=bool)
             touched[sharing] = True
             touched[0] = False

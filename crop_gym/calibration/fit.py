@@ -45,6 +45,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.calibration.measurements import Measurements
+from crop_gym.calibration.report import error_report
 from crop_gym.errors import ConfigError
 from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
@@ -475,17 +476,17 @@ def _variant_by_app(compute: str | Mapping[str, str], apps: Sequence[str]) -> di
 def _fit_mixed(measurements: Measurements, **kw: Any) -> HardwareProfile:
     """``compute="mixed"``: fit both variants, give each application the one with the lower
     median |rel err| on its own rows of ``measurements``, and fit once more with that choice."""
-    from crop_gym.calibration.report import error_report
-
-    errs = {}
-    for v in ("measured", "affine"):
-        pred = predict_step_time(fit_profile(measurements, compute=v, **kw), measurements)
-        errs[v] = error_report(pred, measurements.step_time, measurements.app).to_mapping()[
-            "per_app"
-        ]
+    per_app = {
+        v: error_report(
+            predict_step_time(fit_profile(measurements, compute=v, **kw), measurements),
+            measurements.step_time,
+            measurements.app,
+        ).per_app
+        for v in ("measured", "affine")
+    }
     choice = {
-        a: min(("measured", "affine"), key=lambda v: errs[v][a]["median_abs_rel_error"])
-        for a in errs["measured"]
+        a: min(("measured", "affine"), key=lambda v: per_app[v][a].median_abs_rel_error)
+        for a in per_app["measured"]
     }
     return fit_profile(measurements, compute=choice, **kw)
 

@@ -334,7 +334,7 @@ class ClusterState:
         self._times(rows)
         return float(self._table.value[rows].sum()) - before
 
-    def _sharing(self, links: NDArray[np.int32]) -> NDArray[np.intp]:
+    def sharing_slots(self, links: NDArray[np.int32]) -> NDArray[np.intp]:
         """Active slots whose rings cross one of ``links`` (any shape; root padding ignored)."""
         t = self._table
         on = np.zeros(self.topology.num_nodes, dtype=bool)
@@ -394,7 +394,7 @@ class ClusterState:
         """``float64[R]``: the change of the placed jobs' values if a job were placed on each
         placement of ``facts`` (each alone; ``≤ 0``: sharing a link only slows them)."""
         links, R = facts.inter_links, len(facts)  # [R, Wc]
-        rows = self._sharing(links) if links.any() else ()  # (no inter-server link: none)
+        rows = self.sharing_slots(links) if links.any() else ()  # (no inter-server link: none)
         if not len(rows):
             return np.zeros(R)
         # on[r, e]: candidate r's rings cross link e (one more job there).
@@ -465,7 +465,7 @@ class ClusterState:
         p = self.check_placement(job, gpus)
         links = self._place(job, p, facts if facts is not None else self.facts_for(p))
         # The jobs sharing one of its links include the new job itself.
-        rows = self._sharing(links) if len(links) else np.array([self._jobs[job.job_id]])
+        rows = self.sharing_slots(links) if len(links) else np.array([self._jobs[job.job_id]])
         delta = self._reevaluate(rows)
         self._F += delta
         self.version += 1
@@ -538,7 +538,7 @@ class ClusterState:
         self._load[links] -= 1
         t.active[s] = False
         t.value[s] = 0.0
-        delta = self._reevaluate(self._sharing(links)) - old
+        delta = self._reevaluate(self.sharing_slots(links)) - old
         t.links[s] = 0
         self._slot_job[s], self._slot_gpus[s] = None, None
         self._F += delta
