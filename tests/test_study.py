@@ -92,6 +92,7 @@ def test_cli_example_writes_one_json_per_run_with_the_fields_of_simulate(
     for rid, r in recs.items():
         assert r["run_id"] == rid and r["mean_jct_s"] > 0 and r["jobs_total"] == JOBS
         assert r["trace"] == "elasticflow:cluster10" and r["hardware"] == "default"
+        assert 0 < r["cpu_s"] < 120  # the worker's own CPU time for the run
     # The same run through `simulate --json` gives the same numbers.
     sim_json = tmp_path / "sim.json"
     rc = main(

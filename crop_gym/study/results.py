@@ -52,7 +52,7 @@ __all__ = [
 RUNS_DIR = "runs"
 #: Fields measured in wall-clock time: they differ between two executions of the same run (and
 #: between backends); every other field is a function of the run's coordinates.
-TIMING_FIELDS: frozenset[str] = frozenset({"wall_s", "policy_wall_s", "events_per_s"})
+TIMING_FIELDS: frozenset[str] = frozenset({"wall_s", "policy_wall_s", "events_per_s", "cpu_s"})
 #: Fields of a record that are not scalar metrics (descriptions and coordinates).
 _NOT_METRICS = frozenset(
     {

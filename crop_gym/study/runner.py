@@ -130,7 +130,8 @@ def run_study(
     atomic_write_text(out / "study.json", json.dumps(spec.to_dict(), indent=1) + "\n")
     runs = expand(spec)
     records = finished_records(out, runs) if resume else {}
-    todo = [r for r in runs if r.run_id not in records]
+    # Longest first (by jobs), so that two workers do not end on one long trace alone.
+    todo = sorted((r for r in runs if r.run_id not in records), key=estimated_jobs, reverse=True)
     bar = _Progress(todo, progress)
     t0 = time.perf_counter()
     executed = 0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +50,9 @@ def execute_run(run: Run) -> dict[str, Any]:
     Returns:
         The fields of ``crop-gym simulate --json`` (:meth:`SimResult.summary
         <crop_gym.sim.SimResult.summary>`), then the run's grid coordinates
-        (:meth:`Run.coordinates`), ``run_id`` and ``jct_quantiles_s`` (101 percentiles of the
-        completed jobs' JCT, seconds).
+        (:meth:`Run.coordinates`), ``run_id``, ``jct_quantiles_s`` (101 percentiles of the
+        completed jobs' JCT, seconds) and ``cpu_s`` (CPU seconds of this process for the run,
+        trace loading included: the figure that adds up to a study's CPU time).
 
     Raises:
         CropGymError: For a trace, cluster or policy the simulator refuses (one line).
@@ -61,6 +63,7 @@ def execute_run(run: Run) -> dict[str, Any]:
     from crop_gym.workloads.loader import load_workload
 
     _maybe_crash(run)
+    cpu0 = time.process_time()
     workload = load_workload(run.trace, max_jobs=run.jobs)
     jobs = list(workload.jobs[: run.jobs] if run.jobs is not None else workload.jobs)
     if run.arrival_scale != 1.0:
@@ -79,4 +82,5 @@ def execute_run(run: Run) -> dict[str, Any]:
     record["jct_quantiles_s"] = (
         np.percentile(jct, np.linspace(0, 100, JCT_QUANTILES)).round(3).tolist() if len(jct) else []
     )
+    record["cpu_s"] = round(time.process_time() - cpu0, 3)
     return record
