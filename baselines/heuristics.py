@@ -178,29 +178,37 @@ class HivedPolicy(FreeMaskPolicy):
     def _in_server(
         topo: Topology, free: NDArray[np.bool_], k: int, sizes: NDArray[np.int32]
     ) -> NDArray[np.int32] | None:
+        """The aligned free cell of ``2^⌈log2 k⌉`` GPUs whose largest free buddy block is smallest.
+
+        Every server large enough is searched at once (one group per server size): a cell is free
+        when the prefix sum of ``free`` over it equals its size, and its *span* is the largest
+        aligned block holding it that is fully free (blocks nest, so the free ones are a chain).
+        The winner is the smallest (span, first GPU), as a loop over servers and offsets would find.
+        """
+        cs = np.concatenate([[0], np.cumsum(free, dtype=np.int64)])
+        cell = 1 << (k - 1).bit_length()
         best: tuple[int, int] | None = None
-        best_gpus: NDArray[np.int32] | None = None
-        for s in np.flatnonzero(sizes >= k).tolist():
-            lo, size = int(topo.server_gpu_lo[s]), int(sizes[s])
-            cell = 1 << (k - 1).bit_length()
-            if cell > size:
-                cell = size  # a server that is not a power of two is one cell
-            f = free[lo : lo + size]
-            for off in range(0, size - cell + 1, cell):
-                if not f[off : off + cell].all():
-                    continue
-                # The largest fully free aligned cell holding this one: smaller = its buddies are in use.
-                span = cell
-                while (
-                    span * 2 <= size
-                    and f[(off // (span * 2)) * span * 2 : (off // (span * 2) + 1) * span * 2].all()
-                ):
-                    span *= 2
-                key = (span, lo + off)
-                if best is None or key < best:
-                    best = key
-                    best_gpus = np.arange(lo + off, lo + off + k, dtype=np.int32)
-        return best_gpus
+        for size in np.unique(sizes[sizes >= k]).tolist():
+            lo = topo.server_gpu_lo[sizes == size].astype(np.int64)
+            c = min(cell, size)  # a server that is not a power of two is one cell
+            start = (lo[:, None] + np.arange(0, size - c + 1, c)[None, :]).ravel()
+            start = start[cs[start + c] - cs[start] == c]
+            if not len(start):
+                continue
+            span = np.full(len(start), c, dtype=np.int64)
+            off = start - lo[np.searchsorted(lo, start, side="right") - 1]  # within the server
+            block = 2 * c
+            while block <= size:
+                b0 = start - off % block
+                span[cs[b0 + block] - cs[b0] == block] = block
+                block *= 2
+            i = int(np.lexsort((start, span))[0])
+            key = (int(span[i]), int(start[i]))
+            if best is None or key < best:
+                best = key
+        if best is None:
+            return None
+        return np.arange(best[1], best[1] + k, dtype=np.int32)
 
     @staticmethod
     def _whole_servers(

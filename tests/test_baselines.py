@@ -182,3 +182,51 @@ def test_jobs_that_do_not_fit_wait() -> None:
     for name in NAMES:
         got = [p.job_id for p in make_policy(name).place(state, queue)]
         assert "big" not in got or "big2" not in got
+
+
+def _hived_cell_reference(topo, free, k):  # type: ignore[no-untyped-def]
+    """HiveD's in-server rule as a plain loop over servers and aligned offsets."""
+    best = None
+    for s in range(topo.num_servers):
+        lo, size = int(topo.server_gpu_lo[s]), int(topo.server_gpu_hi[s] - topo.server_gpu_lo[s])
+        if size < k:
+            continue
+        cell = min(1 << (k - 1).bit_length(), size)
+        for off in range(0, size - cell + 1, cell):
+            if not free[lo + off : lo + off + cell].all():
+                continue
+            span = cell
+            while span * 2 <= size:
+                b0 = lo + (off // (span * 2)) * span * 2
+                if not free[b0 : b0 + span * 2].all():
+                    break
+                span *= 2
+            if best is None or (span, lo + off) < best:
+                best = (span, lo + off)
+    return None if best is None else list(range(best[1], best[1] + k))
+
+
+def _mixed_servers_topology():  # type: ignore[no-untyped-def]
+    import networkx as nx
+
+    from crop_gym.model.topology import Topology
+
+    g = nx.DiGraph()
+    g.add_node("root", kind="switch")
+    for s, size in enumerate((8, 4, 6, 8, 2, 8)):
+        g.add_node(f"s{s}", kind="server")
+        g.add_edge("root", f"s{s}", bandwidth=1e10)
+        for i in range(size):
+            g.add_node(f"s{s}g{i}", kind="gpu")
+            g.add_edge(f"s{s}", f"s{s}g{i}", bandwidth=1e11)
+    return Topology.from_graph(g, root="root", name="mixed-servers")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.lists(st.booleans(), min_size=36, max_size=36))
+def test_hived_cell_search_matches_a_plain_loop(k: int, bits: list[bool]) -> None:
+    topo = _mixed_servers_topology()
+    free = np.array(bits, dtype=bool)
+    got = HivedPolicy().choose(topo, free, k, np.random.default_rng(0))  # k <= 8: in a server
+    want = _hived_cell_reference(topo, free, k)
+    assert (None if got is None else got.tolist()) == want
