@@ -102,6 +102,15 @@ def test_study_bars_start_at_zero_with_a_legend() -> None:
     assert fig.axes[0].get_xticklabels()[0].get_text() == "crop"
 
 
+def test_study_bars_accept_seeds_with_equal_values() -> None:
+    # Three seeds of one value: their mean can sit a rounding error above the minimum, which
+    # matplotlib refuses as a negative error bar unless it is clipped.
+    base = {"policy": "crop", "abnormal": "none", "mean_effective_gpus": 1.0}
+    recs = [{**base, "seed": s, "mean_jct_s": 3600.0, "mean_efficiency": 0.1} for s in range(3)]
+    assert max([0.1] * 3) - np.mean([0.1] * 3) < 0  # the case
+    assert len(bars_figure(recs).axes) == 3
+
+
 def test_jct_cdf_keeps_crop_on_top_and_distinct() -> None:
     fig = jct_cdf_figure(_records(), "cluster10 on n32g8")
     assert len(fig.axes) == 2  # one panel per profile

@@ -112,8 +112,9 @@ def bars_figure(records: Sequence[Record], title: str = "") -> Any:
                 for p in policies
             ]
             mean = np.array([np.mean(v) if v else np.nan for v in vals])
-            lo = np.array([mean[k] - min(v) if v else 0.0 for k, v in enumerate(vals)])
-            hi = np.array([max(v) - mean[k] if v else 0.0 for k, v in enumerate(vals)])
+            # (clipped at 0: equal seeds give a mean a rounding error above their minimum)
+            lo = np.array([max(mean[k] - min(v), 0.0) if v else 0.0 for k, v in enumerate(vals)])
+            hi = np.array([max(max(v) - mean[k], 0.0) if v else 0.0 for k, v in enumerate(vals)])
             ax.bar(
                 x + (i - (len(profiles) - 1) / 2) * width,
                 mean,
