@@ -45,7 +45,12 @@ __all__ = [
 
 
 class FreeMaskPolicy(PlacementPolicy):
-    """A FIFO policy that only needs the free GPUs: subclasses implement :meth:`choose`."""
+    """A FIFO policy that only needs the free GPUs: subclasses implement :meth:`choose`.
+
+    A :meth:`choose` that skips a job (returns ``None``) must do so as a function of the free GPUs
+    and the job's size alone: later jobs of that size are then skipped without asking again until
+    a placement changes the free GPUs (a HiveD queue of jobs waiting for a cell is answered once).
+    """
 
     def place(
         self, state: ClusterState, queue: Sequence[Job], rng: np.random.Generator | None = None
@@ -55,13 +60,19 @@ class FreeMaskPolicy(PlacementPolicy):
         free = state.free_mask.copy()
         gen = rng if rng is not None else self._default_rng()
         out: list[Placement] = []
+        num_free = int(free.sum())
+        skipped: set[int] = set()  # sizes choose skipped since the free GPUs last changed
         for job in jobs:
-            if job.num_gpus > free.sum():
+            k = job.num_gpus
+            if k > num_free or k in skipped:
                 continue
-            gpus = self.choose(state.topology, free, job.num_gpus, gen)
+            gpus = self.choose(state.topology, free, k, gen)
             if gpus is None:
+                skipped.add(k)
                 continue
             free[gpus] = False
+            num_free -= k
+            skipped.clear()
             out.append(Placement(job, gpus))
         return out
 

@@ -230,3 +230,19 @@ def test_hived_cell_search_matches_a_plain_loop(k: int, bits: list[bool]) -> Non
     got = HivedPolicy().choose(topo, free, k, np.random.default_rng(0))  # k <= 8: in a server
     want = _hived_cell_reference(topo, free, k)
     assert (None if got is None else got.tolist()) == want
+
+
+def test_free_mask_policy_asks_once_per_skipped_size() -> None:
+    calls: list[int] = []
+
+    class Picky(FirstFitPolicy):
+        def choose(self, topo, free, k, rng):  # type: ignore[no-untyped-def]
+            calls.append(k)
+            return None if k == 4 else super().choose(topo, free, k, rng)
+
+    state = _fresh()
+    queue = [Job(f"j{i}", "resnet50", k, 32 * k) for i, k in enumerate((4, 4, 2, 4, 4, 1))]
+    got = Picky().place(state, queue)
+    assert [p.job.job_id for p in got] == ["j2", "j5"]
+    # Size 4 is asked again only after j2's placement changed the free GPUs.
+    assert calls == [4, 2, 4, 1]
