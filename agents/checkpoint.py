@@ -6,8 +6,10 @@ options, the seed, the step count and the library versions. SB3 ignores the extr
 ``MaskablePPO.load(path)`` still works; :func:`load_checkpoint` reads both.
 
 The checkpoints shipped with the package are ``agents/checkpoints/default.zip`` (``--model
-default``, static placement) and ``agents/checkpoints/default-online.zip`` (``--model
-default-online``, the online policy of ``scripts/train_default_online.py``).
+default``, static placement), ``agents/checkpoints/default-online.zip`` (``--model
+default-online``, the online policy of ``scripts/train_default_online.py``) and
+``agents/checkpoints/default-severe.zip`` (``--model default-severe``, the static policy of
+``scripts/train_default_severe.py`` that beats CROP on ``Placement-Severe-v0``).
 
 Loading never unpickles by default. SB3's ``Algo.load`` rebuilds some of a model's settings with
 ``cloudpickle`` from the ``data`` member, so a crafted zip runs any command it likes when loaded.
@@ -64,13 +66,18 @@ ALGO_CLASSES: dict[str, str] = {
 
 
 def default_checkpoint(name: str = "default") -> Path:
-    """Path of a checkpoint shipped with the package (``default`` or ``default-online``)."""
+    """Path of a checkpoint shipped with the package (one of :data:`SHIPPED_CHECKPOINTS`)."""
     return Path(str(resources.files("agents") / "checkpoints" / f"{name}.zip"))
 
 
 DEFAULT_CHECKPOINT = "default"
 #: The shipped online policy (``--model default-online``): trained on the env ID in its metadata.
 DEFAULT_ONLINE_CHECKPOINT = "default-online"
+#: The shipped static policy that beats CROP on ``Placement-Severe-v0`` (``--model default-severe``,
+#: scripts/train_default_severe.py).
+DEFAULT_SEVERE_CHECKPOINT = "default-severe"
+#: Every shipped checkpoint name.
+SHIPPED_CHECKPOINTS = (DEFAULT_CHECKPOINT, DEFAULT_ONLINE_CHECKPOINT, DEFAULT_SEVERE_CHECKPOINT)
 
 
 def algo_class(algo: str) -> Any:
@@ -201,7 +208,8 @@ def export_checkpoint(
 
 
 def resolve_model_path(model: str | Path) -> Path:
-    """A checkpoint path from ``default``, ``default-online``, a ``.zip`` file or a run directory.
+    """A checkpoint path from a shipped name (``default``, ``default-online``, ``default-severe``),
+    a ``.zip`` file or a run directory.
 
     A run directory resolves to its ``best_model.zip`` (best validation ratio to CROP), else its
     ``final_model.zip``, else the newest file in ``checkpoints/``.
@@ -209,7 +217,7 @@ def resolve_model_path(model: str | Path) -> Path:
     Raises:
         ConfigError: If nothing loadable is found (one line naming the path).
     """
-    if str(model) in (DEFAULT_CHECKPOINT, DEFAULT_ONLINE_CHECKPOINT):
+    if str(model) in SHIPPED_CHECKPOINTS:
         p = default_checkpoint(str(model))
         if not p.exists():
             raise ConfigError(f"the shipped checkpoint {p} is missing (reinstall crop-gym)")

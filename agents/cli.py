@@ -6,8 +6,9 @@ Usage::
         [--bc-demos N] [--dagger R] [--resume] [--policy CandidateScorer|MultiInputPolicy]
         [--n-envs N] [--vec-env dummy|subproc] [--config YML] [--hyperparams KEY=VALUE ...]
         [--dry-run] [--trust-checkpoint]
-    crop-gym eval [--model PATH|DIR|default|default-online] [--env ID] [--episodes N] [--seed S] [--json PATH|-]
-        [--baselines all|crop|NAME,NAME] [--predict] [--trust-checkpoint]
+    crop-gym eval [--model PATH|DIR|default|default-online|default-severe] [--env ID] [--episodes N] [--seed S] [--json PATH|-]
+        [--baselines all|crop|NAME,NAME] [--safe-stop positive_gain|exhausted] [--predict]
+        [--trust-checkpoint]
 
 Importing this module is cheap and needs neither torch nor Stable-Baselines3; they are imported when
 a command runs (install them with ``pip install 'crop-gym[rl]'``).
@@ -154,7 +155,8 @@ def register(subparsers: Any) -> None:
         "--model",
         default="default",
         help="checkpoint .zip, training run directory, 'default' (the shipped static checkpoint) "
-        "or 'default-online' (the shipped online one)",
+        "'default-online' (the shipped online one) or 'default-severe' (the shipped policy that "
+        "beats CROP on Placement-Severe-v0)",
     )
     e.add_argument("--env", default=None, help="environment ID (default: the checkpoint's)")
     e.add_argument(
@@ -187,6 +189,13 @@ def register(subparsers: Any) -> None:
         "--predict",
         action="store_true",
         help="use model.predict instead of running the scorer module directly",
+    )
+    e.add_argument(
+        "--safe-stop",
+        choices=("positive_gain", "exhausted"),
+        default=None,
+        help="play the agent under crop_gym.wrappers.SafeStop (static envs): stop is masked while "
+        "a placement gains (positive_gain) or while any is valid (exhausted); default: the env's stop",
     )
     e.add_argument("--no-progress", action="store_true", help="no progress bar")
     e.add_argument("--trust-checkpoint", action="store_true", help=_TRUST_HELP)
@@ -310,6 +319,8 @@ def _eval(args: argparse.Namespace) -> int:
         "env_kwargs": env_kwargs,
         "progress": not args.no_progress,
     }
+    if args.safe_stop is not None:
+        kwargs["safe_stop"] = args.safe_stop
     if baselines is not None:
         kwargs["baselines"] = baselines
     rep = evaluate(agent, env_id, **kwargs)

@@ -174,7 +174,12 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "policy": ("CandidateScorer", "MultiInputPolicy"),
     "vec_env": ("dummy", "subproc"),
     "critic": ("detached", "separate", "shared"),
-    "teacher": ("crop", "sjf-crop", "fifo-first-fit"),  # bc: (agents.teachers.teacher_of)
+    "teacher": (
+        "crop",
+        "crop-rollout",
+        "sjf-crop",
+        "fifo-first-fit",
+    ),  # bc: (agents.teachers.teacher_of)
 }
 #: Keys that take a number or a ``lin_X`` schedule string.
 _SCHEDULES = frozenset({"learning_rate", "clip_range", "clip_range_vf"})

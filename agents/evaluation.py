@@ -32,6 +32,7 @@ from agents.envs import is_online
 from agents.networks import MASKED_LOGIT, ObsSpec, adapt_observation, obs_to_tensors
 from agents.policies import scorer_of
 from baselines.compare import DEFAULT_POLICIES
+from crop_gym.errors import ConfigError
 
 #: References played through the online environment itself (:mod:`baselines.online`).
 ONLINE_REFERENCES: tuple[str, ...] = ("crop", "sjf-crop")
@@ -172,6 +173,7 @@ def evaluate_static(
     baselines: Sequence[str] = DEFAULT_BASELINES,
     random_reference: bool = True,
     progress: bool = False,
+    safe_stop: str | None = None,
 ) -> dict[str, Any]:
     """Mean F of the agent, CROP and the baselines on the same instances of a static env.
 
@@ -184,14 +186,21 @@ def evaluate_static(
         baselines: Registered policy names to compare (``crop`` first is customary).
         random_reference: Also play the :class:`RandomValidAgent` reference.
         progress: Show a progress bar.
+        safe_stop: Play the agent under :class:`crop_gym.wrappers.SafeStop` in this mode
+            (``"positive_gain"`` or ``"exhausted"``; ``None``: the environment's own stop). The
+            baselines are not affected (they are not asked to stop).
 
     Returns:
-        :func:`summarize` of the per-episode records.
+        :func:`summarize` of the per-episode records (with ``safe_stop``).
     """
     from baselines.policy import apply, make_policy
     from crop_gym.scenario import PlacementInstance
 
     env = gym.make(env_id, **dict(env_kwargs or {}))
+    if safe_stop is not None:
+        from crop_gym.wrappers import SafeStop
+
+        env = SafeStop(env, mode=safe_stop)
     agent.bind(env)
     policies = {name: make_policy(name) for name in baselines}
     records: list[dict[str, Any]] = []
@@ -247,7 +256,9 @@ def evaluate_static(
             crop_F = np.mean([r["baselines"]["crop"]["F"] for r in records])
             it.set_postfix(ratio_to_crop=f"{pol_F / crop_F:.4f}")
     env.close()
-    return summarize(records, env_id=env_id, first_seed=first_seed, kind="static")
+    out = summarize(records, env_id=env_id, first_seed=first_seed, kind="static")
+    out["safe_stop"] = safe_stop
+    return out
 
 
 def evaluate_online(
@@ -476,6 +487,8 @@ def evaluate(agent: Any, env_id: str, **kwargs: Any) -> dict[str, Any]:
     online = is_online(probe)
     probe.close()
     if online:
+        if kwargs.pop("safe_stop", None) is not None:
+            raise ConfigError(f"{env_id}: safe_stop applies to static placement environments only")
         kwargs.pop("random_reference", None)
         if "baselines" in kwargs and kwargs["baselines"] is None:
             kwargs.pop("baselines")

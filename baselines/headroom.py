@@ -8,7 +8,8 @@ the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
   valid action at every step (stop only when nothing else is valid), of the best heuristic
   (the best mean F among :data:`HEURISTICS` and *row-greedy*, the valid row of the largest
   ``w·k·η·s``, which the observation hands over), of CROP, of the shipped checkpoint where one
-  applies, and a bound: the exact optimum (:func:`baselines.exact.optimum` over every placement)
+  applies (``--learned``: the first named checkpoint trained on that ID, else the last one:
+  ``default-severe`` on ``Placement-Severe-v0``, ``default`` elsewhere), and a bound: the exact optimum (:func:`baselines.exact.optimum` over every placement)
   where the instance is within the solver's limits, else the proven upper bound
   :func:`baselines.exact.upper_bound`. CROP's gap is ``1 - F_CROP / bound`` (mean over seeds) and,
   in gain terms, ``1 - (F_CROP - F_0) / (bound - F_0)``;
@@ -130,27 +131,39 @@ def _bound(inst: PlacementInstance) -> tuple[float, str]:
     return upper_bound(inst.state, inst.queue), "upper bound"
 
 
-def _learned_static(env_id: str, seeds: Sequence[int], learned: str | None) -> list[float] | None:
-    """F of the shipped checkpoint on ``env_id`` (``None`` where it does not apply or is missing).
+def _learned_static(
+    env_id: str, seeds: Sequence[int], learned: Sequence[str]
+) -> tuple[list[float], str] | None:
+    """F of a shipped checkpoint on ``env_id``, and its name (``None`` where none applies).
 
-    The checkpoint lives in ``agents`` (above ``baselines``), so it is found by name, lazily.
+    The checkpoint is the first of ``learned`` trained on ``env_id`` (its metadata's ``env_id``),
+    else the last of ``learned`` (the general static one). Checkpoints live in ``agents`` (above
+    ``baselines``), so they are found by name, lazily.
     """
-    if learned is None or not ENV_IDS[env_id][0].endswith(":PlacementEnv"):
+    if not learned or not ENV_IDS[env_id][0].endswith(":PlacementEnv"):
         return None
     try:
         ckpt = importlib.import_module("agents.checkpoint")
         evaluation = importlib.import_module("agents.evaluation")
-        model, _ = ckpt.load_checkpoint(learned)
+        name = next(
+            (
+                n
+                for n in learned
+                if ckpt.read_metadata(ckpt.resolve_model_path(n)).get("env_id") == env_id
+            ),
+            learned[-1],
+        )
+        model, _ = ckpt.load_checkpoint(name)
         agent = evaluation.PolicyAgent(model)
         env = gym.make(env_id)
         agent.bind(env)
     except (ImportError, CropGymError, ValueError) as exc:
         print(f"headroom: no learned column for {env_id}: {exc}", file=sys.stderr)
         return None
-    return _rollouts(env, agent, seeds, lambda e: float(e.state.F))
+    return _rollouts(env, agent, seeds, lambda e: float(e.state.F)), name
 
 
-def static_row(env_id: str, seeds: Sequence[int], learned: str | None) -> Row:
+def static_row(env_id: str, seeds: Sequence[int], learned: Sequence[str]) -> Row:
     """The static task's row (see the module docstring)."""
     kwargs = ENV_IDS[env_id][1]
     scenario = get_scenario(kwargs.get("scenario", "default"))
@@ -190,7 +203,8 @@ def static_row(env_id: str, seeds: Sequence[int], learned: str | None) -> Row:
         best_heuristic=mean[best],
         best_heuristic_name=best,
         crop=mean["crop"],
-        learned=None if lf is None else float(np.mean(lf)),
+        learned=None if lf is None else float(np.mean(lf[0])),
+        learned_name=None if lf is None else lf[1],
         bound=float(bnd.mean()),
         bound_kind="exact"
         if kinds == {"exact"}
@@ -291,7 +305,7 @@ def headroom(
     seeds: int = 20,
     online_seeds: int = 10,
     rollouts: int = 8,
-    learned: str | None = "default",
+    learned: Sequence[str] = ("default-severe", "default"),
     learned_online: Sequence[str] = ("default-online",),
     progress: bool = True,
 ) -> list[Row]:
@@ -348,6 +362,7 @@ def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
         "(F0: the background jobs). An *upper bound* is proven but can be loose (it ignores the",
         "contention between the new jobs and takes each job's best GPUs separately); *exact* is the",
         "optimum over every placement. GPU-mode IDs play the same instances as their scenario.",
+        *_static_learned_note(rows),
         "",
         "## Online tasks (mean JCT in hours, lower is better)",
         "",
@@ -386,6 +401,18 @@ def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
     return "\n".join(out)
 
 
+def _static_learned_note(rows: Sequence[Row]) -> list[str]:
+    """Which checkpoint each static row's learned column played (rows without a name: default)."""
+    special = [r for r in rows if r.kind == "static" and r.learned_name not in (None, "default")]
+    if not special:
+        return ["Learned: the shipped static checkpoint `default` (greedy)."]
+    return [
+        "Learned: the shipped static checkpoint `default` (greedy), except "
+        + ", ".join(f"`{r.env_id.split('/')[-1]}`: `{r.learned_name}`" for r in special)
+        + " (the checkpoint trained on that ID; docs/AGENTS.md)."
+    ]
+
+
 def _csv(rows: Sequence[Row]) -> str:
     buf = io.StringIO()
     keys = [k for k in asdict(rows[0]) if k != "extra"] + sorted({k for r in rows for k in r.extra})
@@ -422,7 +449,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--online-seeds", type=int, default=10, help="online windows (default 10)")
     p.add_argument("--rollouts", type=int, default=8, help="perturbed rollouts per window")
     p.add_argument(
-        "--learned", default="default", help="checkpoint for the learned column, or 'none'"
+        "--learned",
+        nargs="+",
+        default=["default-severe", "default"],
+        help="checkpoints of the static learned column: the first trained on the row's ID, else "
+        "the last (default: default-severe, default); 'none' for no column",
     )
     p.add_argument(
         "--learned-online",
@@ -442,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seeds=2 if fast else a.seeds,
             online_seeds=2 if fast else a.online_seeds,
             rollouts=2 if fast else a.rollouts,
-            learned=None if a.learned == "none" else a.learned,
+            learned=[n for n in a.learned if n != "none"],
             learned_online=[n for n in a.learned_online if n != "none"],
         )
         out = Path(a.out)

@@ -8,6 +8,9 @@ given here is added after those (a later flag wins)::
     python scripts/evaluate_traces.py                       # the whole study, local processes
     python scripts/evaluate_traces.py --jobs 2000 --seeds 1 # a budgeted subset
     python scripts/evaluate_traces.py --backend ray --address auto
+
+Then ``python scripts/publish_study.py --wall-s SECONDS`` rewrites docs/RESULTS.md's trace section,
+its figures and ``docs/results/study/{results,summary}.*`` from the finished runs.
 """
 
 from __future__ import annotations

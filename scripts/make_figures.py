@@ -6,9 +6,10 @@
     python scripts/make_figures.py --only cli      # crop-gym compare --plot / simulate --plot
     python scripts/make_figures.py --out DIR       # somewhere else than docs/figures
 
-* ``traces``: ``trace_<setting>_bars.png`` and ``trace_<setting>_jct_cdf.png`` from the stored
-  runs of ``docs/results/trace_eval.json`` (no simulation is re-run;
-  :func:`crop_gym.study.figures.write_setting_figures`).
+* ``traces``: ``study_<setting>_bars.png`` and ``study_<setting>_jct_cdf.png`` from the stored
+  runs of the full trace study, ``docs/results/study/results.json`` (no simulation is re-run;
+  :func:`crop_gym.study.figures.write_setting_figures`; ``scripts/publish_study.py`` draws the
+  same figures when it rewrites docs/RESULTS.md).
 * ``placement``: ``placement_{8,64,1024}.png`` (static envs) and ``placement_online_64.png``: the
   ``rgb_array`` frame of a seeded episode after a few placements (first valid action each step).
 * ``cli``: ``compare_default.png`` (``crop-gym compare --seeds 5 --plot``) and
@@ -27,7 +28,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 FIGURES = ROOT / "docs" / "figures"
-TRACE_EVAL = ROOT / "docs" / "results" / "trace_eval.json"
+STUDY_RESULTS = ROOT / "docs" / "results" / "study" / "results.json"
 #: (file name, scenario, placements before the frame).
 PLACEMENT_FRAMES = (
     ("placement_8.png", "testbed-8", 3),
@@ -60,13 +61,13 @@ CLI_FIGURES = (
 
 
 def trace_figures(out: Path) -> list[Path]:
-    """The bars and JCT CDFs of every setting of docs/results/trace_eval.json."""
+    """The bars and JCT CDFs of every setting of docs/results/study/results.json."""
     import json
 
     from crop_gym.study.figures import write_setting_figures
 
-    runs = json.loads(TRACE_EVAL.read_text(encoding="utf-8"))["runs"]
-    return write_setting_figures(runs, out)
+    runs = json.loads(STUDY_RESULTS.read_text(encoding="utf-8"))["runs"]
+    return write_setting_figures(runs, out, prefix="study_")
 
 
 def _save_frame(frame: object, path: Path) -> Path:

@@ -101,54 +101,22 @@ def _eval_one(job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def iqm(x: np.ndarray) -> float:
-    """Interquartile mean: the mean of the middle 50 % of the values (rliable's IQM)."""
-    v = np.sort(np.asarray(x, dtype=float).ravel())
-    n = len(v)
-    lo, hi = int(np.floor(0.25 * n)), int(np.ceil(0.75 * n))
-    return float(v[lo:hi].mean())
-
-
 def bootstrap(
     policy: np.ndarray, ref: np.ndarray, *, reps: int = 2000, seed: int = 0
 ) -> dict[str, Any]:
-    """Point estimates and 95 % stratified bootstrap intervals of the improvement over ``ref``.
+    """:func:`agents.stats.ratio_bootstrap` of the mean JCT, with ``improvement`` (1 − the ratio
+    of means, lower JCT is better) and its interval."""
+    from agents.stats import ratio_bootstrap
 
-    Args:
-        policy: Mean JCT ``(seeds, windows)``.
-        ref: The reference's mean JCT ``(windows,)`` on the same windows.
-        reps: Bootstrap resamples.
-        seed: Seed of the resampling.
-
-    Returns:
-        ``ratio_of_means`` (policy mean JCT / reference mean JCT over seeds × windows),
-        ``improvement`` (1 − that), ``iqm_ratio`` (IQM of the per-(seed, window) ratios), each
-        with its 95 % interval (windows resampled with replacement, then, within each resampled
-        window, the training seeds: rliable's stratified bootstrap over runs, with the held-out
-        windows as a second level because they are a sample too).
-    """
-    rng = np.random.default_rng(seed)
-    S, W = policy.shape
-    ratios = policy / ref[None, :]
-
-    def stats(p: np.ndarray, r: np.ndarray, q: np.ndarray) -> tuple[float, float]:
-        return float(p.mean() / r.mean()), iqm(q)
-
-    point = stats(policy, ref, ratios)
-    draws = np.empty((reps, 2))
-    for b in range(reps):
-        w = rng.integers(W, size=W)
-        s = rng.integers(S, size=(S, W))
-        p = policy[s, w[None, :]]
-        draws[b] = stats(p, ref[w], p / ref[w][None, :])
-    lo, hi = np.percentile(draws, [2.5, 97.5], axis=0)
+    out = ratio_bootstrap(policy, ref, reps=reps, seed=seed)
+    lo, hi = out["ratio_of_means_ci95"]
     return {
-        "ratio_of_means": point[0],
-        "ratio_of_means_ci95": [float(lo[0]), float(hi[0])],
-        "improvement": 1 - point[0],
-        "improvement_ci95": [float(1 - hi[0]), float(1 - lo[0])],
-        "iqm_ratio": point[1],
-        "iqm_ratio_ci95": [float(lo[1]), float(hi[1])],
+        "ratio_of_means": out["ratio_of_means"],
+        "ratio_of_means_ci95": [lo, hi],
+        "improvement": 1 - out["ratio_of_means"],
+        "improvement_ci95": [1 - hi, 1 - lo],
+        "iqm_ratio": out["iqm_ratio"],
+        "iqm_ratio_ci95": out["iqm_ratio_ci95"],
         "bootstrap_reps": reps,
     }
 

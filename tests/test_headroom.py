@@ -43,3 +43,12 @@ def test_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--ids", "crop_gym/Nope-v0", "--out", "/tmp/unused-headroom"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("headroom:") and "\n" not in err
+
+
+def test_static_learned_column_plays_the_checkpoint_trained_on_the_id(tmp_path: Path) -> None:
+    pytest.importorskip("sb3_contrib")
+    ids = ["crop_gym/Placement-Severe-v0"]
+    assert main(["--fast", "--out", str(tmp_path), "--ids", *ids]) == 0
+    (row,) = json.loads((tmp_path / "results" / "headroom.json").read_text())
+    assert row["learned_name"] == "default-severe" and row["learned"] is not None
+    assert "`Placement-Severe-v0`: `default-severe`" in (tmp_path / "BENCHMARK.md").read_text()

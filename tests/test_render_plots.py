@@ -128,10 +128,10 @@ def test_jct_cdf_keeps_crop_on_top_and_distinct() -> None:
 
 
 def test_docs_figures_are_made_from_the_stored_runs(tmp_path: Path) -> None:
-    runs = json.loads((ROOT / "docs/results/trace_eval.json").read_text())["runs"]
-    runs = [r for r in runs if r["cluster"] == "n32g8" and r["arrival_scale"] == 1.0]
-    written = write_setting_figures(runs, tmp_path)
+    runs = json.loads((ROOT / "docs/results/study/results.json").read_text())["runs"]
+    runs = [r for r in runs if r["trace"] == "elasticflow:cluster10"]
+    written = write_setting_figures(runs, tmp_path, prefix="study_")
     names = sorted(p.name for p in written)
-    assert names == ["trace_cluster10_on_n32g8_bars.png", "trace_cluster10_on_n32g8_jct_cdf.png"]
+    assert names == ["study_cluster10_on_n32g8_bars.png", "study_cluster10_on_n32g8_jct_cdf.png"]
     assert all((ROOT / "docs/figures" / n).exists() for n in names)
     assert all(p.stat().st_size > 10_000 for p in written)
