@@ -33,7 +33,7 @@ def static_ids() -> list[str]:
     """The registered candidate-mode static placement IDs, in registration order."""
     from crop_gym.envs.registration import ENV_IDS
 
-    return [i for i, (entry, _) in ENV_IDS.items() if entry.endswith(":PlacementEnv")]
+    return [i for i, spec in ENV_IDS.items() if spec[0].endswith(":PlacementEnv")]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """Figures of trace-study records: grouped bars per policy and JCT CDFs, CROP drawn on top.
 
-The records are those of ``crop-gym study`` (``OUT/results.json``) or of the older trace
-evaluation (``docs/results/trace_eval.json``, where the abnormality profile is ``profile``): one
+The records are those of ``crop-gym study`` (``OUT/results.json``; the full study's are in
+``docs/results/study/results.json``) or of the older trace evaluation (where the abnormality
+profile is ``profile``): one
 dict per run with the setting (``trace``, ``jobs``, ``cluster``, ``arrival_scale``, ...), the
 ``policy``, the ``seed``, scalar metrics and ``jct_quantiles_s`` (the 0th…100th percentiles of the
 run's job completion times).
