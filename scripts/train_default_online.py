@@ -42,37 +42,6 @@ if str(ROOT) not in sys.path:
 HELD_OUT = 10**9
 
 
-def _train_one(job: dict[str, Any]) -> dict[str, Any]:
-    import torch as th
-
-    th.set_num_threads(1)
-    from agents.training import train
-
-    t_cpu, t_wall = time.process_time(), time.perf_counter()
-    meta = train(
-        env_id=job["env_id"],
-        steps=job["steps"],
-        seed=job["seed"],
-        out=job["out"],
-        bc_demos=job["bc_demos"],
-        dagger=job["dagger"],
-        progress=False,
-        log=None,
-    )
-    return {
-        "seed": job["seed"],
-        "cpu_s": time.process_time() - t_cpu,
-        "wall_s": time.perf_counter() - t_wall,
-        "steps": meta.get("steps"),
-        "best_validation": meta.get("best_validation"),
-        "bc": {
-            k: v
-            for k, v in (meta["phases"].get("bc") or {}).items()
-            if k in ("train_agreement", "val_agreement", "wall_s")
-        },
-    }
-
-
 def _eval_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch as th
 
@@ -210,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--skip-train", action="store_true", help="evaluate existing runs only")
     a = p.parse_args(argv)
     from agents.config import TRAIN_SEED_LIMIT
+    from agents.seed_runs import run_summary, train_seed
 
     if not a.seeds or any(not 0 <= s < TRAIN_SEED_LIMIT for s in a.seeds):
         print(f"--seeds must be in [0, {TRAIN_SEED_LIMIT})", file=sys.stderr)
@@ -234,24 +204,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     with ctx.Pool(min(a.jobs, len(jobs))) as pool:
         if a.skip_train:
-            trained = [json.loads((Path(j["out"]) / "run.json").read_text()) for j in jobs]
-            trained = [
-                {
-                    "seed": m["seed"],
-                    "cpu_s": None,
-                    "wall_s": m.get("wall_s"),
-                    "steps": m["steps"],
-                    "best_validation": m.get("best_validation"),
-                    "bc": {
-                        k: v
-                        for k, v in (m["phases"].get("bc") or {}).items()
-                        if k in ("train_agreement", "val_agreement", "wall_s")
-                    },
-                }
-                for m in trained
-            ]
+            trained = [run_summary(j["out"]) for j in jobs]
         else:
-            trained = pool.map(_train_one, jobs)
+            trained = pool.map(train_seed, jobs)
             for t in trained:
                 print(f"seed {t['seed']}: {t['cpu_s']:.0f} CPU s, {t['wall_s']:.0f} s", flush=True)
         ev_jobs = [

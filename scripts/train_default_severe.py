@@ -44,35 +44,6 @@ if str(ROOT) not in sys.path:
 HELD_OUT = 10**9
 
 
-def _train_one(job: dict[str, Any]) -> dict[str, Any]:
-    import torch as th
-
-    th.set_num_threads(1)
-    from agents.training import train
-
-    t_cpu, t_wall = time.process_time(), time.perf_counter()
-    meta = train(
-        env_id=job["env_id"],
-        steps=job["steps"],
-        seed=job["seed"],
-        out=job["out"],
-        bc_demos=job["bc_demos"],
-        dagger=job["dagger"],
-        progress=False,
-        log=None,
-    )
-    bc = meta["phases"].get("bc") or {}
-    return {
-        "seed": job["seed"],
-        "cpu_s": time.process_time() - t_cpu,
-        "wall_s": time.perf_counter() - t_wall,
-        "steps": meta.get("steps"),
-        "teacher": (meta["config"].get("bc") or {}).get("teacher", "crop"),
-        "bc": {k: v for k, v in bc.items() if k in ("train_agreement", "val_agreement")},
-        "final_validation": meta.get("final_validation"),
-    }
-
-
 def _eval_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch as th
 
@@ -171,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--skip-train", action="store_true", help="evaluate existing runs only")
     a = p.parse_args(argv)
     from agents.config import TRAIN_SEED_LIMIT
+    from agents.seed_runs import run_summary, train_seed
 
     if not a.seeds or any(not 0 <= s < TRAIN_SEED_LIMIT for s in a.seeds):
         print(f"--seeds must be in [0, {TRAIN_SEED_LIMIT})", file=sys.stderr)
@@ -194,24 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     with get_context("fork").Pool(min(a.jobs, len(jobs))) as pool:
         if a.skip_train:
-            trained = []
-            for j in jobs:
-                m = json.loads((Path(j["out"]) / "run.json").read_text())
-                bc = m["phases"].get("bc") or {}
-                trained.append(
-                    {
-                        "seed": m["seed"],
-                        "cpu_s": None,
-                        "wall_s": m.get("wall_s"),
-                        "steps": m["steps"],
-                        "teacher": (m["config"].get("bc") or {}).get("teacher", "crop"),
-                        "bc": {
-                            k: v for k, v in bc.items() if k in ("train_agreement", "val_agreement")
-                        },
-                    }
-                )
+            trained = [run_summary(j["out"]) for j in jobs]
         else:
-            trained = pool.map(_train_one, jobs)
+            trained = pool.map(train_seed, jobs)
             for t in trained:
                 print(f"seed {t['seed']}: {t['cpu_s']:.0f} CPU s, {t['wall_s']:.0f} s", flush=True)
         ev_jobs = [
