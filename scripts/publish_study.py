@@ -54,7 +54,7 @@ def _setting_key(r: Record) -> tuple[Any, ...]:
 
 
 def _title(r: Record) -> str:
-    from crop_gym.study.figures import setting_title
+    from crop_gym.study.grid import setting_title
 
     return setting_title(r)
 
@@ -120,21 +120,19 @@ def headline_rows(records: Sequence[Record]) -> list[dict[str, Any]]:
                 )
                 row[f"{metric}_{tag}"] = (other, mean, low, high, len(seeds))
             row[f"{metric}_crop"] = float(np.mean([ref[s][metric] for s in seeds]))
-            row[f"{metric}_min_other"] = means[best] if lower_better else min(means.values())
+            row[f"{metric}_min_other"] = min(means.values())
         rows.append(row)
     return rows
 
 
 def cpu_figures(records: Sequence[Record]) -> dict[str, Any]:
     """CPU seconds of the runs: total, per seed, per policy and per abnormality profile."""
-    out: dict[str, Any] = {"total": 0.0, "seed": {}, "policy": {}, "abnormal": {}, "trace": {}}
+    out: dict[str, Any] = {"total": 0.0, "seed": {}, "policy": {}, "abnormal": {}}
     for r in records:
         c = float(r.get("cpu_s", math.nan))
         out["total"] += c
         for k in ("seed", "policy", "abnormal"):
             out[k][r[k]] = out[k].get(r[k], 0.0) + c
-        t = _title(r)
-        out["trace"][t] = out["trace"].get(t, 0.0) + c
     return out
 
 
@@ -146,6 +144,7 @@ def section(
     records: Sequence[Record], spec: Mapping[str, Any], command: str, wall_s: float | None
 ) -> str:
     """The markdown of the trace-evaluation block."""
+    from crop_gym.study.figures import setting_slug
     from crop_gym.study.report import summarize, summary_markdown
 
     seeds = sorted({int(r["seed"]) for r in records})
@@ -238,7 +237,7 @@ def section(
     body = [("#" + ln) if ln.startswith("## ") else ln for ln in body]  # under this section
     lines += ["### Per trace", "", *body]
     for title in settings:
-        slug = _slug(title)
+        slug = setting_slug(title)
         lines.append(
             f"![{title}: bars](figures/study_{slug}_bars.png) "
             f"![{title}: JCT CDF](figures/study_{slug}_jct_cdf.png)"
@@ -257,12 +256,6 @@ _METRICS = (
     "job_failures",
     "lost_gpu_hours",
 )
-
-
-def _slug(title: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9]", "_", title)
 
 
 def _findings(heads: Sequence[Mapping[str, Any]], seeds: int) -> list[str]:

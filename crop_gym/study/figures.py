@@ -28,10 +28,12 @@ from typing import Any
 import numpy as np
 
 from crop_gym.plotting import new_figure, policy_style, save_figure
+from crop_gym.study.grid import setting_title
 
 __all__ = [
     "bars_figure",
     "jct_cdf_figure",
+    "setting_slug",
     "setting_title",
     "split_by_setting",
     "write_setting_figures",
@@ -50,20 +52,6 @@ def _profile(r: Record) -> str:
     return str(r.get("abnormal", r.get("profile")))
 
 
-def setting_title(r: Record) -> str:
-    """``cluster03[:2000] on n64g8``, ``cluster10 on n32g8, arrivals x0.005``, ..."""
-    trace = str(r["trace"])
-    name = trace.split(":", 1)[1] if ":" in trace else Path(trace).name
-    if r.get("jobs") is not None:
-        name += f"[:{r['jobs']}]"
-    name += f" on {r['cluster']}"
-    if r.get("hardware", "default") not in (None, "default"):
-        name += f", hardware {r['hardware']}"
-    if r.get("arrival_scale") not in (None, 1.0):
-        name += f", arrivals x{r['arrival_scale']:g}"
-    return name
-
-
 def split_by_setting(records: Sequence[Record]) -> dict[str, list[Record]]:
     """Records grouped by :func:`setting_title`, in first-seen order."""
     out: dict[str, list[Record]] = {}
@@ -72,26 +60,14 @@ def split_by_setting(records: Sequence[Record]) -> dict[str, list[Record]]:
     return out
 
 
-#: Reading order of the usual policies and profiles (others follow, in first-seen order).
-_ORDER = (
-    "crop",
-    "crop-plain",
-    "crop-nonrobust",
-    "random",
-    "first-fit",
-    "best-fit",
-    "spread",
-    "hived",
-    "comm-greedy",
-    "none",
-    "mild",
-    "severe",
-)
-
-
 def _ordered(records: Sequence[Record], key: str) -> list[str]:
+    """Policies in the registry's order, profiles in :data:`PROFILES` order (others follow)."""
+    from crop_gym.model.devices import PROFILES
+    from crop_gym.policies import policy_names
+
+    order = [*policy_names(), *PROFILES]
     seen = list(dict.fromkeys(str(r[key]) if key == "policy" else _profile(r) for r in records))
-    return sorted(seen, key=lambda n: _ORDER.index(n) if n in _ORDER else len(_ORDER))
+    return sorted(seen, key=lambda n: order.index(n) if n in order else len(order))
 
 
 def bars_figure(records: Sequence[Record], title: str = "") -> Any:
@@ -201,7 +177,8 @@ def jct_cdf_figure(records: Sequence[Record], title: str = "") -> Any:
     return fig
 
 
-def _slug(title: str) -> str:
+def setting_slug(title: str) -> str:
+    """The file-name form of a setting title (the figures are ``<prefix><slug>_<kind>.png``)."""
     return re.sub(r"[^A-Za-z0-9]", "_", title)
 
 
@@ -214,7 +191,7 @@ def write_setting_figures(
     written = []
     for title, runs in split_by_setting(records).items():
         for kind, make in (("bars", bars_figure), ("jct_cdf", jct_cdf_figure)):
-            path = out / f"{prefix}{_slug(title)}_{kind}.png"
+            path = out / f"{prefix}{setting_slug(title)}_{kind}.png"
             save_figure(make(runs, title), path)
             written.append(path)
     return written

@@ -27,7 +27,15 @@ if TYPE_CHECKING:
     from crop_gym.model.topology import Topology
     from crop_gym.sim import SimConfig
 
-__all__ = ["COORDINATES", "HARDWARE_PROFILES", "Run", "apply_hardware", "cluster_on", "expand"]
+__all__ = [
+    "COORDINATES",
+    "HARDWARE_PROFILES",
+    "Run",
+    "apply_hardware",
+    "cluster_on",
+    "expand",
+    "setting_title",
+]
 
 #: Hardware profiles of the ``hardware`` axis: name → one-line description. ``default`` is the
 #: simulator's own model (no override; equal to ``a100-elasticflow``), the others the bundled
@@ -84,6 +92,22 @@ def cluster_on(cluster: str, hardware: str) -> str | Topology:
     """
     hw = _hardware(hardware)
     return cluster if hw is None else hw.topology(cluster)
+
+
+def setting_title(setting: Any) -> str:
+    """A setting's title from its coordinates (a record, a setting or a mapping with ``trace``,
+    ``cluster`` and optionally ``jobs``, ``hardware``, ``arrival_scale``): ``cluster03[:2000] on
+    n64g8``, ``cluster10 on n32g8, arrivals ×0.005``, ... (tables and figures share it)."""
+    trace = str(setting["trace"])
+    name = trace.split(":", 1)[1] if ":" in trace else Path(trace).name
+    if setting.get("jobs") is not None:
+        name += f"[:{setting['jobs']}]"
+    name += f" on {setting['cluster']}"
+    if setting.get("hardware", "default") not in (None, "default"):
+        name += f", hardware {setting['hardware']}"
+    if setting.get("arrival_scale") not in (None, 1.0):
+        name += f", arrivals ×{setting['arrival_scale']:g}"
+    return name
 
 
 def _slug(text: str) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.study.grid import COORDINATES
+from crop_gym.study.grid import COORDINATES, setting_title
 from crop_gym.study.results import csv_cell
 
 __all__ = [
@@ -175,19 +175,6 @@ def _fmt(iv: Interval, scale: float, fmt: str) -> str:
     return text
 
 
-def _table_title(setting: Mapping[str, Any]) -> str:
-    trace = str(setting["trace"])
-    name = trace.split(":", 1)[1] if ":" in trace else Path(trace).name
-    if setting.get("jobs") is not None:
-        name += f"[:{setting['jobs']}]"
-    name += f" on {setting['cluster']}"
-    if setting.get("hardware") != "default":
-        name += f", hardware {setting['hardware']}"
-    if setting.get("arrival_scale") not in (None, 1.0):
-        name += f", arrivals ×{setting['arrival_scale']:g}"
-    return name
-
-
 def _tables(rows: Sequence[SummaryRow]) -> dict[str, list[SummaryRow]]:
     tables: dict[str, list[SummaryRow]] = {}
     for row in rows:
@@ -221,7 +208,7 @@ def summary_markdown(
     if reference is not None and any(r.setting["policy"] == reference for r in rows):
         lines += _headline(tables, reference)
     for group in tables.values():
-        lines += [f"## {_table_title(group[0].setting)}", ""]
+        lines += [f"## {setting_title(group[0].setting)}", ""]
         header = ["abnormal", "policy", *(TABLE_METRICS[m][0] for m in present)]
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|" + "---|" * len(header))
@@ -263,7 +250,7 @@ def _headline(tables: Mapping[str, list[SummaryRow]], reference: str) -> list[st
                 top = cands[0]
                 change = ref.stats[metric].mean / top.stats[metric].mean - 1.0
                 cells.append(f"{change:+.1%} ({top.setting['policy']})")
-            title = _table_title(group[0].setting)
+            title = setting_title(group[0].setting)
             lines.append(f"| {title} | {abnormal} | {cells[0]} | {cells[1]} |")
     lines.append("")
     return lines
@@ -317,7 +304,7 @@ def plot_summary(rows: Sequence[SummaryRow], path: str | Path) -> None:
             ax.set_xlabel("policy")
             ax.set_ylabel(label)
             ax.set_ylim(bottom=0.0)
-            ax.set_title(_table_title(group[0].setting), fontsize=10)
+            ax.set_title(setting_title(group[0].setting), fontsize=10)
             ax.grid(axis="y", alpha=0.3)
             ax.legend(title="abnormal", fontsize=8)
     fig.suptitle(
