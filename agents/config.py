@@ -328,6 +328,9 @@ def _check_value(where: str, key: str, value: Any, default: Any) -> None:
             raise ConfigError(f"{where}: {key} must be a string, got {value!r}")
         if key in _CHOICES and value not in _CHOICES[key]:
             raise ConfigError(f"{where}: {key}={value!r} must be one of {', '.join(_CHOICES[key])}")
+    elif isinstance(default, tuple):
+        if not isinstance(value, list | tuple) or any(not isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {key} must be a list of strings, got {value!r}")
     elif isinstance(default, dict) or key.endswith("_kwargs"):
         if value is not None and not isinstance(value, dict):
             raise ConfigError(f"{where}: {key} must be a mapping, got {value!r}")

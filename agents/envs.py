@@ -9,7 +9,7 @@ import gymnasium as gym
 
 import crop_gym  # noqa: F401  (registers the crop_gym/ IDs)
 
-__all__ = ["ScaleReward", "is_online", "make_env", "make_vec_env"]
+__all__ = ["ScaleReward", "ScorerObservation", "is_online", "make_env", "make_vec_env"]
 
 
 class ScaleReward(gym.Wrapper):  # type: ignore[type-arg]
@@ -30,6 +30,45 @@ class ScaleReward(gym.Wrapper):  # type: ignore[type-arg]
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         return obs, float(reward) * self.scale, terminated, truncated, info
+
+    def action_masks(self) -> Any:
+        """The wrapped environment's valid actions."""
+        return self.env.unwrapped.action_masks()  # type: ignore[attr-defined]
+
+
+class ScorerObservation(gym.ObservationWrapper):  # type: ignore[type-arg]
+    """Observations as a candidate scorer trained elsewhere reads them.
+
+    :func:`agents.networks.adapt_observation` maps each observation onto the scorer's columns and
+    job-size normaliser, exactly as :class:`agents.evaluation.PolicyAgent` does when it plays the
+    scorer on this environment; cloning a scorer on states of several environments
+    (``bc.also_on``) records them through this wrapper, so it learns from what it will see.
+
+    Args:
+        env: A candidate-mode placement environment.
+        scorer_spec: The scorer's :class:`agents.networks.ObsSpec`.
+    """
+
+    def __init__(self, env: gym.Env[Any, Any], scorer_spec: Any) -> None:
+        import numpy as np
+
+        from agents.networks import ObsSpec, adapt_observation
+
+        super().__init__(env)
+        self._adapt = adapt_observation
+        self.env_spec = ObsSpec.from_env(env)
+        self.scorer_spec = scorer_spec
+        sample = self.observation(env.observation_space.sample())
+        self.observation_space = gym.spaces.Dict(
+            {
+                k: gym.spaces.Box(-np.inf, np.inf, shape=v.shape, dtype=np.float32)
+                for k, v in sample.items()
+            }
+        )
+
+    def observation(self, observation: Any) -> dict[str, Any]:
+        """The observation on the scorer's columns and scale."""
+        return self._adapt(observation, self.env_spec, self.scorer_spec)
 
     def action_masks(self) -> Any:
         """The wrapped environment's valid actions."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -27,10 +26,9 @@ import numpy as np
 import torch as th
 import torch.nn.functional as F
 
-from agents._io import atomic_write
+from agents.demonstrations import Demonstrations, rollouts
 from agents.networks import MASKED_LOGIT, obs_to_tensors
 from agents.policies import scorer_of
-from agents.teachers import teacher_of
 
 __all__ = [
     "BCConfig",
@@ -65,8 +63,13 @@ class BCConfig:
             halved each round).
         dagger_epochs: Epochs of re-training after each round.
         teacher: Whose actions are imitated: ``"crop"`` (CROP; on static environments its
-            expert :class:`baselines.expert.CropExpert`) or, on online environments, any
+            expert :class:`baselines.expert.CropExpert`), ``"crop-rollout"`` (static: CROP with
+            one step of lookahead) or, on online environments, any
             :data:`baselines.online.ONLINE_POLICIES` name (e.g. ``"sjf-crop"``).
+        also_on: Further environment IDs of the run's kind whose demonstrations (as many
+            episodes as the run's own, on the same seeds, with their default arguments) and
+            DAgger rollouts are cloned together with the run's: one policy for several tasks
+            (the candidate scorer does not depend on the cluster or queue size).
     """
 
     epochs: int = 30
@@ -83,6 +86,7 @@ class BCConfig:
     dagger_beta: float = 0.5
     dagger_epochs: int = 10
     teacher: str = "crop"
+    also_on: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -92,165 +96,13 @@ class BCConfig:
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown bc options: {sorted(unknown)}")
+        if "also_on" in data:
+            data["also_on"] = tuple(data["also_on"] or ())
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
-
-
-@dataclass
-class Demonstrations:
-    """Expert-labelled states (stacked arrays).
-
-    Attributes:
-        obs: Observation arrays by key, ``(N, ...)``, in the environment's layout.
-        actions: Expert actions ``int64[N]``.
-        masks: Action masks ``bool[N, A]``.
-        returns: Return-to-go of the episode from each state (raw ΔF, discounted by ``gamma``).
-        value_weight: 1 where ``returns`` is the expert's own return-to-go (expert-driven episodes),
-            0 for DAgger states visited by the learner.
-        episode: Episode index of each state.
-        seeds: Reset seed of each episode.
-    """
-
-    obs: dict[str, np.ndarray]
-    actions: np.ndarray
-    masks: np.ndarray
-    returns: np.ndarray
-    value_weight: np.ndarray
-    episode: np.ndarray
-    seeds: list[int]
-
-    def __len__(self) -> int:
-        return len(self.actions)
-
-    @property
-    def num_episodes(self) -> int:
-        """Number of episodes."""
-        return len(self.seeds)
-
-    def extend(self, other: Demonstrations) -> Demonstrations:
-        """A new set with ``other``'s states appended (episode indices shifted)."""
-        return Demonstrations(
-            {k: np.concatenate([v, other.obs[k]]) for k, v in self.obs.items()},
-            np.concatenate([self.actions, other.actions]),
-            np.concatenate([self.masks, other.masks]),
-            np.concatenate([self.returns, other.returns]),
-            np.concatenate([self.value_weight, other.value_weight]),
-            np.concatenate([self.episode, other.episode + self.num_episodes]),
-            [*self.seeds, *other.seeds],
-        )
-
-    def subset(self, episodes: Sequence[int]) -> Demonstrations:
-        """The states of the given episodes (renumbered in the given order)."""
-        eps = [int(e) for e in episodes]
-        where = {e: i for i, e in enumerate(eps)}
-        idx = np.flatnonzero(np.isin(self.episode, eps))
-        return Demonstrations(
-            {k: v[idx] for k, v in self.obs.items()},
-            self.actions[idx],
-            self.masks[idx],
-            self.returns[idx],
-            self.value_weight[idx],
-            np.asarray([where[int(e)] for e in self.episode[idx]], dtype=np.int64),
-            [self.seeds[e] for e in eps],
-        )
-
-    def save(self, path: str | Path) -> Path:
-        """Write to a compressed ``.npz`` (atomically)."""
-        arrays = {f"obs/{k}": v for k, v in self.obs.items()}
-        arrays.update(
-            actions=self.actions,
-            masks=self.masks,
-            returns=self.returns,
-            value_weight=self.value_weight,
-            episode=self.episode,
-            seeds=np.asarray(self.seeds, dtype=np.int64),
-        )
-
-        def write(tmp: Path) -> None:
-            with open(tmp, "wb") as fh:
-                np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
-
-        return atomic_write(path, write)
-
-    @classmethod
-    def load(cls, path: str | Path) -> Demonstrations:
-        """Read a set written by :meth:`save`."""
-        with np.load(path) as z:
-            obs = {k[4:]: z[k] for k in z.files if k.startswith("obs/")}
-            return cls(
-                obs,
-                z["actions"],
-                z["masks"],
-                z["returns"],
-                z["value_weight"],
-                z["episode"],
-                [int(s) for s in z["seeds"]],
-            )
-
-
-def _discounted(rewards: Sequence[float], gamma: float) -> np.ndarray:
-    out = np.empty(len(rewards))
-    acc = 0.0
-    for i in range(len(rewards) - 1, -1, -1):
-        acc = rewards[i] + gamma * acc
-        out[i] = acc
-    return out
-
-
-def _rollouts(
-    env: gym.Env[Any, Any],
-    seeds: Sequence[int],
-    choose: Callable[[Any, np.ndarray, int], int],
-    *,
-    gamma: float,
-    expert_driven: bool,
-    progress: bool,
-    desc: str,
-    expert_rule: str = "best",
-    teacher: str = "crop",
-) -> Demonstrations:
-    """Run one episode per seed; ``choose(obs, mask, expert_action)`` picks the action taken."""
-    expert_action = teacher_of(env, teacher, expert_rule)
-    obs_buf: dict[str, list[np.ndarray]] = {}
-    actions: list[int] = []
-    masks: list[np.ndarray] = []
-    rets: list[np.ndarray] = []
-    eps: list[int] = []
-    it: Any = seeds
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(seeds, desc=desc, unit="ep", dynamic_ncols=True)
-    for e, seed in enumerate(it):
-        obs, info = env.reset(seed=int(seed))
-        rewards: list[float] = []
-        done = False
-        while not done:
-            mask = np.asarray(info["action_mask"], dtype=bool)
-            a_exp = int(expert_action())
-            for k, v in obs.items():
-                obs_buf.setdefault(k, []).append(np.asarray(v, dtype=np.float32))
-            actions.append(a_exp)
-            masks.append(mask)
-            eps.append(e)
-            a = choose(obs, mask, a_exp)
-            obs, r, term, trunc, info = env.step(a)
-            rewards.append(float(r))
-            done = bool(term or trunc)
-        rets.append(_discounted(rewards, gamma))
-    n = len(actions)
-    return Demonstrations(
-        {k: np.stack(v) for k, v in obs_buf.items()},
-        np.asarray(actions, dtype=np.int64),
-        np.stack(masks) if masks else np.zeros((0, int(env.action_space.n)), bool),  # type: ignore[attr-defined]
-        np.concatenate(rets) if rets else np.zeros(0),
-        np.full(n, 1.0 if expert_driven else 0.0),
-        np.asarray(eps, dtype=np.int64),
-        [int(s) for s in seeds],
-    )
 
 
 def record_demonstrations(
@@ -274,7 +126,7 @@ def record_demonstrations(
             ``"density"``), whose next action is a function of the current state alone.
         teacher: The teacher (:func:`teacher_of`): ``"crop"``, or an online policy's name.
     """
-    return _rollouts(
+    return rollouts(
         env,
         seeds,
         lambda o, m, a: a,
@@ -417,9 +269,34 @@ def equivalent_agreement(
     return {"exact": exact / max(n, 1), "equivalent": equiv / max(n, 1), "states": n}
 
 
+def _split(
+    demos: Demonstrations, val_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(train state indices, validation state indices, validation episodes)`` of one set: a
+    ``val_fraction`` of its episodes (none when it has fewer than 10) is held out."""
+    n_ep = demos.num_episodes
+    n_val = round(val_fraction * n_ep) if n_ep >= 10 else 0
+    val_eps = rng.choice(n_ep, size=n_val, replace=False) if n_val else np.zeros(0, np.int64)
+    is_val = np.isin(demos.episode, val_eps)
+    return np.flatnonzero(~is_val), np.flatnonzero(is_val), val_eps
+
+
+def _pooled(per_set: list[dict[str, Any]], part: str) -> float:
+    """The agreement over the states of all sets (each set's agreement weighted by its states)."""
+    if len(per_set) == 1:
+        return float(per_set[0][f"{part}_agreement"])
+    n = sum(r[f"{part}_states"] for r in per_set)
+    if n == 0:
+        return float("nan")
+    return (
+        sum(r[f"{part}_agreement"] * r[f"{part}_states"] for r in per_set if r[f"{part}_states"])
+        / n
+    )
+
+
 def behaviour_cloning(
     policy: Any,
-    demos: Demonstrations,
+    demos: Demonstrations | Sequence[Demonstrations],
     config: BCConfig,
     *,
     seed: int = 0,
@@ -435,9 +312,14 @@ def behaviour_cloning(
     the squared error of the value head against the scaled return-to-go on expert-driven states.
     A ``val_fraction`` of the episodes is held out to report agreement.
 
+    Several sets (one per environment, e.g. a run's own and those of ``bc.also_on``) are cloned
+    together: each minibatch is drawn from one set (their observation layouts may differ; the
+    candidate scorer does not depend on them), and an epoch visits every set's minibatches in a
+    shuffled order, so each set weighs in proportion to its states.
+
     Args:
         policy: An SB3 policy (``model.policy``).
-        demos: The demonstrations.
+        demos: The demonstrations: one set, or a list of sets.
         config: Options.
         seed: Seed of the minibatch order and the validation split.
         epochs: Override of ``config.epochs``.
@@ -446,15 +328,12 @@ def behaviour_cloning(
         progress: Show a progress bar over epochs.
 
     Returns:
-        History: per-epoch loss and the final train/validation agreement.
+        History: per-epoch loss and the final train/validation agreement (over all sets;
+        ``val_episodes`` are those of the first set, ``per_set`` the agreement of each set).
     """
     rng = np.random.default_rng([seed, 1])
-    n_ep = demos.num_episodes
-    n_val = round(config.val_fraction * n_ep) if n_ep >= 10 else 0
-    val_eps = rng.choice(n_ep, size=n_val, replace=False) if n_val else np.zeros(0, np.int64)
-    is_val = np.isin(demos.episode, val_eps)
-    train_idx = np.flatnonzero(~is_val)
-    val_idx = np.flatnonzero(is_val)
+    sets = [demos] if isinstance(demos, Demonstrations) else list(demos)
+    splits = [_split(d, config.val_fraction, rng) for d in sets]
     opt = th.optim.Adam(
         policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
@@ -467,12 +346,18 @@ def behaviour_cloning(
         it = tqdm(it, desc="behaviour cloning", unit="epoch", dynamic_ncols=True)
     policy.set_training_mode(True)
     for epoch in it:
-        perm = rng.permutation(train_idx)
+        batches = []
+        for g, (train_idx, _, _) in enumerate(splits):
+            perm = rng.permutation(train_idx)
+            batches += [
+                (g, perm[i : i + config.batch_size]) for i in range(0, len(perm), config.batch_size)
+            ]
+        if len(sets) > 1:
+            batches = [batches[i] for i in rng.permutation(len(batches))]
         tot = ce_tot = v_tot = 0.0
         nb = 0
-        for i in range(0, len(perm), config.batch_size):
-            idx = perm[i : i + config.batch_size]
-            obs, act, mask, ret, vw = _batch(demos, idx, policy.device)
+        for g, idx in batches:
+            obs, act, mask, ret, vw = _batch(sets[g], idx, policy.device)
             logits, values = policy_logits(policy, obs)
             logits = logits.masked_fill(~mask, MASKED_LOGIT)
             ce = F.cross_entropy(logits, act)
@@ -501,11 +386,22 @@ def behaviour_cloning(
             logger.dump(step_offset + epoch + 1)
         if progress:
             it.set_postfix(ce=f"{ce_tot / nb:.3f}")
-    history["train_agreement"] = agreement(policy, demos, train_idx)
-    history["val_agreement"] = agreement(policy, demos, val_idx) if len(val_idx) else None
-    history["train_states"] = len(train_idx)
-    history["val_states"] = len(val_idx)
-    history["val_episodes"] = sorted(int(e) for e in val_eps)
+    per_set = [
+        {
+            "train_agreement": agreement(policy, d, tr),
+            "val_agreement": agreement(policy, d, va) if len(va) else None,
+            "train_states": len(tr),
+            "val_states": len(va),
+        }
+        for d, (tr, va, _) in zip(sets, splits, strict=True)
+    ]
+    history["train_states"] = sum(r["train_states"] for r in per_set)
+    history["val_states"] = sum(r["val_states"] for r in per_set)
+    history["train_agreement"] = _pooled(per_set, "train")
+    history["val_agreement"] = _pooled(per_set, "val") if history["val_states"] else None
+    history["val_episodes"] = sorted(int(e) for e in splits[0][2])
+    if len(sets) > 1:
+        history["per_set"] = per_set
     if logger is not None:
         logger.record("bc/train_agreement", history["train_agreement"])
         if history["val_agreement"] is not None:
@@ -525,26 +421,27 @@ def greedy_action(policy: Any, obs: dict[str, np.ndarray], mask: np.ndarray) -> 
 
 def dagger(
     policy: Any,
-    env: gym.Env[Any, Any],
-    demos: Demonstrations,
+    env: gym.Env[Any, Any] | Sequence[gym.Env[Any, Any]],
+    demos: Demonstrations | Sequence[Demonstrations],
     config: BCConfig,
     seed_fn: Callable[[int, int], int],
     *,
     seed: int = 0,
     logger: Any = None,
     progress: bool = False,
-) -> tuple[Demonstrations, list[dict[str, Any]]]:
+) -> tuple[Any, list[dict[str, Any]]]:
     """DAgger: roll out the policy, label its states with the teacher, aggregate, re-train.
 
-    Round ``i`` (from 1) rolls out ``config.dagger_episodes`` episodes on seeds ``seed_fn(i, e)``;
+    Round ``i`` (from 1) rolls out ``config.dagger_episodes`` episodes on seeds ``seed_fn(i, e)``
+    (in every environment, when several are given);
     each step follows the expert with probability ``dagger_beta / 2**(i-1)``, else the policy's
     greedy action; every visited state is labelled with the expert's action (the teacher of
     ``config.teacher``, :func:`agents.teachers.teacher_of`).
 
     Args:
         policy: The (already cloned) SB3 policy, trained in place.
-        env: A candidate-mode placement environment.
-        demos: The demonstrations so far.
+        env: A candidate-mode placement environment, or a list of them.
+        demos: The demonstrations so far: one set, or one set per environment of ``env``.
         config: Options (``dagger_*``).
         seed_fn: ``(round, episode) -> reset seed`` (training range).
         seed: Seed of the mixing draws and re-training.
@@ -552,8 +449,14 @@ def dagger(
         progress: Show progress bars.
 
     Returns:
-        The aggregated demonstrations and each round's history.
+        The aggregated demonstrations (a set, or a list of sets as given) and each round's
+        history.
     """
+    single = isinstance(demos, Demonstrations)
+    envs = [env] if isinstance(env, gym.Env) else list(env)
+    sets = [demos] if isinstance(demos, Demonstrations) else list(demos)
+    if len(envs) != len(sets):
+        raise ValueError(f"dagger: {len(envs)} environments for {len(sets)} demonstration sets")
     rng = np.random.default_rng([seed, 2])
     rounds: list[dict[str, Any]] = []
     for i in range(1, config.dagger_iterations + 1):
@@ -566,20 +469,21 @@ def dagger(
             return greedy_action(policy, obs, mask)
 
         seeds = [seed_fn(i, e) for e in range(config.dagger_episodes)]
-        new = _rollouts(
-            env,
-            seeds,
-            choose,
-            gamma=config.gamma,
-            expert_driven=False,
-            progress=progress,
-            desc=f"DAgger {i}",
-            teacher=config.teacher,
-        )
-        demos = demos.extend(new)
+        for g, e in enumerate(envs):
+            new = rollouts(
+                e,
+                seeds,
+                choose,
+                gamma=config.gamma,
+                expert_driven=False,
+                progress=progress,
+                desc=f"DAgger {i}" + (f" ({g + 1}/{len(envs)})" if len(envs) > 1 else ""),
+                teacher=config.teacher,
+            )
+            sets[g] = sets[g].extend(new)
         hist = behaviour_cloning(
             policy,
-            demos,
+            sets,
             config,
             seed=seed + i,
             epochs=config.dagger_epochs,
@@ -589,6 +493,6 @@ def dagger(
         )
         hist["round"] = i
         hist["beta"] = beta
-        hist["states"] = len(demos)
+        hist["states"] = sum(len(d) for d in sets)
         rounds.append(hist)
-    return demos, rounds
+    return (sets[0] if single else sets), rounds

@@ -43,9 +43,9 @@ from agents.config import (
     check_env_id,
     load_config,
     parse_hyperparams,
-    train_seed,
 )
-from agents.envs import is_online, make_vec_env
+from agents.envs import make_vec_env
+from agents.imitation_phase import check_also_on, imitate
 from agents.runstate import (
     GAIN_THRESHOLDS,
     TARGET_RATIO,
@@ -129,7 +129,13 @@ def plan_steps(model: Any, total: int, *, n_envs: int | None = None) -> int:
     return start + math.ceil((total - start) / chunk) * chunk
 
 
-def _check_out_dir(out: Path, inputs: list[str | Path | None]) -> None:
+def _also_on_demos(cfg: RunConfig) -> tuple[str, ...]:
+    """The demonstration files of ``bc.also_on``'s environments (``demos-1.npz``, ...)."""
+    n = len((cfg.run.get("bc") or {}).get("also_on") or ())
+    return tuple(f"demos-{g}.npz" for g in range(1, n + 1))
+
+
+def _check_out_dir(out: Path, inputs: list[str | Path | None], extra: tuple[str, ...] = ()) -> None:
     """Refuse an --out that is a file, or whose run files would replace an input."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: is not a directory")
@@ -143,7 +149,7 @@ def _check_out_dir(out: Path, inputs: list[str | Path | None]) -> None:
     if not os.access(anc, os.W_OK | os.X_OK):
         raise ConfigError(f"--out {out}: {anc} is not writable")
     if out.exists():
-        files = {f"--out {out / name}": out / name for name in RUN_FILES}
+        files = {f"--out {out / name}": out / name for name in (*RUN_FILES, *extra)}
         check_outputs(files, inputs=[i for i in inputs if i is not None])
 
 
@@ -247,7 +253,7 @@ def train(
         raise ConfigError(f"--dagger={dagger} is outside its allowed range [0, 100]")
     total = int(cfg.run["n_timesteps"] if steps is None else steps)
     outdir = Path(out)
-    _check_out_dir(outdir, [config])
+    _check_out_dir(outdir, [config], extra=_also_on_demos(cfg))
     env_kwargs = dict(cfg.run["env_kwargs"] or {})
     try:
         probe = gym.make(env_id, **env_kwargs)
@@ -267,6 +273,11 @@ def train(
         except ValueError as e:
             probe.close()
             raise ConfigError(f"{cfg.source}: bc: {e} ({env_id})") from None
+        try:
+            check_also_on(cfg, probe, teacher)
+        except ConfigError:
+            probe.close()
+            raise
     try:
         pol, pol_kwargs = policy_spec(
             algo, str(cfg.run["policy"]), cfg.algo_kwargs.get("policy_kwargs"), probe
@@ -425,7 +436,7 @@ def _run(
     if latest is not None:
         run.meta["resumed_from"] = {**run.meta.get("resumed_from", {}), "checkpoint": str(latest)}
     elif run.bc_demos > 0:
-        _imitate(
+        imitate(
             run, model, probe, run.bc_demos, dagger, reward_scale, algo_kwargs, run.progress, resume
         )
     run.curve = [r for r in run.curve if r["steps"] <= int(model.num_timesteps)]
@@ -489,99 +500,4 @@ def _run(
         plot_curve(run.curve, outdir / "learning_curve.png", title=label)
     run.meta["status"] = "done"
     run.meta["final_validation"] = run.curve[-1] if run.curve else None
-    run.write_meta()
-
-
-def _imitate(
-    run: RunState,
-    model: Any,
-    env: gym.Env[Any, Any],
-    episodes: int,
-    dagger_rounds: int | None,
-    reward_scale: float,
-    algo_kwargs: Mapping[str, Any],
-    progress: bool,
-    resume: bool,
-) -> None:
-    """Demonstrations, behaviour cloning (and DAgger) on ``model.policy``; saves bc_model.zip."""
-    from stable_baselines3.common.logger import configure
-
-    from agents.imitation import (
-        BCConfig,
-        Demonstrations,
-        behaviour_cloning,
-        dagger,
-        equivalent_agreement,
-        record_demonstrations,
-    )
-
-    bc_cfg = BCConfig.from_dict(run.cfg.run.get("bc"))
-    bc_cfg.reward_scale = reward_scale
-    bc_cfg.gamma = float(algo_kwargs.get("gamma", 1.0))
-    if dagger_rounds is not None:
-        bc_cfg.dagger_iterations = int(dagger_rounds)
-    seeds = [train_seed(run.seed, 0, i) for i in range(episodes)]
-    run.meta["seeds"]["demo_seeds"] = {
-        "first": seeds[0],
-        "count": len(seeds),
-        "rule": "train_seed(seed, 0, i)",
-    }
-    demo_path = run.out / "demos.npz"
-    t = time.perf_counter()
-    demos: Demonstrations | None = None
-    if resume and demo_path.exists():
-        demos = Demonstrations.load(demo_path)
-        if demos.seeds != seeds:
-            demos = None
-    if demos is None:
-        demos = record_demonstrations(
-            env, seeds, gamma=bc_cfg.gamma, progress=progress, teacher=bc_cfg.teacher
-        )
-        demos.save(demo_path)
-    run.meta["phases"]["demos"] = {
-        "episodes": demos.num_episodes,
-        "states": len(demos),
-        "wall_s": time.perf_counter() - t,
-    }
-    run.write_meta()
-    logger = configure(str(run.out / "tb" / "bc"), ["tensorboard"])
-    t = time.perf_counter()
-    hist = behaviour_cloning(
-        model.policy, demos, bc_cfg, seed=run.seed, logger=logger, progress=progress
-    )
-    phase: dict[str, Any] = {
-        "config": bc_cfg.to_dict(),
-        "epochs": bc_cfg.epochs,
-        "final_cross_entropy": hist["ce"][-1] if hist["ce"] else None,
-        "train_agreement": hist["train_agreement"],
-        "val_agreement": hist["val_agreement"],
-        "train_states": hist["train_states"],
-        "val_states": hist["val_states"],
-    }
-    if hist["val_episodes"] and not is_online(env):
-        # Agreement counting CROP-equivalent choices (CROP keeps the better of two greedy passes,
-        # so exact agreement is capped below 1 on instances where the passes differ).
-        eq = equivalent_agreement(model.policy, env, demos.subset(hist["val_episodes"]))
-        phase["val_equivalent_agreement"] = eq["equivalent"]
-    if bc_cfg.dagger_iterations > 0:
-        demos, rounds = dagger(
-            model.policy,
-            env,
-            demos,
-            bc_cfg,
-            lambda r, e: train_seed(run.seed, r, e),
-            seed=run.seed,
-            logger=logger,
-            progress=progress,
-        )
-        phase["dagger"] = [
-            {k: v for k, v in r.items() if k not in ("loss", "ce", "value_loss")} for r in rounds
-        ]
-    phase["wall_s"] = time.perf_counter() - t
-    logger.close()
-    if hasattr(model, "q_net_target"):  # DQN: start the target network from the cloned Q-network
-        model.q_net_target.load_state_dict(model.q_net.state_dict())
-    run.meta["phases"]["bc"] = phase
-    run.validate(model, 0, phase="bc")
-    save_checkpoint(model, run.out / "bc_model.zip", run.checkpoint_meta(model, phase="bc"))
     run.write_meta()

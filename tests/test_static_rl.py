@@ -132,3 +132,33 @@ def test_shipped_severe_policy_reproduces_its_published_evaluation() -> None:
     crop = [r["baselines"]["crop"]["F"] for r in rep["per_episode"]]
     assert got == pytest.approx(published["per_episode"]["policy"][0][:4], rel=1e-9)
     assert crop == pytest.approx(published["per_episode"]["crop"][:4], rel=1e-9)
+
+
+STATIC_POLICY = Path(__file__).resolve().parents[1] / "docs" / "results" / "static_policy.json"
+
+
+@pytest.mark.parametrize("env_id", ["crop_gym/Placement-Testbed8-v0", "crop_gym/Placement-RTX-v0"])
+def test_shipped_default_reproduces_its_published_per_id_figures(env_id: str) -> None:
+    """docs/results/static_policy.json (scripts/evaluate_static_ids.py) is what the shipped default
+    does: its mean F on the published held-out seeds, under the published SafeStop, to 1e-9, and
+    the 0.99 x CROP bar holds on every static ID."""
+    pytest.importorskip("sb3_contrib")
+    from agents.checkpoint import load_checkpoint
+    from agents.evaluation import PolicyAgent, evaluate_static
+
+    published = json.loads(STATIC_POLICY.read_text())
+    assert published["model"] == "default"
+    assert all(r["ratio_to_crop"] >= published["target"] == 0.99 for r in published["rows"])
+    row = next(r for r in published["rows"] if r["env_id"] == env_id)
+    model, _ = load_checkpoint("default")
+    rep = evaluate_static(
+        PolicyAgent(model),
+        env_id,
+        episodes=row["episodes"],
+        first_seed=published["first_seed"],
+        baselines=("crop",),
+        random_reference=False,
+        safe_stop=published["safe_stop"],
+    )
+    assert rep["policy_mean_F"] == pytest.approx(row["policy_mean_F"], rel=1e-9)
+    assert rep["crop_mean_F"] == pytest.approx(row["crop_mean_F"], rel=1e-9)
