@@ -354,39 +354,37 @@ class ClusterState:
         self._F = float(t.value[rows].sum())
         return self._F
 
-    def gains(self, job: Job, facts: PlacementFacts) -> Gains:
+    def gains(self, job: Job, facts: PlacementFacts, *, interference: bool = True) -> Gains:
         """ΔF of placing ``job`` on each placement of ``facts``, all at once (nothing changes).
 
         Args:
             job: The job (not validated against the placements).
             facts: Facts of ``R`` placements of ``job.num_gpus`` GPUs under the current health
                 (:func:`~crop_gym.model.facts.placement_facts`, :meth:`facts_for`).
+            interference: As in :meth:`row_gains`.
         """
-        return self.row_gains([job], np.zeros(len(facts), dtype=np.int64), facts)
+        const = job_constants(self.topology, self.perf, (job,))
+        return self.row_gains(const, facts, interference=interference)
 
     def row_gains(
-        self,
-        jobs: Sequence[Job],
-        job_of_row: NDArray[np.int64],
-        facts: PlacementFacts,
-        *,
-        interference: bool = True,
+        self, const: FloatArray, facts: PlacementFacts, *, interference: bool = True
     ) -> Gains:
-        """ΔF of placing ``jobs[job_of_row[r]]`` on placement ``r`` of ``facts``, all rows at once.
+        """ΔF of placing, on placement ``r`` of ``facts``, a job of constants ``const[r]``, all rows
+        at once.
 
-        Each row is evaluated alone against the current state (the rows are alternatives, not a
-        sequence). With ``interference=False`` only the new job's side is evaluated and
-        :attr:`Gains.interference` is ``None`` (:meth:`interference` gives it for the rows that
-        need it).
+        ``const`` holds rows of :func:`~crop_gym.model.timing.job_constants` (one per placement,
+        or one for all). Each row is evaluated alone against the current state (the rows are
+        alternatives, not a sequence). With ``interference=False`` only the new job's side is
+        evaluated and :attr:`Gains.interference` is ``None`` (:meth:`interference` gives it for
+        the rows that need it).
         """
-        grad_bytes, compute, tstar, weight, kappa = job_constants(self.topology, self.perf, jobs).T
-        i = job_of_row
+        grad_bytes, compute, tstar, weight, kappa = const.T
         links = facts.inter_links  # [R, Wc]
         b_own = inter_bandwidth(self._eff_bw, self._load[links] + 1, links)
         own_t = job_times(
-            self.perf, grad_bytes[i], compute[i], tstar[i], facts, b_own, compute_sharing=kappa[i]
+            self.perf, grad_bytes, compute, tstar, facts, b_own, compute_sharing=kappa
         )
-        own = job_value(weight[i], facts.k, facts.survival, own_t.eta)
+        own = job_value(weight, facts.k, facts.survival, own_t.eta)
         other = self.interference(facts) if interference else None
         return Gains(own=own, interference=other, eta=own_t.eta, comm=own_t.C, b_inter=b_own)
 
