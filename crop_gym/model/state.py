@@ -508,16 +508,15 @@ class ClusterState:
     def _free_slot(self, width: int) -> int:
         """A free slot whose link row holds ``width`` links (the table grows if needed)."""
         t = self._table
-        free = np.flatnonzero(~t.active)
-        cols = t.links.shape[1]
-        if len(free) == 0 or width > cols:
-            slots = t.slots if len(free) else 2 * t.slots
+        s, cols = int(t.active.argmin()), t.links.shape[1]  # the first free slot, if any
+        if t.active[s] or width > cols:
+            slots = 2 * t.slots if t.active[s] else t.slots
             self._table = t.resized(slots, max(cols, width))
             grow = slots - len(self._slot_job)
             self._slot_job += [None] * grow
             self._slot_gpus += [None] * grow
-            free = np.flatnonzero(~self._table.active)
-        return int(free[0])
+            s = int(self._table.active.argmin())
+        return s
 
     def remove(self, job_id: str) -> float:
         """Remove a placed job; return the change of F.
