@@ -35,7 +35,7 @@ from crop_gym.model.facts import placement_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PerfConfig, inter_bandwidth, job_times
+from crop_gym.model.timing import PerfConfig, inter_bandwidth, times_of
 from crop_gym.model.topology import Topology
 
 __all__ = [
@@ -415,16 +415,7 @@ class ObservationBuilder:
             facts = facts.take(table.row_src)
             eff = self.topology.link_bw * observed.link_degradation
             b_inter = inter_bandwidth(eff, load[links] + 1, links)
-            const = table.const[table.row_slot]
-            eta = job_times(
-                self.perf,
-                const[:, 0],
-                const[:, 1],
-                const[:, 2],
-                facts,
-                b_inter,
-                compute_sharing=const[:, 4],
-            ).eta
+            eta = times_of(self.perf, table.const[table.row_slot], facts, b_inter).eta
         k, s = facts.k, facts.s
         # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,
         # queue_pos, weight), then the placement's.
