@@ -87,7 +87,8 @@ class PendingQueue:
 
     def without(self, position: int) -> PendingQueue:
         """The same queue less its ``position``-th pending job."""
-        return replace(self, index=np.delete(self.index, position))
+        index = self.index
+        return replace(self, index=np.concatenate((index[:position], index[position + 1 :])))
 
 
 def action_space(num_slots: int, max_candidates: int) -> spaces.Discrete:
