@@ -232,8 +232,8 @@ def select_view(
         num_slots: ``Q``.
     """
     P = len(job_class)
-    first = np.empty(int(job_class.max(initial=-1)) + 1, dtype=np.int64)
-    first[job_class[::-1]] = np.arange(P - 1, -1, -1)  # the earliest job of each class wins
+    first = np.full(int(job_class.max(initial=-1)) + 1, P, dtype=np.int64)
+    np.minimum.at(first, job_class, np.arange(P))  # the earliest pending job of each class
     holds = (first[job_class] == np.arange(P)) & (num_gpus <= num_free)
     positions = np.flatnonzero(holds)[:num_slots]
     return positions, np.bincount(job_class)[job_class[positions]]
