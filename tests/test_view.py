@@ -72,9 +72,11 @@ def test_view_selection_matches_the_job_by_job_rule(grouping: bool) -> None:
         ]
         free = int(rng.integers(0, 20))
         fits = {k for k in SIZES if k <= free}
-        positions, copies = select_view(pending, free, Q, grouping)
+        group = np.array(classes if grouping else range(len(classes)), dtype=np.int64)
+        num_gpus = np.array([j.num_gpus for j in pending], dtype=np.int64)
+        positions, copies = select_view(group, num_gpus, free, Q)
         want = _select_reference([(cls_job[c][1], c) for c in classes], Q, grouping, fits)
-        assert positions == want[3] and copies == want[2]
+        assert positions.tolist() == want[3] and copies.tolist() == want[2]
 
 
 def _states(n: int) -> list[tuple[ClusterState, list[Job]]]:

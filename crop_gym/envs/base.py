@@ -29,7 +29,7 @@ from crop_gym.envs.checks import (
 )
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
-from crop_gym.envs.view import ActionTable, build_action_table
+from crop_gym.envs.view import ActionTable, PendingQueue, build_action_table
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
 from crop_gym.model.jobs import Job
@@ -77,7 +77,8 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         queue_view: The view size ``Q`` after capping.
         max_candidates: ``C``.
         state: The cluster state of the current episode.
-        pending: Pending jobs, in queue order.
+        pending_queue: The episode's queue and which of its jobs are pending.
+        pending: Pending jobs, in queue order (a list made from :attr:`pending_queue`).
         table: The action table of the current state and pending jobs.
         placed: ``(job id, GPUs)`` of the jobs placed in this episode, in order.
         initial_F: F at the start of the episode.
@@ -124,7 +125,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         self._guard = EpisodeGuard()
         self.state: ClusterState = ClusterState(self.topology, perf=sc.perf)
         self.observed_health: Health = self.state.health
-        self.pending: list[Job] = []
+        self.pending_queue = PendingQueue.of(self.state, ())
         self.placed: list[tuple[str, NDArray[np.int32]]] = []
         self.initial_F = 0.0
         self._queue_index: dict[str, int] = {}
@@ -157,7 +158,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
             inst = PlacementInstance(inst.state.copy(), tuple(inst.queue), inst.scenario)
         self.instance = inst
         self.state = inst.state
-        self.pending = list(inst.queue)
+        self.pending_queue = PendingQueue.of(self.state, inst.queue)
         self._queue_index = {j.job_id: i for i, j in enumerate(inst.queue)}
         self.placed = []
         self.initial_F = self.state.F
@@ -172,7 +173,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         """The action table of the current state and pending jobs."""
         return build_action_table(
             self.state,
-            self.pending,
+            self.pending_queue,
             num_slots=self.queue_view,
             max_candidates=self.max_candidates,
             robust=self.robust_candidates,
@@ -185,12 +186,21 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         return self.features.build(
             self.state,
             self.observed_health,
-            self.pending,
+            self.pending_queue,
             self.table,
             self._steps,
             self.max_steps,
             extra=extra,
         )
+
+    @property
+    def pending(self) -> list[Job]:
+        """The pending jobs, in queue order."""
+        return self.pending_queue.jobs
+
+    def _remove_pending(self, position: int) -> None:
+        """The ``position``-th pending job leaves the queue (placed or dropped)."""
+        self.pending_queue = self.pending_queue.without(position)
 
     @property
     def episode_return(self) -> float:
@@ -205,7 +215,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
             "action_mask": mask.copy(),
             "F": m.F,
             "F_start": self.initial_F,
-            "pending": len(self.pending),
+            "pending": len(self.pending_queue),
             "metrics": {
                 "jobs_placed": m.jobs_placed,
                 "gpus_busy": m.gpus_busy,

@@ -167,7 +167,7 @@ class GPUPlacementEnv(StaticPlacementBase):
         if a is not None and 0 <= a < len(self._mask) and self._mask[a]:
             if a == self.defer_action:
                 if head is not None:
-                    del self.pending[self.table.positions[0]]
+                    self._remove_pending(self.table.positions[0])
                     self.dropped.append(head.job_id)
                     self._new_head()
             else:
@@ -199,9 +199,9 @@ class GPUPlacementEnv(StaticPlacementBase):
         """Place the head job on the picked GPUs; return the reward terms."""
         gpus = np.sort(np.asarray(self.chosen, dtype=np.int32))
         facts = self.state.facts_for(gpus)
-        own = self.state.row_gains([head], np.zeros(1, np.int64), facts, interference=False).own
+        own = self.state.gains(head, facts, interference=False).own
         terms = placement_terms(float(own[0]), self.state.add(head, gpus, facts=facts))
-        del self.pending[self.table.positions[0]]
+        self._remove_pending(self.table.positions[0])
         self.placed.append((head.job_id, self.state.placement(head.job_id)))
         self._new_head()
         return terms

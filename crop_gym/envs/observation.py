@@ -18,7 +18,7 @@ placed jobs' η, F) is the true state. The privileged ``gain`` is the true ΔF o
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import chain
@@ -35,7 +35,7 @@ from crop_gym.model.facts import placement_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import PerfConfig, inter_bandwidth, job_constants, job_times
+from crop_gym.model.timing import PerfConfig, inter_bandwidth, times_of
 from crop_gym.model.topology import Topology
 
 __all__ = [
@@ -289,7 +289,7 @@ class ObservationBuilder:
         self,
         state: ClusterState,
         observed: Health,
-        pending: Sequence[Job],
+        pending: Sized,
         table: ActionTable,
         step: int = 0,
         max_steps: int = 1,
@@ -415,16 +415,7 @@ class ObservationBuilder:
             facts = facts.take(table.row_src)
             eff = self.topology.link_bw * observed.link_degradation
             b_inter = inter_bandwidth(eff, load[links] + 1, links)
-            const = job_constants(state.topology, state.perf, table.jobs)[table.row_slot]
-            eta = job_times(
-                self.perf,
-                const[:, 0],
-                const[:, 1],
-                const[:, 2],
-                facts,
-                b_inter,
-                compute_sharing=const[:, 4],
-            ).eta
+            eta = times_of(self.perf, table.const[table.row_slot], facts, b_inter).eta
         k, s = facts.k, facts.s
         # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,
         # queue_pos, weight), then the placement's.
@@ -474,7 +465,7 @@ class ObservationBuilder:
         state: ClusterState,
         health: _Columns,
         free: int,
-        pending: Sequence[Job],
+        pending: Sized,
         table: ActionTable,
         step: int,
         max_steps: int,

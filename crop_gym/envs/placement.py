@@ -185,7 +185,7 @@ class PlacementEnv(StaticPlacementBase):
             job, row = table.jobs[q], table.row_of(q, c)
             delta = self.state.add(job, table.gpus(q, c), facts=table.facts.take(row))
             terms = placement_terms(float(table.gains.own[row]), delta)
-            del self.pending[table.positions[q]]
+            self._remove_pending(table.positions[q])
             self.placed.append((job.job_id, self.state.placement(job.job_id)))
             placed = job.job_id
             self.table = self._build_table()

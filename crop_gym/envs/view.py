@@ -18,7 +18,7 @@ the reward and the privileged features read.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -29,13 +29,66 @@ from crop_gym.candidates import CandidateSet, candidate_sets
 from crop_gym.model.facts import PlacementFacts, memo_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState, Gains
+from crop_gym.model.timing import job_constants
 
-__all__ = ["ActionTable", "action_index", "action_space", "build_action_table", "job_key"]
+__all__ = [
+    "ActionTable",
+    "PendingQueue",
+    "action_index",
+    "action_space",
+    "build_action_table",
+    "job_key",
+]
 
 
 def job_key(job: Job) -> tuple[str, int, float, float]:
     """What makes two jobs identical for the objective: ``(model, k, batch, weight)``."""
     return (job.model, job.num_gpus, float(job.batch_size), float(job.weight))
+
+
+@dataclass(frozen=True, eq=False)
+class PendingQueue:
+    """The pending jobs: a job queue compiled once (its jobs are immutable), and which are pending.
+
+    Attributes:
+        queue: Every job of the queue, in queue order.
+        job_class: ``int64[K]`` one number per :func:`job_key` (identical jobs share it).
+        num_gpus: ``int64[K]`` GPUs of each job.
+        const: ``float64[K, 5]`` each job's :func:`~crop_gym.model.timing.job_constants`.
+        index: ``int64[P]`` positions in :attr:`queue` of the pending jobs, in queue order.
+    """
+
+    queue: tuple[Job, ...]
+    job_class: NDArray[np.int64]
+    num_gpus: NDArray[np.int64]
+    const: NDArray[np.float64]
+    index: NDArray[np.int64]
+
+    @classmethod
+    def of(cls, state: ClusterState, jobs: Sequence[Job]) -> PendingQueue:
+        """Every job of ``jobs`` pending, with its constants on ``state``'s cluster."""
+        classes: dict[tuple[str, int, float, float], int] = {}
+        job_class = [classes.setdefault(job_key(j), len(classes)) for j in jobs]
+        return cls(
+            tuple(jobs),
+            np.array(job_class, dtype=np.int64),
+            np.array([j.num_gpus for j in jobs], dtype=np.int64),
+            job_constants(state.topology, state.perf, jobs),
+            np.arange(len(jobs), dtype=np.int64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def jobs(self) -> list[Job]:
+        """The pending jobs, in queue order."""
+        return [self.queue[i] for i in self.index.tolist()]
+
+    def without(self, position: int) -> PendingQueue:
+        """The same queue less its ``position``-th pending job."""
+        index = self.index
+        return replace(self, index=np.concatenate((index[:position], index[position + 1 :])))
 
 
 def action_space(num_slots: int, max_candidates: int) -> spaces.Discrete:
@@ -77,6 +130,7 @@ class ActionTable:
         jobs: The view job of each filled slot, in queue order.
         positions: Index in the pending queue of each view job.
         copies: ``int64[Q]`` pending jobs each slot stands for (0 for an empty slot).
+        const: ``float64[n, 5]`` the :func:`~crop_gym.model.timing.job_constants` of each view job.
         sets: The candidate set of each filled slot.
         distinct: The distinct candidate sets of the view, one per job size, in order of first
             appearance (slots of one size share one).
@@ -96,6 +150,7 @@ class ActionTable:
     jobs: tuple[Job, ...]
     positions: tuple[int, ...]
     copies: NDArray[np.int64]
+    const: NDArray[np.float64]
     sets: tuple[CandidateSet, ...]
     distinct: tuple[CandidateSet, ...]
     row_slot: NDArray[np.int64]
@@ -163,43 +218,30 @@ class ActionTable:
 
 
 def select_view(
-    pending: Sequence[Job], num_free: int, num_slots: int, group_identical: bool
-) -> tuple[list[int], list[int]]:
-    """The view of ``pending``: each slot's queue position and the pending jobs it stands for.
+    job_class: NDArray[np.int64], num_gpus: NDArray[np.int64], num_free: int, num_slots: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The view of the pending jobs: each slot's queue position and the pending jobs it stands for.
+
+    A slot is held by the earliest pending job of its class, in queue order, if it fits.
 
     Args:
-        pending: Pending jobs in queue order.
-        num_free: Free usable GPUs (a job fits when its size is at most this).
+        job_class: ``int[P]`` per pending job (in queue order) its class, a small integer: jobs
+            of one class share a slot (with every job its own class, no two do).
+        num_gpus: ``int[P]`` GPUs of each pending job (a job fits when at most ``num_free``).
+        num_free: Free usable GPUs.
         num_slots: ``Q``.
-        group_identical: Whether identical jobs share a slot.
     """
-    positions: list[int] = []
-    copies: list[int] = []
-    if not group_identical:
-        for i, job in enumerate(pending):
-            if len(positions) == num_slots:
-                break
-            if job.num_gpus <= num_free:
-                positions.append(i)
-                copies.append(1)
-        return positions, copies
-    slot_of: dict[tuple[str, int, float, float], int] = {}
-    counts: dict[tuple[str, int, float, float], int] = {}
-    for i, job in enumerate(pending):
-        key = job_key(job)
-        counts[key] = counts.get(key, 0) + 1
-        if key not in slot_of and len(positions) < num_slots and job.num_gpus <= num_free:
-            slot_of[key] = len(positions)
-            positions.append(i)
-    copies = [0] * len(positions)
-    for key, q in slot_of.items():
-        copies[q] = counts[key]
-    return positions, copies
+    P = len(job_class)
+    first = np.full(int(job_class.max(initial=-1)) + 1, P, dtype=np.int64)
+    np.minimum.at(first, job_class, np.arange(P))  # the earliest pending job of each class
+    holds = (first[job_class] == np.arange(P)) & (num_gpus <= num_free)
+    positions = np.flatnonzero(holds)[:num_slots]
+    return positions, np.bincount(job_class)[job_class[positions]]
 
 
 def build_action_table(
     state: ClusterState,
-    pending: Sequence[Job],
+    pending: Sequence[Job] | PendingQueue,
     *,
     num_slots: int,
     max_candidates: int,
@@ -207,7 +249,8 @@ def build_action_table(
     group_identical: bool = True,
     interference: bool = True,
 ) -> ActionTable:
-    """The action table of ``state`` with ``pending`` jobs (in queue order).
+    """The action table of ``state`` with ``pending`` jobs (in queue order; a
+    :class:`PendingQueue` saves compiling them).
 
     One candidate generation for the view's distinct sizes, one placement-facts evaluation over
     the distinct candidate sets, and one vectorised gains evaluation over every valid row
@@ -215,26 +258,34 @@ def build_action_table(
     chosen row, the privileged features for all).
     """
     Q, C = num_slots, max_candidates
-    positions, copies = select_view(pending, state.num_free, Q, group_identical)
-    jobs = tuple(pending[i] for i in positions)
-    sizes = list(dict.fromkeys(j.num_gpus for j in jobs))
+    if not isinstance(pending, PendingQueue):
+        pending = PendingQueue.of(state, pending)
+    index = pending.index
+    num_gpus = pending.num_gpus[index]
+    group = pending.job_class[index] if group_identical else np.arange(len(index))
+    positions, copies = select_view(group, num_gpus, state.num_free, Q)
+    view = index[positions]
+    jobs = tuple(pending.queue[i] for i in view.tolist())
+    ks = num_gpus[positions].tolist()
+    sizes = list(dict.fromkeys(ks))
     distinct = tuple(candidate_sets(state, sizes, robust=robust, max_candidates=C))
     by_size = dict(zip(sizes, distinct, strict=True))
     first, n = {}, 0  # size -> its first row among the distinct sets' rows
     for k, cs in by_size.items():
         first[k], n = n, n + len(cs)
-    sets = tuple(by_size[j.num_gpus] for j in jobs)
+    sets = tuple(by_size[k] for k in ks)
     counts = np.array([len(s) for s in sets], dtype=np.int64)
     row_slot = np.repeat(np.arange(len(jobs), dtype=np.int64), counts)
     starts = np.cumsum(counts) - counts
     row_cand = np.arange(len(row_slot), dtype=np.int64) - np.repeat(starts, counts)
-    row_src = np.repeat(np.array([first[j.num_gpus] for j in jobs], dtype=np.int64), counts)
+    row_src = np.repeat(np.array([first[k] for k in ks], dtype=np.int64), counts)
     row_src += row_cand
     # The facts of each distinct candidate once, then of each row (one gather).
     keys = [key for cs in distinct for key in cs.keys]
     facts = memo_facts(state.topology, state.health, keys).take(row_src)
     # Gains of every row in one vectorised call (each row alone against the state).
-    gains = state.row_gains(jobs, row_slot, facts, interference=interference)
+    const = pending.const[view]
+    gains = state.row_gains(const[row_slot], facts, interference=interference)
     mask = np.zeros(Q * C + 1, dtype=bool)
     mask[row_slot * C + row_cand] = True
     mask[-1] = True
@@ -242,12 +293,14 @@ def build_action_table(
     copies_arr = np.zeros(Q, dtype=np.int64)
     copies_arr[: len(copies)] = copies
     copies_arr.setflags(write=False)
+    positions_t = tuple(positions.tolist())
     return ActionTable(
         num_slots=Q,
         max_candidates=C,
         jobs=jobs,
-        positions=tuple(positions),
+        positions=positions_t,
         copies=copies_arr,
+        const=const,
         sets=sets,
         distinct=distinct,
         row_slot=row_slot,
@@ -256,6 +309,6 @@ def build_action_table(
         facts=facts,
         gains=gains,
         mask=mask,
-        pending_gpus=sum(j.num_gpus for j in pending),
-        in_view=int(sum(copies)),
+        pending_gpus=int(num_gpus.sum()),
+        in_view=int(copies.sum()),
     )

@@ -74,7 +74,7 @@ class PlacementFacts:
     def take(self, rows: Any) -> PlacementFacts:
         """The facts of ``rows`` (an index array, a slice or an int for one row)."""
         if isinstance(rows, (int, np.integer)):
-            rows = [rows]
+            rows = slice(int(rows), int(rows) + 1 or None)  # (a view)
         return PlacementFacts(self.values[rows], self.inter_links[rows])
 
     k = property(lambda self: self.values[:, 0], doc="``float64[R]`` GPUs.")

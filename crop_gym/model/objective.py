@@ -30,7 +30,7 @@ from crop_gym.model.timing import (
     PerfConfig,
     inter_bandwidth,
     job_constants,
-    job_times,
+    times_of,
 )
 from crop_gym.model.topology import Topology
 
@@ -112,9 +112,7 @@ def evaluate_from_scratch(
     eff_bw = topology.link_bw * health.link_degradation
     b_inter = inter_bandwidth(eff_bw, load, links)
     const = job_constants(topology, perf, jobs)
-    times = job_times(
-        perf, const[:, 0], const[:, 1], const[:, 2], facts, b_inter, compute_sharing=const[:, 4]
-    )
+    times = times_of(perf, const, facts, b_inter)
     value = job_value(const[:, 3], facts.k, facts.survival, times.eta)
     return Evaluation(
         F=float(value.sum()),

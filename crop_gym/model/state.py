@@ -4,7 +4,7 @@
 per placed job (its placement facts, constants ``M``, ``t_c``, ``T*``, ``w``, κ, and current ``T``,
 ``C``, ``η`` and value). Adding or removing a job changes the loads of its inter-server links, so
 only the jobs sharing one of those links change speed; they are re-evaluated together with
-:func:`~crop_gym.model.timing.job_times`. :meth:`ClusterState.gains` evaluates ΔF of many candidate
+:func:`~crop_gym.model.timing.times_of`. :meth:`ClusterState.gains` evaluates ΔF of many candidate
 placements at once without changing the state; both are tested against
 :func:`~crop_gym.model.objective.evaluate_from_scratch`.
 """
@@ -26,12 +26,11 @@ from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
 from crop_gym.model.timing import (
     JOB_COLUMNS,
-    JobTimes,
     PerfConfig,
     ideal_time,
     inter_bandwidth,
     job_constants,
-    job_times,
+    times_of,
 )
 from crop_gym.model.topology import Topology
 
@@ -99,12 +98,6 @@ class Gains:
 OUTPUT_COLUMNS: tuple[str, ...] = ("T", "C", "eta", "value")
 _NF = len(FACT_COLUMNS)
 _OUT = _NF + len(JOB_COLUMNS)  # first output column
-
-
-def _table_times(perf: PerfConfig, d: FloatArray, facts: PlacementFacts, b: Any) -> JobTimes:
-    """:func:`job_times` of placed-job rows ``d`` (their :data:`JOB_COLUMNS` after the facts)."""
-    M, t_c, tstar, kappa = d[..., _NF], d[..., _NF + 1], d[..., _NF + 2], d[..., _NF + 4]
-    return job_times(perf, M, t_c, tstar, facts, b, compute_sharing=kappa)
 
 
 @dataclass
@@ -324,7 +317,7 @@ class ClusterState:
         d = t.data[rows]
         facts = PlacementFacts(d[:, :_NF], t.links[rows])
         b_inter = inter_bandwidth(self._eff_bw, self._load, facts.inter_links)
-        times = _table_times(self.perf, d, facts, b_inter)
+        times = times_of(self.perf, d[:, _NF:_OUT], facts, b_inter)
         value = job_value(d[:, _NF + 3], facts.k, facts.survival, times.eta)
         t.data[rows, _OUT:] = np.column_stack((times.T, times.C, times.eta, value))
 
@@ -354,39 +347,34 @@ class ClusterState:
         self._F = float(t.value[rows].sum())
         return self._F
 
-    def gains(self, job: Job, facts: PlacementFacts) -> Gains:
+    def gains(self, job: Job, facts: PlacementFacts, *, interference: bool = True) -> Gains:
         """ΔF of placing ``job`` on each placement of ``facts``, all at once (nothing changes).
 
         Args:
             job: The job (not validated against the placements).
             facts: Facts of ``R`` placements of ``job.num_gpus`` GPUs under the current health
                 (:func:`~crop_gym.model.facts.placement_facts`, :meth:`facts_for`).
+            interference: As in :meth:`row_gains`.
         """
-        return self.row_gains([job], np.zeros(len(facts), dtype=np.int64), facts)
+        const = job_constants(self.topology, self.perf, (job,))
+        return self.row_gains(const, facts, interference=interference)
 
     def row_gains(
-        self,
-        jobs: Sequence[Job],
-        job_of_row: NDArray[np.int64],
-        facts: PlacementFacts,
-        *,
-        interference: bool = True,
+        self, const: FloatArray, facts: PlacementFacts, *, interference: bool = True
     ) -> Gains:
-        """ΔF of placing ``jobs[job_of_row[r]]`` on placement ``r`` of ``facts``, all rows at once.
+        """ΔF of placing, on placement ``r`` of ``facts``, a job of constants ``const[r]``, all rows
+        at once.
 
-        Each row is evaluated alone against the current state (the rows are alternatives, not a
-        sequence). With ``interference=False`` only the new job's side is evaluated and
-        :attr:`Gains.interference` is ``None`` (:meth:`interference` gives it for the rows that
-        need it).
+        ``const`` holds rows of :func:`~crop_gym.model.timing.job_constants` (one per placement,
+        or one for all). Each row is evaluated alone against the current state (the rows are
+        alternatives, not a sequence). With ``interference=False`` only the new job's side is
+        evaluated and :attr:`Gains.interference` is ``None`` (:meth:`interference` gives it for
+        the rows that need it).
         """
-        grad_bytes, compute, tstar, weight, kappa = job_constants(self.topology, self.perf, jobs).T
-        i = job_of_row
         links = facts.inter_links  # [R, Wc]
         b_own = inter_bandwidth(self._eff_bw, self._load[links] + 1, links)
-        own_t = job_times(
-            self.perf, grad_bytes[i], compute[i], tstar[i], facts, b_own, compute_sharing=kappa[i]
-        )
-        own = job_value(weight[i], facts.k, facts.survival, own_t.eta)
+        own_t = times_of(self.perf, const, facts, b_own)
+        own = job_value(const[:, 3], facts.k, facts.survival, own_t.eta)
         other = self.interference(facts) if interference else None
         return Gains(own=own, interference=other, eta=own_t.eta, comm=own_t.C, b_inter=b_own)
 
@@ -405,7 +393,7 @@ class ClusterState:
         hit = on[:, jl]  # [R, J, W]
         b = inter_bandwidth(self._eff_bw, self._load[jl] + hit, jl)  # [R, J]
         jf = PlacementFacts(d[:, :_NF], jl)
-        times = _table_times(self.perf, d, jf, b)
+        times = times_of(self.perf, d[:, _NF:_OUT], jf, b)
         new = job_value(d[:, _NF + 3], jf.k, jf.survival, times.eta)
         out: FloatArray = np.where(hit.any(axis=2), new - d[:, _OUT + 3], 0.0).sum(axis=1)
         return out
@@ -510,16 +498,15 @@ class ClusterState:
     def _free_slot(self, width: int) -> int:
         """A free slot whose link row holds ``width`` links (the table grows if needed)."""
         t = self._table
-        free = np.flatnonzero(~t.active)
-        cols = t.links.shape[1]
-        if len(free) == 0 or width > cols:
-            slots = t.slots if len(free) else 2 * t.slots
+        s, cols = int(t.active.argmin()), t.links.shape[1]  # the first free slot, if any
+        if t.active[s] or width > cols:
+            slots = 2 * t.slots if t.active[s] else t.slots
             self._table = t.resized(slots, max(cols, width))
             grow = slots - len(self._slot_job)
             self._slot_job += [None] * grow
             self._slot_gpus += [None] * grow
-            free = np.flatnonzero(~self._table.active)
-        return int(free[0])
+            s = int(self._table.active.argmin())
+        return s
 
     def remove(self, job_id: str) -> float:
         """Remove a placed job; return the change of F.

@@ -72,6 +72,7 @@ __all__ = [
     "job_constants",
     "job_times",
     "model_constants",
+    "times_of",
 ]
 
 ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring", "hierarchical")
@@ -292,6 +293,20 @@ def job_times(
         t = t * (1.0 + kappa * (facts.g - 1.0))
     T = iteration_time(t, C, perf.overlap, perf.overlap_cap)
     return JobTimes(T=T, C=C, eta=np.minimum(1.0, tstar / T))
+
+
+def times_of(perf: PerfConfig, const: FloatArray, facts: PlacementFacts, b_inter: Any) -> JobTimes:
+    """:func:`job_times` of jobs given as rows ``const[..., :]`` of :func:`job_constants` (one per
+    row of ``facts``, or any shape that broadcasts against ``b_inter``)."""
+    return job_times(
+        perf,
+        const[..., 0],
+        const[..., 1],
+        const[..., 2],
+        facts,
+        b_inter,
+        compute_sharing=const[..., 4],
+    )
 
 
 # ----------------------------------------------------------------------------- ideal time
