@@ -74,7 +74,12 @@ def _best_row(env: Any, slot: int | None) -> int:
     rows = (
         np.arange(len(table.row_slot)) if slot is None else np.flatnonzero(table.row_slot == slot)
     )
-    r = rows[int(np.argmax(table.gains.total[rows]))]
+    g = table.gains
+    # ΔF in full: an environment that does not observe the interference did not evaluate it.
+    total = (
+        g.total if g.interference is not None else g.own + env.sim.state.interference(table.facts)
+    )
+    r = rows[int(np.argmax(total[rows]))]
     return int(table.row_action[r])
 
 

@@ -73,6 +73,8 @@ __all__ = [
 INT_FIELDS: dict[str, tuple[int, int]] = {
     "queue_size": (1, 100_000),
     "max_job_gpus": (0, 1 << 20),
+    "background_max_gpus": (0, 1 << 20),
+    "queue_min_gpus": (1, 1 << 20),
     "max_candidates": (1, 10_000),
 }
 #: Number fields of a scenario and their allowed ranges (inclusive).
@@ -170,6 +172,10 @@ class Scenario:
         queue_size: Pending jobs ``K`` in each instance (>= 1).
         background_load: Fraction of GPUs held by already-running background jobs, in [0, 0.95].
         max_job_gpus: Largest job drawn into the queue or the background (0 = half the cluster).
+        background_max_gpus: Largest background job (0 = ``max_job_gpus``'s limit): with small
+            background jobs on random compact candidates, the free GPUs are scattered in pieces
+            (a fragmented cluster).
+        queue_min_gpus: Smallest queued job (1 = any): large jobs only, which must span pieces.
         allreduce: All-reduce algorithm (``""`` = the hardware profile's).
         overlap: Communication/compute overlap φ in [0, 1] (``None`` = the hardware profile's).
         max_candidates: Candidate placements per job size (>= 1).
@@ -188,6 +194,8 @@ class Scenario:
     queue_size: int = 16
     background_load: float = 0.3
     max_job_gpus: int = 0
+    background_max_gpus: int = 0
+    queue_min_gpus: int = 1
     allreduce: str = ""
     overlap: float | None = None
     max_candidates: int = 8
@@ -375,6 +383,15 @@ SCENARIOS: dict[str, Scenario] = {
     "pollux-16x4": Scenario(
         name="pollux-16x4", cluster="pollux-16x4", queue_size=16, max_job_gpus=16
     ),
+    # Large jobs on a fragmented cluster: half the GPUs held by 1-2-GPU background jobs scattered
+    # over the servers, 8 queued jobs of 16-32 GPUs, of which one or two fit.
+    "fragmented": Scenario(
+        name="fragmented",
+        background_load=0.5,
+        background_max_gpus=2,
+        queue_size=8,
+        queue_min_gpus=16,
+    ),
 }
 
 
@@ -464,11 +481,19 @@ class ScenarioSampler:
         self.topology = self.scenario.topology
         jobs = _workload_jobs(self.scenario.workload, self.scenario.workload_format)
         limit = self.scenario.job_size_limit
-        self._pool = tuple(j for j in jobs if j.num_gpus <= limit)
+        sc = self.scenario
+        self._pool = tuple(j for j in jobs if sc.queue_min_gpus <= j.num_gpus <= limit)
+        bg_limit = min(limit, sc.background_max_gpus or limit)
+        self._background = tuple(j for j in jobs if j.num_gpus <= bg_limit)
         if not self._pool:
             raise ConfigError(
-                f"scenario {self.scenario.name}: no job of workload {self.scenario.workload!r} "
-                f"fits max_job_gpus={limit}"
+                f"scenario {sc.name}: no job of workload {sc.workload!r} has between "
+                f"queue_min_gpus={sc.queue_min_gpus} and max_job_gpus={limit} GPUs"
+            )
+        if not self._background and sc.background_load > 0:
+            raise ConfigError(
+                f"scenario {sc.name}: no job of workload {sc.workload!r} fits "
+                f"background_max_gpus={bg_limit}"
             )
 
     @property
@@ -498,8 +523,8 @@ class ScenarioSampler:
         jobs: list[Job] = []
         placements: list[NDArray[np.int32]] = []
         while busy < target and misses < 20:
-            (i,) = rng.integers(0, len(self._pool), size=1).tolist()
-            job = _static_copy(self._pool[i], f"bg{t}")
+            (i,) = rng.integers(0, len(self._background), size=1).tolist()
+            job = _static_copy(self._background[i], f"bg{t}")
             t += 1
             if job.num_gpus > target - busy:
                 misses += 1

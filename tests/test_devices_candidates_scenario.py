@@ -204,3 +204,48 @@ def test_scenario_errors_name_file_and_field(tmp_path) -> None:  # type: ignore[
         get_scenario("no-such-scenario")
     with pytest.raises(ConfigError, match="background_load"):
         SCENARIOS["default"].replace(background_load=0.99)
+
+
+def test_fragmented_scenario_scatters_small_background_jobs_and_queues_large_ones() -> None:
+    s = ScenarioSampler("fragmented")
+    sc = s.scenario
+    for seed in range(5):
+        inst = s.sample(np.random.default_rng(seed))
+        sizes = [j.num_gpus for j in inst.state.placed_jobs()]
+        assert sizes and all(1 <= k <= sc.background_max_gpus for k in sizes)
+        assert len(inst.queue) == sc.queue_size
+        assert all(sc.queue_min_gpus <= j.num_gpus <= sc.job_size_limit for j in inst.queue)
+        busy = inst.state.topology.num_gpus - int(inst.state.free_mask.sum())
+        assert abs(busy - sc.background_load * inst.state.topology.num_gpus) <= 2
+        # Fragmented: no server is left whole, so a large job must span servers.
+        per_server = np.bincount(
+            inst.state.topology.gpu_server[inst.state.free_mask],
+            minlength=inst.state.topology.num_servers,
+        )
+        assert per_server.max() < inst.state.topology.max_gpus_per_server
+
+
+def test_the_default_pools_are_unchanged_by_the_new_fields() -> None:
+    a, b = ScenarioSampler("default"), ScenarioSampler(SCENARIOS["default"].replace(name="x"))
+    assert a.pool == b.pool
+    x, y = a.sample(np.random.default_rng(3)), b.sample(np.random.default_rng(3))
+    assert [j.num_gpus for j in x.queue] == [j.num_gpus for j in y.queue]
+    assert x.initial_F == y.initial_F
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"queue_min_gpus": 0}, r"queue_min_gpus=0 is outside"),
+        ({"background_max_gpus": -1}, r"background_max_gpus=-1 is outside"),
+    ],
+)
+def test_bad_pool_limits_are_refused_in_one_line(changes: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as e:
+        Scenario(name="bad", **changes)
+    assert "\n" not in str(e.value)
+
+
+def test_a_queue_minimum_no_job_reaches_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"no job of workload .* has between queue_min_gpus=33"):
+        ScenarioSampler(Scenario(name="big", max_job_gpus=32, queue_min_gpus=33))

@@ -161,3 +161,15 @@ def test_vector_env() -> None:
     for _ in range(5):
         _obs, _r, _term, _trunc, _info = venv.step(np.array([venv.single_action_space.n - 1] * 2))
     venv.close()
+
+
+def test_sjf_crop_plays_the_v0_env_whose_table_has_no_interference() -> None:
+    """v0 observes no interference, so its table's gains lack it; the sjf-crop rule then adds it
+    from the state (the row of the largest ΔF in full), rather than failing."""
+    from baselines.online import make_online_policy, play
+
+    env = gym.make("crop_gym/OnlinePlacement-v0")
+    env.reset(seed=10**9)
+    assert env.unwrapped.table.gains.interference is None
+    ep = play(env, make_online_policy("sjf-crop", np.random.default_rng(0)), 10**9)
+    assert ep.decisions > 0 and np.isfinite(ep.mean_jct_h)

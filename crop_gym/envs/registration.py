@@ -67,6 +67,11 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
         {"scenario": "default", "hardware": "dgx-a100+rtx-2080ti"},
         "Placement-v0 on a heterogeneous cluster: DGX-A100 servers and RTX 2080 Ti servers in one tree (the slowest GPU sets a job's pace)",
     ),
+    f"{NAMESPACE}/Placement-Fragmented-v0": (
+        _STATIC,
+        {"scenario": "fragmented"},
+        "Large jobs on a fragmented cluster: half the 64 GPUs held by scattered 1-2-GPU background jobs, 8 queued jobs of 16-32 GPUs (one or two fit: which, and where, decides F)",
+    ),
     f"{NAMESPACE}/PlacementGPU-v0": (
         _GPU,
         {"scenario": "default"},
