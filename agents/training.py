@@ -6,7 +6,8 @@
                          phases (demonstrations, cloning, RL) with timings, throughput, the
                          learning curve's summary, time to reach 0.98 x CROP; rewritten atomically
     config.yml           the resolved hyperparameters
-    demos.npz            CROP's demonstrations (with --bc-demos)
+    demos.npz            the teacher's demonstrations (with --bc-demos)
+    demos-<i>.npz        those of the i-th ID of bc.also_on
     bc_model.zip         the model right after behaviour cloning (and DAgger)
     checkpoints/         periodic checkpoints (model_<steps>_steps.zip), used by --resume
     best_model.zip       the checkpoint with the best validation ratio to CROP
