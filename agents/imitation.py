@@ -454,7 +454,7 @@ def dagger(
     """
     single = isinstance(demos, Demonstrations)
     envs = [env] if isinstance(env, gym.Env) else list(env)
-    sets = [demos] if isinstance(demos, Demonstrations) else list(demos)
+    sets = [demos] if single else list(demos)
     if len(envs) != len(sets):
         raise ValueError(f"dagger: {len(envs)} environments for {len(sets)} demonstration sets")
     rng = np.random.default_rng([seed, 2])

@@ -21,7 +21,13 @@ from agents.envs import ScorerObservation, is_online
 from agents.runstate import RunState
 from crop_gym.errors import ConfigError
 
-__all__ = ["check_also_on", "imitate"]
+__all__ = ["check_also_on", "demo_file", "imitate"]
+
+
+def demo_file(g: int) -> str:
+    """The file of demonstration set ``g``: ``demos.npz`` for the run's own environment (0), then
+    ``demos-<g>.npz`` for the ``g``-th ID of ``bc.also_on``."""
+    return "demos.npz" if g == 0 else f"demos-{g}.npz"
 
 
 def check_also_on(cfg: RunConfig, probe: gym.Env[Any, Any], teacher: str) -> None:
@@ -107,7 +113,7 @@ def imitate(
     t = time.perf_counter()
     sets: list[Demonstrations] = []
     for g, e in enumerate(envs):
-        demo_path = run.out / ("demos.npz" if g == 0 else f"demos-{g}.npz")
+        demo_path = run.out / demo_file(g)
         demos: Demonstrations | None = None
         if resume and demo_path.exists():
             demos = Demonstrations.load(demo_path)
@@ -133,14 +139,8 @@ def imitate(
     logger = configure(str(run.out / "tb" / "bc"), ["tensorboard"])
     t = time.perf_counter()
     hist = behaviour_cloning(
-        model.policy,
-        sets[0] if len(sets) == 1 else sets,
-        bc_cfg,
-        seed=run.seed,
-        logger=logger,
-        progress=progress,
+        model.policy, sets, bc_cfg, seed=run.seed, logger=logger, progress=progress
     )
-    demos = sets[0]
     phase: dict[str, Any] = {
         "config": bc_cfg.to_dict(),
         "epochs": bc_cfg.epochs,
@@ -153,15 +153,16 @@ def imitate(
     if hist["val_episodes"] and not is_online(env):
         # Agreement counting CROP-equivalent choices (CROP keeps the better of two greedy passes,
         # so exact agreement is capped below 1 on instances where the passes differ).
-        eq = equivalent_agreement(model.policy, env, demos.subset(hist["val_episodes"]))
+        eq = equivalent_agreement(model.policy, env, sets[0].subset(hist["val_episodes"]))
         phase["val_equivalent_agreement"] = eq["equivalent"]
+        phase["val_equivalent_states"] = eq["states"]
     if "per_set" in hist:
         phase["per_set"] = dict(zip([run.env_id, *bc_cfg.also_on], hist["per_set"], strict=True))
     if bc_cfg.dagger_iterations > 0:
         _, rounds = dagger(
             model.policy,
-            envs if len(envs) > 1 else env,
-            sets if len(sets) > 1 else demos,
+            envs,
+            sets,
             bc_cfg,
             lambda r, e: train_seed(run.seed, r, e),
             seed=run.seed,

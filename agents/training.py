@@ -46,7 +46,7 @@ from agents.config import (
     parse_hyperparams,
 )
 from agents.envs import make_vec_env
-from agents.imitation_phase import check_also_on, imitate
+from agents.imitation_phase import check_also_on, demo_file, imitate
 from agents.runstate import (
     GAIN_THRESHOLDS,
     TARGET_RATIO,
@@ -133,7 +133,7 @@ def plan_steps(model: Any, total: int, *, n_envs: int | None = None) -> int:
 def _also_on_demos(cfg: RunConfig) -> tuple[str, ...]:
     """The demonstration files of ``bc.also_on``'s environments (``demos-1.npz``, ...)."""
     n = len((cfg.run.get("bc") or {}).get("also_on") or ())
-    return tuple(f"demos-{g}.npz" for g in range(1, n + 1))
+    return tuple(demo_file(g) for g in range(1, n + 1))
 
 
 def _check_out_dir(out: Path, inputs: list[str | Path | None], extra: tuple[str, ...] = ()) -> None:

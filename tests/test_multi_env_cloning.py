@@ -149,7 +149,7 @@ def test_a_run_clones_on_its_environment_and_also_on(tmp_path: Path) -> None:
     out = tmp_path / "run"
     meta = train(
         env_id=HEALTHY,
-        bc_demos=3,
+        bc_demos=10,
         steps=0,
         out=out,
         hyperparams=[_bc(f"[{TESTBED}]"), "eval_episodes=2"],
@@ -158,7 +158,11 @@ def test_a_run_clones_on_its_environment_and_also_on(tmp_path: Path) -> None:
     )
     assert (out / "demos.npz").exists() and (out / "demos-1.npz").exists()
     run = json.loads((out / "run.json").read_text())
-    assert run["phases"]["demos"]["also_on"][TESTBED]["episodes"] == 3
+    assert run["phases"]["demos"]["also_on"][TESTBED]["episodes"] == 10
+    # The CROP-equivalent agreement is measured on the run's own held-out episodes, in its env.
+    bc = run["phases"]["bc"]
+    assert 0.0 <= bc["val_equivalent_agreement"] <= 1.0
+    assert bc["val_equivalent_states"] == bc["per_set"][HEALTHY]["val_states"] > 0
     assert set(run["phases"]["bc"]["per_set"]) == {TESTBED, HEALTHY}
     assert meta["status"] == "done" and (out / "final_model.zip").exists()
     # The testbed's states are stored as the scorer reads them when it plays there: job sizes on
