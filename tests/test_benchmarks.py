@@ -67,3 +67,28 @@ def test_step_path_lines_lists_the_step_modules() -> None:
     assert int(total.split()[0]) == sum(
         int(line.split()[0]) for line in counted if line.split()[1].startswith("crop_gym/")
     )
+
+
+def test_bench_batching_runs() -> None:
+    """The batching benchmark prints its per-environment table and the step-rate ratio."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bench_batching.py"),
+            "--repeat",
+            "3",
+            "--steps",
+            "30",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [line.split() for line in out.stdout.splitlines() if line.split()[:1] == ["16"]]
+    assert len(rows) == 1 and float(rows[0][1]) > 0 and float(rows[0][3]) > 0
+    assert "step rate: Placement-v0" in out.stdout
