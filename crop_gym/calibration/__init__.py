@@ -5,6 +5,7 @@
 * :mod:`~crop_gym.calibration.elasticflow`: the fit to the ElasticFlow profiles (``crop-gym
   calibrate --write`` regenerates ``crop_gym/data/calibration.json`` from it);
 * :mod:`~crop_gym.calibration.chronus`: the check against Chronus' placement sensitivity;
+* :mod:`~crop_gym.calibration.chronus_fit`: fitting Chronus' own testbed to it (docs/MODEL.md §7.5);
 * :mod:`~crop_gym.calibration.measurements`: reading measured step times in the Pollux/Sia format.
 """
 

@@ -159,6 +159,8 @@ def predict_iteration_time(
     g: Any,
     s: Any,
     links: Mapping[str, float],
+    *,
+    nic_sharing: float = 0.0,
 ) -> Any:
     """Iteration time of a job on a healthy, uncontended placement (vectorised).
 
@@ -177,6 +179,8 @@ def predict_iteration_time(
         g: GPUs per server (most on one server).
         s: Servers spanned.
         links: The four :data:`LINK_KEYS`.
+        nic_sharing: ν of :func:`~crop_gym.model.timing.comm_time` (a server's network card
+            shared by the job's ``g`` GPUs there; 0: off, the shipped calibration).
 
     Returns:
         Seconds per iteration.
@@ -188,7 +192,18 @@ def predict_iteration_time(
     b_inter = np.where(multi_server, links["inter_bandwidth"], np.inf)
     a_intra = np.where(multi_gpu, links["intra_latency"], 0.0)
     a_inter = np.where(multi_server, links["inter_latency"], 0.0)
-    comm = comm_time(allreduce, grad_bytes, kf, g, sf, b_intra, b_inter, a_intra, a_inter)
+    comm = comm_time(
+        allreduce,
+        grad_bytes,
+        kf,
+        g,
+        sf,
+        b_intra,
+        b_inter,
+        a_intra,
+        a_inter,
+        nic_sharing=nic_sharing,
+    )
     return t0 + per_sample * np.asarray(local_batch, dtype=np.float64) + comm
 
 
@@ -197,8 +212,9 @@ def model_coefficients(
 ) -> tuple[float, float, float]:
     """``(t0, per_sample, grad_bytes)`` of a zoo model under a set of fitted coefficients.
 
-    A measured model takes its fitted values; an unmeasured one is scaled from its base model by
-    GMACs per sample, the same rule :mod:`crop_gym.model.jobs` applies to the shipped calibration.
+    A measured model takes its fitted values (``t0``, ``per_sample`` and, if present,
+    ``grad_bytes``; else the zoo's gradient size); an unmeasured one is scaled from its base model
+    by GMACs per sample, the same rule :mod:`crop_gym.model.jobs` applies to the shipped calibration.
 
     Raises:
         ConfigError: If the model is not in the zoo or its base was not fitted.
@@ -207,7 +223,9 @@ def model_coefficients(
         raise ConfigError(f"unknown model {name!r}")
     spec = MODEL_ZOO[name]
     if name in fitted:
-        return float(fitted[name]["t0"]), float(fitted[name]["per_sample"]), spec.grad_bytes
+        own = fitted[name]
+        grad = float(own.get("grad_bytes", spec.grad_bytes))
+        return float(own["t0"]), float(own["per_sample"]), grad
     base = scaling_base(name)
     if base is None or base not in fitted:
         raise ConfigError(f"model {name!r} is neither fitted nor scaled from a fitted model")

@@ -65,6 +65,7 @@ def chronus_check(
     *,
     local_batch: float = CHRONUS_LOCAL_BATCH,
     data: Mapping[str, Mapping[int, Mapping[int, float]]] | None = None,
+    nic_sharing: float = 0.0,
 ) -> tuple[tuple[ChronusComparison, ...], float, float]:
     """Compare predicted and measured Chronus placement sensitivity.
 
@@ -78,6 +79,7 @@ def chronus_check(
         fitted: Fitted coefficients of the measured models (unmeasured ones are scaled).
         local_batch: Per-GPU batch of the Chronus jobs.
         data: Chronus data; default the bundled file.
+        nic_sharing: ν, the network card of a server shared by the job's GPUs there (0: off).
 
     Returns:
         ``(comparisons, rank_agreement, mean_abs_error)``.
@@ -94,7 +96,16 @@ def chronus_check(
                 raise ConfigError(f"Chronus {model} k={k}: servers {servers} do not divide the job")
             ss = np.asarray(servers, dtype=np.float64)
             times = predict_iteration_time(
-                allreduce, t0, per_sample, grad, local_batch, k, k / ss, ss, links
+                allreduce,
+                t0,
+                per_sample,
+                grad,
+                local_batch,
+                k,
+                k / ss,
+                ss,
+                links,
+                nic_sharing=nic_sharing,
             )
             predicted = tuple(float(times[0] / t) for t in times)
             measured = tuple(float(by_s.get(s, 1.0)) for s in servers)
