@@ -1,0 +1,109 @@
+"""Locality of the model: a cluster inside a larger tree behaves as the cluster alone.
+
+N instances of a scenario, each with its own health and background jobs, held as one state over N
+copies of the cluster under a new root (no job crosses copies), give, copy by copy, the same
+candidates (offset by the copy's first GPU), the same placement facts, the same job constants and
+row gains, and F is the sum of the copies' F. This is what a vector environment that holds many
+environments as one state (docs/ENVS.md, Speed) stands on, and a property of the generator and the
+time model on its own: nothing outside the subtree of a placement enters its value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from crop_gym.candidates import candidate_sets
+from crop_gym.model.devices import Health
+from crop_gym.model.facts import placement_facts
+from crop_gym.model.state import ClusterState
+from crop_gym.model.timing import job_constants
+from crop_gym.model.topology import Topology
+from crop_gym.scenario import PlacementInstance, ScenarioSampler
+
+
+def _union(topology: Topology, n: int) -> Topology:
+    """``n`` copies of ``topology`` under a new root (nodes numbered copy after copy)."""
+    g0, root0 = topology.graph, topology.node_names[0]
+    union = nx.DiGraph(root="U")
+    union.add_node("U", kind="root")
+    for i in range(n):
+        copy = nx.relabel_nodes(g0, {v: (i, v) for v in g0.nodes})
+        union.update(copy)
+        attrs = union.nodes[(i, root0)]
+        attrs.pop("root", None)
+        attrs["kind"] = "switch"
+        union.add_edge("U", (i, root0), bandwidth=1e30, latency=0.0)
+    union.graph["root"] = "U"  # update() copied the copies' graph attributes
+    return Topology.from_graph(union, name=f"{n}x{topology.name}")
+
+
+def _joined_health(parts: list[Health]) -> Health:
+    """Per-GPU arrays concatenated; per-node arrays after the new root's entry (a root carries no
+    link, so its value is never read)."""
+    gpu = [
+        np.concatenate([getattr(h, f) for h in parts])
+        for f in ("gpu_slowdown", "gpu_failed", "gpu_fail_prob")
+    ]
+    link = [
+        np.concatenate([getattr(parts[0], f)[:1]] + [getattr(h, f) for h in parts])
+        for f in ("link_degradation", "link_fail_prob")
+    ]
+    return Health(*gpu, *link)
+
+
+def _instances(scenario: str, n: int, seed: int) -> tuple[ScenarioSampler, list[PlacementInstance]]:
+    sampler = ScenarioSampler(scenario)
+    rng = np.random.default_rng(seed)
+    return sampler, [sampler.sample(rng) for _ in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "seed"), [("default", 0), ("default-severe", 1), ("pollux-16x4", 2)]
+)
+def test_copies_in_one_state_behave_as_the_clusters_alone(scenario: str, seed: int) -> None:
+    n = 3
+    sampler, insts = _instances(scenario, n, seed)
+    topo = sampler.topology
+    G = topo.num_gpus
+    union = _union(topo, n)
+    assert union.num_gpus == n * G
+    perf = insts[0].state.perf
+    state = ClusterState(union, _joined_health([i.state.health for i in insts]), perf=perf)
+    for i, inst in enumerate(insts):
+        for job in inst.state.placed_jobs():
+            state.add(
+                dataclasses.replace(job, job_id=f"{i}/{job.job_id}"),
+                inst.state.placement(job.job_id) + i * G,
+            )
+    total = sum(i.state.F for i in insts)
+    assert abs(state.F - total) <= 1e-12 * abs(total)
+
+    region = np.repeat(np.arange(n), G)
+    sizes = sorted({j.num_gpus for inst in insts for j in inst.queue} | {1, 2})
+    for i, inst in enumerate(insts):
+        alone = candidate_sets(inst.state, sizes, max_candidates=8)
+        inside = candidate_sets(
+            state, sizes, max_candidates=8, free=state.free_mask & (region == i)
+        )
+        rows_alone, rows_inside = [], []
+        for a, b in zip(alone, inside, strict=True):
+            np.testing.assert_array_equal(a.gpus + i * G, b.gpus)
+            np.testing.assert_array_equal(a.num_servers, b.num_servers)
+            rows_alone += list(a.gpus)
+            rows_inside += list(b.gpus)
+        if not rows_alone:
+            continue
+        fa = placement_facts(topo, inst.state.health, rows_alone)
+        fb = placement_facts(union, state.health, rows_inside)
+        np.testing.assert_array_equal(fa.values, fb.values)
+        jobs = [inst.queue[0]] * len(rows_alone)
+        ca, cb = job_constants(topo, perf, jobs), job_constants(union, perf, jobs)
+        np.testing.assert_array_equal(ca, cb)
+        ga = inst.state.row_gains(ca, fa)
+        gb = state.row_gains(cb, fb)
+        np.testing.assert_allclose(gb.own, ga.own, rtol=1e-12, atol=0)
+        np.testing.assert_allclose(gb.total, ga.total, rtol=1e-12, atol=1e-12)
