@@ -12,7 +12,7 @@ For the fitted rows it also reports a **leave-one-(model, k)-out** error: each p
 predicted by a fit that never saw them (the model's compute is still fitted from its other job
 sizes), the honest figure for points the fit did not see.
 
-Results go to docs/results/chronus_feasibility.{json,txt}. About 2 minutes on 2 cores::
+Results go to docs/results/chronus_feasibility.{json,txt}. About 1 minute on 2 cores::
 
     python scripts/chronus_feasibility.py [--starts 24] [--loo-starts 8] [--out-dir DIR]
 """
@@ -35,9 +35,13 @@ from crop_gym.model.jobs import calibration_data
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _spread_errors(rows: Any) -> list[float]:
+def _spread_points(rows: Any) -> list[tuple[float, str, int, int]]:
+    """``(|predicted - measured|, model, k, s)`` of every spread point (s > 1) of ``rows``."""
     return [
-        abs(p - m) for r in rows for s, p, m in zip(r.servers, r.predicted, r.measured) if s > 1
+        (abs(p - m), r.model, r.gpus, s)
+        for r in rows
+        for s, p, m in zip(r.servers, r.predicted, r.measured, strict=True)
+        if s > 1
     ]
 
 
@@ -61,7 +65,7 @@ def leave_one_out(grad_scale: bool, starts: int) -> dict[str, float]:
                 data={model: {k: data[model][k]}},
                 nic_sharing=fit.nic_sharing,
             )
-            errors += _spread_errors(rows)
+            errors += [e for e, *_ in _spread_points(rows)]
             matches.append(rows[0].order_matches)
     return {
         "mean_abs_error": float(np.mean(errors)),
@@ -71,20 +75,12 @@ def leave_one_out(grad_scale: bool, starts: int) -> dict[str, float]:
 
 
 def _row(name: str, rows: Any, agreement: float, mae: float, params: str) -> dict[str, Any]:
-    errs = _spread_errors(rows)
-    worst = max(
-        (
-            (abs(p - m), r.model, r.gpus, s)
-            for r in rows
-            for s, p, m in zip(r.servers, r.predicted, r.measured)
-            if s > 1
-        ),
-    )
+    worst = max(_spread_points(rows))
     return {
         "variant": name,
         "params": params,
         "mean_abs_error": mae,
-        "max_abs_error": float(max(errs)),
+        "max_abs_error": float(worst[0]),
         "worst_point": f"{worst[1]} k={worst[2]} s={worst[3]}",
         "rank_agreement": agreement,
     }

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from crop_gym.calibration.bundled import (
     CHRONUS_LOCAL_BATCH,
@@ -20,7 +22,7 @@ from crop_gym.calibration.bundled import (
 )
 from crop_gym.errors import ConfigError
 
-__all__ = ["ChronusComparison", "chronus_check"]
+__all__ = ["ChronusComparison", "chronus_check", "spread_throughput"]
 
 _TIE_RTOL = 1e-9
 
@@ -56,6 +58,41 @@ def _order_signs(values: Sequence[float], *, rtol: float) -> list[int]:
             tie = abs(diff) <= rtol * max(abs(a), abs(b))
             signs.append(0 if tie else (1 if diff > 0 else -1))
     return signs
+
+
+def spread_throughput(
+    allreduce: str,
+    t0: Any,
+    per_sample: Any,
+    grad_bytes: Any,
+    local_batch: Any,
+    k: Any,
+    s: Any,
+    links: Mapping[str, float],
+    *,
+    nic_sharing: float = 0.0,
+) -> NDArray[np.float64]:
+    """Predicted throughput of a job of ``k`` GPUs spread as ``k / s`` GPUs on each of ``s``
+    servers, relative to the job on one server: ``T(1 server) / T(s servers)`` (vectorised; the
+    arguments are those of :func:`predict_iteration_time`, ``g`` derived from ``k`` and ``s``)."""
+    kf = np.asarray(k, dtype=np.float64)
+    sf = np.asarray(s, dtype=np.float64)
+
+    def time(g: Any, servers: Any) -> Any:
+        return predict_iteration_time(
+            allreduce,
+            t0,
+            per_sample,
+            grad_bytes,
+            local_batch,
+            kf,
+            g,
+            servers,
+            links,
+            nic_sharing=nic_sharing,
+        )
+
+    return np.asarray(time(kf, np.ones_like(sf)) / time(kf / sf, sf), dtype=np.float64)
 
 
 def chronus_check(
@@ -94,20 +131,18 @@ def chronus_check(
             servers = tuple(sorted(set(by_s) | {1}))
             if any(k % s for s in servers):
                 raise ConfigError(f"Chronus {model} k={k}: servers {servers} do not divide the job")
-            ss = np.asarray(servers, dtype=np.float64)
-            times = predict_iteration_time(
+            rel = spread_throughput(
                 allreduce,
                 t0,
                 per_sample,
                 grad,
                 local_batch,
                 k,
-                k / ss,
-                ss,
+                np.asarray(servers),
                 links,
                 nic_sharing=nic_sharing,
             )
-            predicted = tuple(float(times[0] / t) for t in times)
+            predicted = tuple(rel.tolist())
             measured = tuple(float(by_s.get(s, 1.0)) for s in servers)
             match = _order_signs(predicted, rtol=_TIE_RTOL) == _order_signs(measured, rtol=0.0)
             rows.append(ChronusComparison(model, k, servers, measured, predicted, match))

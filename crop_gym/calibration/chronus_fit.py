@@ -21,12 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import least_squares, minimize
 
-from crop_gym.calibration.bundled import (
-    CHRONUS_LOCAL_BATCH,
-    load_chronus,
-    predict_iteration_time,
-)
-from crop_gym.calibration.chronus import ChronusComparison, chronus_check
+from crop_gym.calibration.bundled import CHRONUS_LOCAL_BATCH, load_chronus
+from crop_gym.calibration.chronus import ChronusComparison, chronus_check, spread_throughput
 from crop_gym.calibration.elasticflow import LINK_KEYS
 from crop_gym.errors import ConfigError
 from crop_gym.model.jobs import MODEL_ZOO
@@ -108,25 +104,17 @@ def _unpack(
 
 def _relative(x: np.ndarray, p: _Points, grad_scale: bool, local_batch: float) -> np.ndarray:
     compute, scale, links = _unpack(x, len(p.models), grad_scale)
-    t0, grad = compute[p.model], p.grad * scale[p.model]
-
-    def time(g: np.ndarray, s: np.ndarray) -> np.ndarray:
-        return np.asarray(
-            predict_iteration_time(
-                "hierarchical",
-                t0,
-                0.0,
-                grad,
-                local_batch,
-                p.k,
-                g,
-                s,
-                links,
-                nic_sharing=NIC_SHARING,
-            )
-        )
-
-    return time(p.k, np.ones_like(p.s)) / time(p.k / p.s, p.s)
+    return spread_throughput(
+        "hierarchical",
+        compute[p.model],
+        0.0,
+        p.grad * scale[p.model],
+        local_batch,
+        p.k,
+        p.s,
+        links,
+        nic_sharing=NIC_SHARING,
+    )
 
 
 def fit_chronus(
@@ -181,9 +169,9 @@ def fit_chronus(
         nm = minimize(
             mae, ls.x, method="Nelder-Mead", options={"maxiter": 8000, "xatol": 1e-7, "fatol": 1e-9}
         )
-        x = nm.x if nm.fun <= mae(ls.x) else ls.x
-        if best is None or mae(x) < best[0]:
-            best = (mae(x), x)
+        err, x = min((float(nm.fun), nm.x), (mae(ls.x), ls.x), key=lambda c: c[0])
+        if best is None or err < best[0]:
+            best = (err, x)
     assert best is not None
     compute, scale, links = _unpack(best[1], n, grad_scale)
     coefficients: dict[str, dict[str, float]] = {}
