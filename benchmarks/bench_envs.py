@@ -142,7 +142,7 @@ def bench_env(env_id: str, steps: int, seed: int, breakdown: bool) -> dict[str, 
         add_t, cand_t = _Timer(), _Timer()
         orig_add = ClusterState.add
         # The action table asks the generator through this one.
-        orig_gen = {n: getattr(view_mod, n) for n in ("candidate_sets",)}
+        orig_gen = {n: getattr(view_mod, n) for n in ("candidate_sets_many",)}
         ClusterState.add = add_t.wrap(orig_add)  # type: ignore[method-assign]
         for n, fn in orig_gen.items():
             setattr(view_mod, n, cand_t.wrap(fn))

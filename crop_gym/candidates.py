@@ -38,7 +38,7 @@ tree arrays of a :class:`~crop_gym.model.topology.Topology` and the badness orde
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -46,19 +46,25 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.errors import check_range
+from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.devices import Health
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import SWITCH, Topology
 
-__all__ = ["CandidateSet", "candidate_placements", "candidate_sets", "gpu_quality"]
+__all__ = [
+    "CandidateSet",
+    "candidate_placements",
+    "candidate_sets",
+    "candidate_sets_many",
+    "gpu_quality",
+]
 
 #: Badness differences up to this are ties (health-first rows must beat the compact ones by more).
 _EPS = 1e-9
 
 _I64 = NDArray[np.int64]
 _F64 = NDArray[np.float64]
-_ZERO, _ZERO_I = np.zeros(1), np.zeros(1, dtype=np.int64)
+_ZERO_I = np.zeros(1, dtype=np.int64)
 _NO_FLOAT, _NO_INT = np.zeros(0), np.zeros(0, dtype=np.int64)
 
 
@@ -124,6 +130,7 @@ class _Tree:
     """
 
     srv_lo: _I64  # first GPU of each server
+    srv_copy: _I64  # copy of each server (see _tree)
     gpu_server: _I64
     key2: NDArray[np.signedinteger[Any]]  # 2 * server of each GPU (small ints: radix sort)
     sub_node: _I64  # node of each subtree: the servers', then the switch subtrees'
@@ -135,23 +142,57 @@ class _Tree:
 
 
 @lru_cache(maxsize=64)
-def _tree(topo: Topology) -> _Tree:
+def _tree(topo: Topology, copies: int = 1) -> _Tree:
+    """The tree arrays of ``copies`` side-by-side copies of ``topo``: copy ``i`` holds GPUs
+    ``i * G ...``, servers ``i * S ...`` and nodes ``i * N ...``; its servers' subtrees come
+    before the next copy's, and all servers before all switch subtrees."""
+    if copies > 1:
+        return _stacked(_tree(topo), topo, copies)
     sw = np.flatnonzero(topo.kind == SWITCH)
     s_lo, s_hi = topo.node_srv_lo[sw].astype(np.int64), topo.node_srv_hi[sw].astype(np.int64)
     g_lo, g_hi = topo.node_gpu_lo[sw].astype(np.int64), topo.node_gpu_hi[sw].astype(np.int64)
     S = topo.num_servers
     n_srv = s_hi - s_lo
-    key_type = np.int16 if 2 * S < 2**15 else np.int64
     return _Tree(
         srv_lo=topo.server_gpu_lo.astype(np.int64),
+        srv_copy=np.zeros(S, dtype=np.int64),
         gpu_server=topo.gpu_server.astype(np.int64),
-        key2=(2 * topo.gpu_server).astype(key_type),
+        key2=_key2(topo.gpu_server.astype(np.int64), S),
         sub_node=np.concatenate((topo.server_node, sw)).astype(np.int64),
         mem_srv=np.concatenate([*map(np.arange, s_lo, s_hi), _NO_INT]),  # (a lone server: none)
         mem_start=np.cumsum(n_srv) - n_srv,
         mem_end=np.cumsum(n_srv),
         mem_base=np.repeat(np.arange(len(sw), dtype=np.int64) * S, n_srv),
         sw_gpus=list(zip(g_lo.tolist(), g_hi.tolist(), strict=True)),
+    )
+
+
+def _key2(gpu_server: _I64, num_servers: int) -> NDArray[np.signedinteger[Any]]:
+    """``2 * server`` of each GPU, as small ints where they fit (a radix sort key)."""
+    return (2 * gpu_server).astype(np.int16 if 2 * num_servers < 2**15 else np.int64)
+
+
+def _stacked(t: _Tree, topo: Topology, n: int) -> _Tree:
+    """:func:`_tree` of ``n`` copies, from the tree of one."""
+    G, S, N = topo.num_gpus, topo.num_servers, topo.num_nodes
+    W, M = len(t.sw_gpus), len(t.mem_srv)
+    r = np.arange(n, dtype=np.int64)[:, None]
+
+    def tile(a: _I64, step: int) -> _I64:
+        return (a[None, :] + step * r).ravel()
+
+    gpu_server = tile(t.gpu_server, S)
+    return _Tree(
+        srv_lo=tile(t.srv_lo, G),
+        srv_copy=np.repeat(np.arange(n, dtype=np.int64), S),
+        gpu_server=gpu_server,
+        key2=_key2(gpu_server, n * S),
+        sub_node=np.concatenate((tile(t.sub_node[:S], N), tile(t.sub_node[S:], N))),
+        mem_srv=tile(t.mem_srv, S),
+        mem_start=tile(t.mem_start, M),
+        mem_end=tile(t.mem_end, M),
+        mem_base=tile(t.mem_base // max(S, 1), W) * (n * S),
+        sw_gpus=[(a + i * G, z + i * G) for i in range(n) for a, z in t.sw_gpus],
     )
 
 
@@ -192,6 +233,22 @@ def _badness_of(topo: Topology, health: Health | None) -> _Badness:
     return b
 
 
+def _stack_badness(topo: Topology, parts: list[_Badness]) -> _Badness:
+    """The badness data of side-by-side copies (copy ``i`` offset by ``i * G``)."""
+    if len(parts) == 1:
+        return parts[0]
+    G = topo.num_gpus
+    base = np.concatenate([b.base + i * G for i, b in enumerate(parts)])
+    return _Badness(
+        topo,
+        np.concatenate([b.q for b in parts]),
+        np.concatenate([b.q_round for b in parts]),
+        all(b.uniform for b in parts),
+        base,
+        _tree(topo, len(parts)).key2[base],
+    )
+
+
 # ------------------------------------------------------------------------------------ entry points
 def candidate_placements(
     state: ClusterState,
@@ -228,35 +285,69 @@ def candidate_sets(
     max_candidates: int = 8,
     free: NDArray[np.bool_] | None = None,
 ) -> list[CandidateSet]:
-    """:func:`candidate_placements` of each size in ``sizes``, computed together.
+    """:func:`candidate_placements` of each size in ``sizes`` (repeats allowed), computed
+    together, in the order of ``sizes``; the other arguments are those of
+    :func:`candidate_placements` (``max_candidates`` caps each size's set)."""
+    frees = None if free is None else [free]
+    return candidate_sets_many(
+        [state], [sizes], robust=robust, max_candidates=max_candidates, frees=frees
+    )[0]
+
+
+def candidate_sets_many(
+    states: Sequence[ClusterState],
+    sizes: Sequence[Iterable[int]],
+    *,
+    robust: bool = True,
+    max_candidates: int = 8,
+    frees: Sequence[NDArray[np.bool_]] | None = None,
+) -> list[list[CandidateSet]]:
+    """:func:`candidate_sets` of several states of one topology, in one vectorised pass.
+
+    The states are laid side by side (state ``i``'s GPUs offset by ``i * G``) and every (size,
+    state) pair is a group of rows, ranked and capped on its own: the result of each state is
+    exactly what :func:`candidate_sets` gives it alone (tests/test_batching.py checks this).
 
     Args:
-        state: The cluster state (free GPUs and health).
-        sizes: GPUs of the jobs (each from 1 to the cluster's GPUs; repeats allowed).
+        states: Cluster states, all on the same :class:`~crop_gym.model.topology.Topology`.
+        sizes: Per state, the GPUs of its jobs (repeats allowed).
         robust: Whether device health steers the choice.
-        max_candidates: Cap on the number of candidates returned per size (>= 1).
-        free: ``bool[G]`` the GPUs to choose from (default: the state's free usable GPUs).
+        max_candidates: Cap on the candidates per size and state (>= 1).
+        frees: Per state the ``bool[G]`` GPUs to choose from (default: its free usable GPUs).
 
     Returns:
-        The candidate set of each size, in the order of ``sizes``.
+        Per state, the candidate set of each of its sizes, in order.
 
     Raises:
-        ConfigError: If a size or ``max_candidates`` is out of range.
+        ConfigError: If a size or ``max_candidates`` is out of range, or the states are not on
+            one topology.
     """
-    ks = [int(k) for k in sizes]
-    G = state.topology.num_gpus
-    for k in ks:
-        if not 1 <= k <= G:
-            check_range("k", k, 1, G)
+    if not states:
+        return []
+    topo = states[0].topology
+    if any(st.topology is not topo for st in states):
+        raise ConfigError("candidate_sets_many: the states must share one topology")
+    G = topo.num_gpus
     if max_candidates < 1:
         check_range("max_candidates", max_candidates, 1)
-    if not ks:
-        return []
-    free = state.free_mask if free is None else free
-    n_free = int(np.count_nonzero(free))
-    fitting = sorted({k for k in ks if k <= n_free})
-    out = _generate(state, free, n_free, fitting, robust, int(max_candidates)) if fitting else {}
-    return [out.get(k) or _empty(k) for k in ks]
+    wanted: list[list[int]] = []
+    free_list = [st.free_mask for st in states] if frees is None else list(frees)
+    n_free = [int(np.count_nonzero(f)) for f in free_list]
+    for ks in sizes:
+        row = [int(k) for k in ks]
+        for k in row:
+            if not 1 <= k <= G:
+                check_range("k", k, 1, G)
+        wanted.append(row)
+    fitting = [sorted({k for k in row if k <= nf}) for row, nf in zip(wanted, n_free, strict=True)]
+    out: dict[tuple[int, int], CandidateSet] = {}
+    if any(fitting):
+        bad = [_badness_of(topo, st.health if robust else None) for st in states]
+        free = free_list[0] if len(states) == 1 else np.concatenate(free_list)
+        out = _generate(
+            topo, _stack_badness(topo, bad), free, sum(n_free), fitting, int(max_candidates)
+        )
+    return [[out.get((k, i)) or _empty(k) for k in row] for i, row in enumerate(wanted)]
 
 
 # ------------------------------------------------------------------------------------ the generator
@@ -282,20 +373,23 @@ def _ragged(starts: _I64, lengths: _I64) -> _I64:
 
 
 def _generate(
-    state: ClusterState,
+    topo: Topology,
+    b: _Badness,
     free: NDArray[np.bool_],
     n_free: int,
-    ks: list[int],
-    robust: bool,
+    fitting: list[list[int]],
     cap: int,
-) -> dict[int, CandidateSet]:
-    """The candidate sets of the distinct sizes ``ks`` (each at most the free GPUs).
+) -> dict[tuple[int, int], CandidateSet]:
+    """The candidate sets of ``len(fitting)`` copies of ``topo`` side by side (``b`` and ``free``
+    of all copies, ``n_free`` their free GPUs in all): for copy ``i`` those of its sizes
+    ``fitting[i]`` (each at most its free GPUs), keyed ``(size, i)``, in the copy's own GPU and
+    node numbers.
 
     Every size's rows are computed together, as (size, server) and (size, subtree) pairs.
     """
-    topo = state.topology
-    t = _tree(topo)
-    b = _badness_of(topo, state.health if robust else None)
+    n = len(fitting)
+    ks = sorted(set().union(*fitting))
+    t = _tree(topo, n)
     G, lo = len(b.q), t.srv_lo
     K = np.array(ks, dtype=np.int64)
     Kc = K[:, None]
@@ -304,11 +398,16 @@ def _generate(
     # busy ones. A server's k best free GPUs are the k first of its block.
     order = b.base[(b.key2 + ~free[b.base]).argsort(kind="stable")]
     qs = b.q[order]
-    qcs = np.concatenate((_ZERO, qs.cumsum()))
+    # Prefix sums of the badness in that order, copy by copy (0 first): server s starts at
+    # lo_q[s] (a copy's sums never depend on another copy's badness).
+    cum = qs.reshape(n, -1).cumsum(axis=1)
+    qcs = np.concatenate((np.zeros((n, 1)), cum), axis=1).ravel()
+    lo_q = lo + t.srv_copy
 
     # Single-server rows.
     fit = f >= Kc
-    q_srv = qcs[np.minimum(lo + Kc, G)] - qcs[lo]  # [size, server] badness (where it fits)
+    end = np.minimum(lo + Kc, (t.srv_copy + 1) * topo.num_gpus) + t.srv_copy
+    q_srv = qcs[end] - qcs[lo_q]  # [size, server] badness (where it fits)
     si, ss = fit.nonzero()
     q1 = q_srv[si, ss]
 
@@ -323,7 +422,7 @@ def _generate(
     if len(ci):
         # A subtree's free GPUs, server after server in compact order (most free, least bad on
         # average, index); a row of k GPUs is the first k of them (positions in `order`).
-        avg = (qcs[lo + f] - qcs[lo]) / np.maximum(f, 1)
+        avg = (qcs[lo_q + f] - qcs[lo_q]) / np.maximum(f, 1)
         srv_rank = np.lexsort((avg, -f)).argsort()
         msrv = t.mem_srv[(t.mem_base + srv_rank[t.mem_srv]).argsort()]
         mf = f[msrv]
@@ -369,7 +468,7 @@ def _generate(
     if not len(ci) and not len(hi):
         ones = np.ones(len(si), dtype=np.int64)
         only = _Rows(si, ones, q1, f[ss], t.sub_node[ss], order, lo[ss], len(si))
-        return _assemble(ks, K, cap, only, G)
+        return _assemble(ks, K, cap, only, _Copies.of(topo, fitting, ks, ss, _NO_INT, _NO_INT))
     sub = np.concatenate((ss, cw + len(lo), hw + len(lo)))  # servers, then switch subtrees
     rows = _Rows(
         size=np.concatenate((si, ci, hi)),
@@ -381,7 +480,7 @@ def _generate(
         start=np.concatenate((lo[ss], c_start + G, h_start + (G + len(g_c)))),
         singles=len(si),
     )
-    return _assemble(ks, K, cap, rows, G)
+    return _assemble(ks, K, cap, rows, _Copies.of(topo, fitting, ks, ss, cw, hw))
 
 
 @dataclass(frozen=True, eq=False)
@@ -406,52 +505,95 @@ class _Rows:
     singles: int
 
 
-def _assemble(ks: list[int], K: _I64, cap: int, rows: _Rows, G: int) -> dict[int, CandidateSet]:
-    """Each size's best ``cap`` distinct rows, ranked by (servers spanned, rounded badness, free
-    GPUs left, subtree node, kind): rows come kind by kind and the sort is stable."""
+@dataclass(frozen=True, eq=False)
+class _Copies:
+    """Which copy (of ``n`` side by side, each of ``gpus`` GPUs and ``nodes`` nodes) each row
+    belongs to: ``copy`` ``int64[rows]``; and ``wanted`` ``bool[sizes * n]``, per (size index,
+    copy), size-major, whether that group is asked for."""
+
+    n: int
+    gpus: int
+    nodes: int
+    copy: _I64
+    wanted: NDArray[np.bool_]
+
+    @classmethod
+    def of(
+        cls, topo: Topology, fitting: list[list[int]], ks: list[int], ss: _I64, cw: _I64, hw: _I64
+    ) -> _Copies:
+        n = len(fitting)
+        if n == 1:  # one state: every size is asked for
+            copy = np.zeros(len(ss) + len(cw) + len(hw), dtype=np.int64)
+            return cls(1, topo.num_gpus, topo.num_nodes, copy, np.ones(len(ks), dtype=bool))
+        wanted = np.zeros((len(ks), n), dtype=bool)
+        for i, row in enumerate(fitting):
+            wanted[np.searchsorted(ks, row), i] = True
+        S, W = topo.num_servers, len(_tree(topo).sw_gpus)
+        copy = np.concatenate((ss // S, cw // W, hw // W))
+        return cls(n, topo.num_gpus, topo.num_nodes, copy, wanted.ravel())
+
+
+def _assemble(
+    ks: list[int], K: _I64, cap: int, rows: _Rows, cp: _Copies
+) -> dict[tuple[int, int], CandidateSet]:
+    """Each (size, copy) group's best ``cap`` distinct rows, ranked by (servers spanned, rounded
+    badness, free GPUs left, subtree node, kind): rows come kind by kind and the sort is stable."""
     size, node = rows.size, rows.node
     k_row = K[size]
-    ranked = np.lexsort((node, rows.left - k_row, rows.quality.round(9), rows.num_servers, size))
+    group = size * cp.n + cp.copy  # (size, copy), size-major
+    ranked = np.lexsort((node, rows.left - k_row, rows.quality.round(9), rows.num_servers, group))
     ranked_l = ranked.tolist()
     # A row that repeats a better one is dropped: only the extra rows (compact, health-first)
-    # can repeat one, so each size's best cap + extras rows are enough.
-    counts = np.bincount(size, minlength=len(ks)).tolist()
-    extras = np.bincount(size[rows.singles :], minlength=len(ks)).tolist()
+    # can repeat one, so each group's best cap + extras rows are enough.
+    ng = len(ks) * cp.n
+    counts = np.bincount(group, minlength=ng).tolist()
+    extras = np.bincount(group[rows.singles :], minlength=ng).tolist()
     picks: list[int] = []
+    chosen: list[tuple[int, int, int]] = []  # (group, rows picked, extra rows)
     s0 = 0
-    for c, e in zip(counts, extras, strict=True):
-        picks += ranked_l[s0 : s0 + min(c, cap + e)]
+    for g, (c, e) in enumerate(zip(counts, extras, strict=True)):
+        if c and cp.wanted[g]:
+            n = min(c, cap + e)
+            picks += ranked_l[s0 : s0 + n]
+            chosen.append((g, n, e))
         s0 += c
-    # The picked rows' GPUs, each row sorted; rows come size by size.
+    if not picks:
+        return {}
+    # The picked rows' GPUs, each row sorted; rows come group by group.
     pick = np.array(picks)
     kp = k_row[pick]
+    G = cp.n * cp.gpus
     row_key = np.arange(len(pick)).repeat(kp) * G
     gpus = rows.src[_ragged(rows.start[pick], kp)] + row_key
     gpus.sort()
     gpus -= row_key
+    nodes = node[pick]
+    if cp.n > 1:  # each copy in its own numbers
+        copy = cp.copy[pick]
+        gpus -= (copy * cp.gpus).repeat(kp)
+        nodes = nodes - copy * cp.nodes
     g32 = gpus.astype(np.int32)
-    ns, nd, qq = (
-        rows.num_servers[pick].astype(np.int32),
-        node[pick].astype(np.int32),
-        rows.quality[pick],
-    )
-    out: dict[int, CandidateSet] = {}
+    ns, nd, qq = rows.num_servers[pick].astype(np.int32), nodes.astype(np.int32), rows.quality[pick]
+    out: dict[tuple[int, int], CandidateSet] = {}
     end = p = 0
-    for k, c, e in zip(ks, counts, extras, strict=True):
-        n = min(c, cap + e)
+    for g, n, e in chosen:
+        ki, i = divmod(g, cp.n)
+        k = ks[ki]
         block = g32[end : end + n * k].reshape(n, k)
         keys = list(map(tuple, block.tolist()))
         kept: Any = slice(0, min(n, cap))
         if e and len(set(keys)) < n:
             first: dict[tuple[int, ...], int] = {}
-            for i, key in enumerate(keys):
-                first.setdefault(key, i)
+            for j, key in enumerate(keys):
+                first.setdefault(key, j)
             kept = list(first.values())[:cap]  # first occurrences, best first
-            keys = [keys[i] for i in kept]
+            keys = [keys[j] for j in kept]
         else:
             keys = keys[kept]
         sl = slice(p, p + n)
-        out[k] = CandidateSet(block[kept], ns[sl][kept], nd[sl][kept], qq[sl][kept], tuple(keys))
+        out[(k, i)] = CandidateSet(
+            block[kept], ns[sl][kept], nd[sl][kept], qq[sl][kept], tuple(keys)
+        )
         end += n * k
         p += n
     return out

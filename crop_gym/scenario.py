@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.candidates import candidate_placements
+from crop_gym.candidates import candidate_sets_many
 from crop_gym.errors import ConfigError
 from crop_gym.io import read_mapping
 from crop_gym.model.devices import PROFILES, AbnormalityProfile, get_profile
@@ -512,34 +512,56 @@ class ScenarioSampler:
         Args:
             rng: Random generator (e.g. the environment's ``np_random``).
         """
-        sc = self.scenario
-        health = sc.abnormal.sample(self.topology, rng)
-        state = ClusterState(self.topology, health, sc.perf)
+        return self.sample_many([rng])[0]
+
+    def sample_many(self, rngs: Sequence[np.random.Generator]) -> list[PlacementInstance]:
+        """Draw one instance from each generator: exactly what :meth:`sample` draws from it alone
+        (the same numbers in the same order), with the background placements of all instances
+        chosen in lockstep, one candidate generation per round for all of them.
+
+        An instance's health comes first, then its background jobs: each drawn from the workload
+        and, if it fits, placed on one of its candidates (robustness off) chosen at random, until
+        the background load is reached or 20 draws missed; then its queue.
+        """
+        sc, n = self.scenario, len(rngs)
+        healths = [sc.abnormal.sample(self.topology, rng) for rng in rngs]
+        states = [ClusterState(self.topology, health, sc.perf) for health in healths]
         target = round(sc.background_load * self.topology.num_gpus)
-        busy, t, misses = 0, 0, 0
-        # The background jobs are chosen one after another on the GPUs left free, then placed
-        # (and evaluated) together.
-        free = state.free_mask
-        jobs: list[Job] = []
-        placements: list[NDArray[np.int32]] = []
-        while busy < target and misses < 20:
-            (i,) = rng.integers(0, len(self._background), size=1).tolist()
-            job = _static_copy(self._background[i], f"bg{t}")
-            t += 1
-            if job.num_gpus > target - busy:
-                misses += 1
-                continue
-            cands = candidate_placements(
-                state, job.num_gpus, robust=False, max_candidates=sc.max_candidates, free=free
+        busy, drawn, misses = [0] * n, [0] * n, [0] * n
+        free = [state.free_mask for state in states]
+        jobs: list[list[Job]] = [[] for _ in range(n)]
+        placements: list[list[NDArray[np.int32]]] = [[] for _ in range(n)]
+        active = [i for i in range(n) if target > 0]
+        while active:
+            asks: list[tuple[int, Job]] = []  # this round's draws that fit the load left
+            for i in active:
+                (b,) = rngs[i].integers(0, len(self._background), size=1).tolist()
+                job = _static_copy(self._background[b], f"bg{drawn[i]}")
+                drawn[i] += 1
+                if job.num_gpus > target - busy[i]:
+                    misses[i] += 1
+                else:
+                    asks.append((i, job))
+            cands = candidate_sets_many(
+                [states[i] for i, _ in asks],
+                [(job.num_gpus,) for _, job in asks],
+                robust=False,
+                max_candidates=sc.max_candidates,
+                frees=[free[i] for i, _ in asks],
             )
-            if len(cands) == 0:
-                misses += 1
-                continue
-            gpus = cands.gpus[rng.integers(len(cands))]
-            free[gpus] = False
-            jobs.append(job)
-            placements.append(gpus)
-            busy += job.num_gpus
-        state.add_many(jobs, placements)
-        queue = tuple(self._draw(rng, sc.queue_size, "q"))
-        return PlacementInstance(state=state, queue=queue, scenario=sc)
+            for (i, job), (cs,) in zip(asks, cands, strict=True):
+                if len(cs) == 0:
+                    misses[i] += 1
+                    continue
+                gpus = cs.gpus[rngs[i].integers(len(cs))]
+                free[i][gpus] = False
+                jobs[i].append(job)
+                placements[i].append(gpus)
+                busy[i] += job.num_gpus
+            active = [i for i in active if busy[i] < target and misses[i] < 20]
+        out = []
+        for i, rng in enumerate(rngs):
+            states[i].add_many(jobs[i], placements[i])  # placed, and evaluated, together
+            queue = tuple(self._draw(rng, sc.queue_size, "q"))
+            out.append(PlacementInstance(state=states[i], queue=queue, scenario=sc))
+        return out

@@ -7,6 +7,7 @@ end to end on a couple of environments and prints its table.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -69,17 +70,22 @@ def test_step_path_lines_lists_the_step_modules() -> None:
     )
 
 
-def test_bench_batching_runs() -> None:
-    """The batching benchmark prints its per-environment table and the step-rate ratio."""
+def test_bench_vector_runs(tmp_path: Path) -> None:
+    """The vector benchmark prints its table (single, sync, vector rows) and writes its JSON."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    out_json = tmp_path / "rows.json"
     out = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "benchmarks" / "bench_batching.py"),
-            "--repeat",
+            str(ROOT / "benchmarks" / "bench_vector.py"),
+            "--ids",
+            "crop_gym/Placement-Testbed8-v0",
+            "--num-envs",
             "3",
             "--steps",
-            "30",
+            "12",
+            "--json",
+            str(out_json),
         ],
         cwd=ROOT,
         env=env,
@@ -89,6 +95,9 @@ def test_bench_batching_runs() -> None:
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line.split() for line in out.stdout.splitlines() if line.split()[:1] == ["16"]]
-    assert len(rows) == 1 and float(rows[0][1]) > 0 and float(rows[0][3]) > 0
-    assert "step rate: Placement-v0" in out.stdout
+    rows = json.loads(out_json.read_text())
+    kinds = {(r["id"], r["kind"]) for r in rows}
+    for env_id in ("CartPole-v1", "crop_gym/Placement-Testbed8-v0"):
+        assert {(env_id, k) for k in ("single", "sync", "vector")} <= kinds
+    assert all(r["rate"] > 0 for r in rows)
+    assert "crop_gym/Placement-Testbed8-v0" in out.stdout

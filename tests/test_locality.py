@@ -3,9 +3,10 @@
 N instances of a scenario, each with its own health and background jobs, held as one state over N
 copies of the cluster under a new root (no job crosses copies), give, copy by copy, the same
 candidates (offset by the copy's first GPU), the same placement facts, the same job constants and
-row gains, and F is the sum of the copies' F. This is what a vector environment that holds many
-environments as one state (docs/ENVS.md, Speed) stands on, and a property of the generator and the
-time model on its own: nothing outside the subtree of a placement enters its value.
+row gains, and F is the sum of the copies' F: nothing outside the subtree of a placement enters its
+value. The batched environment (crop_gym/envs/placement_vector.py) relies on the same property when
+it lays many states side by side in one candidate generation and one facts evaluation
+(tests/test_batching.py checks those against the per-state calls).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from crop_gym.envs.checks import (
 )
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
-from crop_gym.envs.view import ActionTable, PendingQueue, build_action_table
+from crop_gym.envs.view import ActionTable, PendingQueue, build_action_tables
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
 from crop_gym.model.jobs import Job
@@ -140,6 +140,12 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
     def _start_episode(self, seed: int | None, options: dict[str, Any] | None) -> None:
         """Seed, then take ``options["instance"]`` (copied) or sample one; reset the episode's
         bookkeeping, draw the observed health and build the action table."""
+        self.begin_episode(seed, options)
+        self.table = self._build_table()
+
+    def begin_episode(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """:meth:`reset` up to the action table, which the caller sets (a vector environment
+        builds the tables of all its environments together; :meth:`table_options`)."""
         opts = check_options(options, self.RESET_OPTIONS)
         gym.Env.reset(self, seed=seed)
         inst = opts.get("instance")
@@ -166,20 +172,23 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         self.observed_health = self.state.health.observe(
             self.np_random, self.scenario.observation_noise
         )
-        self.table = self._build_table()
         self._guard.start()
+
+    @property
+    def table_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`~crop_gym.envs.view.build_action_tables` for this
+        environment's tables (view size, candidates, robustness, grouping, interference)."""
+        return {
+            "num_slots": self.queue_view,
+            "max_candidates": self.max_candidates,
+            "robust": self.robust_candidates,
+            "group_identical": self.group_identical_jobs,
+            "interference": self.privileged,
+        }
 
     def _build_table(self) -> ActionTable:
         """The action table of the current state and pending jobs."""
-        return build_action_table(
-            self.state,
-            self.pending_queue,
-            num_slots=self.queue_view,
-            max_candidates=self.max_candidates,
-            robust=self.robust_candidates,
-            group_identical=self.group_identical_jobs,
-            interference=self.privileged,
-        )
+        return build_action_tables([self.state], [self.pending_queue], **self.table_options)[0]
 
     def _observe(self, extra: NDArray[np.float64] | None = None) -> Obs:
         """The observation of the current state (the one place that calls the builder)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
@@ -11,10 +12,28 @@ from numpy.typing import NDArray
 from crop_gym.envs.base import Obs, StaticPlacementBase
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.rewards import NO_TERMS, placement_terms, total
-from crop_gym.envs.view import action_space
+from crop_gym.envs.view import ActionTable, action_space
 from crop_gym.scenario import Scenario, with_hardware
 
-__all__ = ["PlacementEnv"]
+__all__ = ["PlacementEnv", "StepStart"]
+
+
+@dataclass(frozen=True)
+class StepStart:
+    """What the first half of a step did (:meth:`PlacementEnv.begin_step`).
+
+    Attributes:
+        terms: The reward terms (:func:`~crop_gym.envs.rewards.placement_terms`).
+        invalid: Whether the action was invalid.
+        placed: The job id placed, or ``None``.
+        stopped: Whether the action ends the episode by itself (stop, or invalid under
+            ``invalid_action="stop"``).
+    """
+
+    terms: dict[str, float]
+    invalid: bool
+    placed: str | None
+    stopped: bool
 
 
 class PlacementEnv(StaticPlacementBase):
@@ -167,19 +186,28 @@ class PlacementEnv(StaticPlacementBase):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new instance (or on ``options["instance"]``)."""
-        self._start_episode(seed, options)
-        return self._observe(), self._info()
+        self.begin_episode(seed, options)
+        return self.finish_reset(self._build_table())
 
     def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
         """Place one (job, candidate) pair, or stop."""
+        start = self.begin_step(action)
+        return self.finish_step(start, self._build_table() if start.placed else None)
+
+    # ------------------------------------------------- the two halves (batched by the vector env)
+    def finish_reset(self, table: ActionTable) -> tuple[Obs, dict[str, Any]]:
+        """The end of :meth:`reset` after :meth:`begin_episode`: ``table`` is the action table of
+        the new episode's first state."""
+        self.table = table
+        return self._observe(), self._info()
+
+    def begin_step(self, action: Any) -> StepStart:
+        """The first half of :meth:`step`: apply ``action`` to the state. The caller then builds
+        the new state's action table if a job was placed and passes it to :meth:`finish_step`."""
         self._guard.check()
         self._steps += 1
         table = self.table
         decoded = table.decode(action)
-        terms = dict(NO_TERMS)
-        invalid = False
-        placed: str | None = None
-        terminated = False
         if decoded is not None:
             q, c = decoded
             job, row = table.jobs[q], table.row_of(q, c)
@@ -187,22 +215,30 @@ class PlacementEnv(StaticPlacementBase):
             terms = placement_terms(float(table.gains.own[row]), delta)
             self._remove_pending(table.positions[q])
             self.placed.append((job.job_id, self.state.placement(job.job_id)))
-            placed = job.job_id
-            self.table = self._build_table()
-            terminated = not self.table.has_placement
-        elif table.is_stop(action):
-            terminated = True
-        else:
-            invalid = True
-            terminated = self.invalid_action == "stop"
+            return StepStart(terms, invalid=False, placed=job.job_id, stopped=False)
+        if table.is_stop(action):
+            return StepStart(dict(NO_TERMS), invalid=False, placed=None, stopped=True)
+        stop = self.invalid_action == "stop"
+        return StepStart(dict(NO_TERMS), invalid=True, placed=None, stopped=stop)
+
+    def finish_step(
+        self, start: StepStart, table: ActionTable | None
+    ) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
+        """The second half of :meth:`step`: ``table`` is the new state's action table when
+        ``start.placed`` (else ``None``: the state did not change)."""
+        terminated = start.stopped
+        if start.placed is not None:
+            assert table is not None
+            self.table = table
+            terminated = not table.has_placement
         truncated = not terminated and self._steps >= self.max_steps
         self._guard.end_if(terminated, truncated)
         obs = self._observe()
         info = self._info()
-        info["invalid_action"] = invalid
-        info["reward_terms"] = terms
-        info["placed"] = placed
-        return obs, total(terms), terminated, truncated, info
+        info["invalid_action"] = start.invalid
+        info["reward_terms"] = start.terms
+        info["placed"] = start.placed
+        return obs, total(start.terms), terminated, truncated, info
 
     def action_masks(self) -> NDArray[np.bool_]:
         """Valid actions, ``bool[Q * C + 1]`` (sb3-contrib's ``MaskablePPO`` calls this)."""

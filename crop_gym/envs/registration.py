@@ -19,6 +19,8 @@ NAMESPACE = "crop_gym"
 _STATIC = "crop_gym.envs.placement:PlacementEnv"
 _GPU = "crop_gym.envs.gpu_placement:GPUPlacementEnv"
 _ONLINE_V1 = "crop_gym.envs.online_v1:OnlinePlacementV1Env"
+#: The batched environment of every candidate-mode ID (``gymnasium.make_vec``).
+_STATIC_VECTOR = "crop_gym.envs.placement_vector:PlacementVectorEnv"
 
 #: ID → (entry point, default kwargs, one-line description).
 ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -107,5 +109,9 @@ def register_envs() -> None:
     for env_id, (entry_point, kwargs, _) in ENV_IDS.items():
         if env_id not in registry:
             register(
-                id=env_id, entry_point=entry_point, kwargs=dict(kwargs), disable_env_checker=False
+                id=env_id,
+                entry_point=entry_point,
+                vector_entry_point=_STATIC_VECTOR if entry_point == _STATIC else None,
+                kwargs=dict(kwargs),
+                disable_env_checker=False,
             )

@@ -25,8 +25,8 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.candidates import CandidateSet, candidate_sets
-from crop_gym.model.facts import PlacementFacts, memo_facts
+from crop_gym.candidates import CandidateSet, candidate_sets_many
+from crop_gym.model.facts import PlacementFacts, memo_facts_many
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState, Gains
 from crop_gym.model.timing import job_constants
@@ -37,6 +37,7 @@ __all__ = [
     "action_index",
     "action_space",
     "build_action_table",
+    "build_action_tables",
     "job_key",
 ]
 
@@ -257,18 +258,75 @@ def build_action_table(
     (without the interference of each row unless ``interference``: a step needs it only for the
     chosen row, the privileged features for all).
     """
-    Q, C = num_slots, max_candidates
     if not isinstance(pending, PendingQueue):
         pending = PendingQueue.of(state, pending)
-    index = pending.index
-    num_gpus = pending.num_gpus[index]
-    group = pending.job_class[index] if group_identical else np.arange(len(index))
-    positions, copies = select_view(group, num_gpus, state.num_free, Q)
+    return build_action_tables(
+        [state],
+        [pending],
+        num_slots=num_slots,
+        max_candidates=max_candidates,
+        robust=robust,
+        group_identical=group_identical,
+        interference=interference,
+    )[0]
+
+
+def build_action_tables(
+    states: Sequence[ClusterState],
+    pending: Sequence[PendingQueue],
+    *,
+    num_slots: int,
+    max_candidates: int,
+    robust: bool = True,
+    group_identical: bool = True,
+    interference: bool = True,
+) -> list[ActionTable]:
+    """:func:`build_action_table` of several states of one topology (``pending[i]`` on
+    ``states[i]``), with one candidate generation for all of them
+    (:func:`~crop_gym.candidates.candidate_sets_many`) and one facts evaluation of the candidate
+    sets not yet evaluated (:func:`~crop_gym.model.facts.memo_facts_many`)."""
+    Q, C = num_slots, max_candidates
+    views = []
+    for state, queue in zip(states, pending, strict=True):
+        index = queue.index
+        num_gpus = queue.num_gpus[index]
+        group = queue.job_class[index] if group_identical else np.arange(len(index))
+        positions, copies = select_view(group, num_gpus, state.num_free, Q)
+        views.append((index, num_gpus, positions, copies))
+    sizes = [
+        list(dict.fromkeys(num_gpus[positions].tolist())) for _, num_gpus, positions, _ in views
+    ]
+    distinct_all = candidate_sets_many(states, sizes, robust=robust, max_candidates=C)
+    # The facts of each distinct candidate once (the sets new to their memo: of all states
+    # together), then of each row.
+    keys = [[key for cs in distinct for key in cs.keys] for distinct in distinct_all]
+    healths = [st.health for st in states]
+    facts_all = memo_facts_many(states[0].topology, healths, keys) if states else []
+    return [
+        _table(state, queue, view, ks, tuple(distinct), facts, Q, C, interference)
+        for state, queue, view, ks, distinct, facts in zip(
+            states, pending, views, sizes, distinct_all, facts_all, strict=True
+        )
+    ]
+
+
+def _table(
+    state: ClusterState,
+    pending: PendingQueue,
+    view_of: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]],
+    sizes: list[int],
+    distinct: tuple[CandidateSet, ...],
+    distinct_facts: PlacementFacts,
+    Q: int,
+    C: int,
+    interference: bool,
+) -> ActionTable:
+    """One state's table from its view (pending index, sizes, view positions, copies) and the
+    candidate sets of its distinct sizes with their facts."""
+    index, num_gpus, positions, copies = view_of
     view = index[positions]
     jobs = tuple(pending.queue[i] for i in view.tolist())
     ks = num_gpus[positions].tolist()
-    sizes = list(dict.fromkeys(ks))
-    distinct = tuple(candidate_sets(state, sizes, robust=robust, max_candidates=C))
     by_size = dict(zip(sizes, distinct, strict=True))
     first, n = {}, 0  # size -> its first row among the distinct sets' rows
     for k, cs in by_size.items():
@@ -280,9 +338,7 @@ def build_action_table(
     row_cand = np.arange(len(row_slot), dtype=np.int64) - np.repeat(starts, counts)
     row_src = np.repeat(np.array([first[k] for k in ks], dtype=np.int64), counts)
     row_src += row_cand
-    # The facts of each distinct candidate once, then of each row (one gather).
-    keys = [key for cs in distinct for key in cs.keys]
-    facts = memo_facts(state.topology, state.health, keys).take(row_src)
+    facts = distinct_facts.take(row_src)
     # Gains of every row in one vectorised call (each row alone against the state).
     const = pending.const[view]
     gains = state.row_gains(const[row_slot], facts, interference=interference)
@@ -293,12 +349,11 @@ def build_action_table(
     copies_arr = np.zeros(Q, dtype=np.int64)
     copies_arr[: len(copies)] = copies
     copies_arr.setflags(write=False)
-    positions_t = tuple(positions.tolist())
     return ActionTable(
         num_slots=Q,
         max_candidates=C,
         jobs=jobs,
-        positions=positions_t,
+        positions=tuple(positions.tolist()),
         copies=copies_arr,
         const=const,
         sets=sets,

@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 from crop_gym.model.devices import Health
 from crop_gym.model.topology import Topology
 
-__all__ = ["FACT_COLUMNS", "PlacementFacts", "memo_facts", "placement_facts"]
+__all__ = ["FACT_COLUMNS", "PlacementFacts", "memo_facts", "memo_facts_many", "placement_facts"]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -125,11 +125,16 @@ def placement_facts(
 
 
 def _facts(
-    topology: Topology, health: Health, P: NDArray[np.integer[Any]], k: IntArray
+    topology: Topology,
+    health: Health | Sequence[Health],
+    P: NDArray[np.integer[Any]],
+    k: IntArray,
+    copy: IntArray | None = None,
 ) -> PlacementFacts:
     """The facts of the rows of ``P``: row ``r`` holds its ``k[r]`` GPUs sorted, then its last GPU
     repeated up to the width of ``P`` (a repeated GPU adds no server, link or ring step, and the
-    per-GPU products skip it)."""
+    per-GPU products skip it). With ``copy``, row ``r`` is under ``health[copy[r]]`` (several
+    states of one topology evaluated together)."""
     R, kmax = P.shape
     if R == 0 or kmax == 0:
         z = np.zeros(R)
@@ -151,7 +156,7 @@ def _facts(
 
     # Per-GPU terms in one gather. A GPU's own (intra-server) link holds only that GPU: a ring of
     # k >= 2 spans every one.
-    X = _device_table(topology, health)[P]  # [R, k, 5]
+    X = _per_health(_device_table, topology, health, P, copy, topology.num_gpus)  # [R, k, 5]
     multi = k >= 2
     worst = X[:, :, :3].max(axis=1)  # -bandwidth, latency and slowdown of the GPU links
     ok = np.where(valid[:, :, None], X[:, :, 3:], 1.0).prod(axis=1)  # (GPU, GPU and its link)
@@ -170,13 +175,33 @@ def _facts(
     inter &= change.any(axis=1)[:, None, :]
     inter = inter.reshape(R, -1)
     a = np.where(inter, a.reshape(R, -1), 0)
-    link = _link_table(topology, health)[a]  # [R, k * D, 2]: latency, 1 - π (root: 0, 1)
+    # [R, k * D, 2]: latency, 1 - π (root: 0, 1)
+    link = _per_health(_link_table, topology, health, a, copy, topology.num_nodes)
     values[:, 5] = link[:, :, 0].max(axis=1)
     values[:, 7] = np.where(multi, ok[:, 1], ok[:, 0]) * link[:, :, 1].prod(axis=1)
     width = int(np.count_nonzero(a, axis=1).max(initial=0))
     a.sort(axis=1)
     # Largest first, root-padded.
     return PlacementFacts(values, a[:, ::-1][:, :width].astype(np.int32))
+
+
+def _per_health(
+    table: Any,
+    topology: Topology,
+    health: Health | Sequence[Health],
+    index: NDArray[np.integer[Any]],
+    copy: IntArray | None,
+    size: int,
+) -> FloatArray:
+    """``table(topology, h)[index]`` with ``h`` the health of each row: ``health``, or with
+    ``copy`` the tables of every health of ``health`` stacked (``size`` rows each) and each
+    row's index moved to its own."""
+    if copy is None:
+        out: FloatArray = table(topology, health)[index]
+        return out
+    stacked = np.concatenate([table(topology, h) for h in health])  # type: ignore[union-attr]
+    out = stacked[index + (copy * size).reshape((-1,) + (1,) * (index.ndim - 1))]
+    return out
 
 
 @lru_cache(maxsize=64)
@@ -195,7 +220,7 @@ def _upper_links_by_depth(topology: Topology) -> NDArray[np.int32]:
     return out
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=256)
 def _device_table(topology: Topology, health: Health) -> FloatArray:
     """``float64[G, 5]`` per GPU: minus the ρ·B and the latency of its own link, σ/speed, 1 - π,
     and (1 - π)(1 - π of its own link). A pure function of the immutable topology and health."""
@@ -214,7 +239,7 @@ def _device_table(topology: Topology, health: Health) -> FloatArray:
     return out
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=256)
 def _link_table(topology: Topology, health: Health) -> FloatArray:
     """``float64[N, 2]`` per link: latency and 1 - π (the root, the padding, has 0 and 1)."""
     out = np.column_stack((topology.link_lat, 1.0 - health.link_fail_prob))
@@ -275,17 +300,44 @@ def memo_facts(
     evaluated once per health (in one :func:`placement_facts` call for all the new ones); the
     memo of a health holds at most 8,192 sets and is dropped with the health.
     """
-    memo = _MEMOS.get(health)
-    if memo is None or memo.topology is not topology or len(memo.row) > _MEMO_ROWS:
-        memo = _MEMOS[health] = _FactsMemo(topology)
-    get = memo.row.get
-    rows = [get(key, -1) for key in keys]
-    if -1 in rows:
-        new = list(dict.fromkeys(key for key, r in zip(keys, rows, strict=True) if r < 0))
-        kmax = max(map(len, new))
-        P = np.array([key + key[-1:] * (kmax - len(key)) for key in new])
-        memo.add(new, _facts(topology, health, P, np.array([len(key) for key in new])))
-        rows = [memo.row[key] for key in keys]
-    idx = np.array(rows, dtype=np.intp)
-    width = int(memo.width[idx].max(initial=0))
-    return PlacementFacts(memo.values[idx], memo.links[idx, :width])
+    return memo_facts_many(topology, [health], [keys])[0]
+
+
+def memo_facts_many(
+    topology: Topology, healths: Sequence[Health], keys: Sequence[Sequence[tuple[int, ...]]]
+) -> list[PlacementFacts]:
+    """:func:`memo_facts` of several states of one topology, ``keys[i]`` under ``healths[i]``:
+    the sets new to their health's memo are evaluated together, in one pass."""
+    memos = []
+    for health in healths:
+        memo = _MEMOS.get(health)
+        if memo is None or memo.topology is not topology or len(memo.row) > _MEMO_ROWS:
+            memo = _MEMOS[health] = _FactsMemo(topology)
+        memos.append(memo)
+    rows = [[m.row.get(key, -1) for key in ks] for m, ks in zip(memos, keys, strict=True)]
+    new = [
+        list(dict.fromkeys(key for key, r in zip(ks, rs, strict=True) if r < 0)) if -1 in rs else []
+        for ks, rs in zip(keys, rows, strict=True)
+    ]
+    flat = [key for ks in new for key in ks]
+    if flat:
+        kmax = max(map(len, flat))
+        P = np.array([key + key[-1:] * (kmax - len(key)) for key in flat])
+        k = np.array([len(key) for key in flat])
+        if len(healths) == 1:
+            facts = _facts(topology, healths[0], P, k)
+        else:
+            copy = np.repeat(np.arange(len(healths)), [len(ks) for ks in new])
+            facts = _facts(topology, healths, P, k, copy)
+        start = 0
+        for i, ks in enumerate(new):
+            if ks:
+                memos[i].add(ks, facts.take(slice(start, start + len(ks))))
+                rows[i] = [memos[i].row[key] for key in keys[i]]
+                start += len(ks)
+    out = []
+    for memo, rs in zip(memos, rows, strict=True):
+        idx = np.array(rs, dtype=np.intp)
+        width = int(memo.width[idx].max(initial=0))
+        out.append(PlacementFacts(memo.values[idx], memo.links[idx, :width]))
+    return out

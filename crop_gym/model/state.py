@@ -151,16 +151,15 @@ class PlacedJobs:
         """An independent copy."""
         return PlacedJobs(self.active.copy(), self.data.copy(), self.links.copy())
 
-    def write(self, slot: int, facts: PlacementFacts, row: int, const: FloatArray) -> None:
-        """Store a job placed with row ``row`` of ``facts`` in ``slot`` (the link row must be wide
-        enough); ``const`` is its row of :func:`~crop_gym.model.timing.job_constants`. Its
-        outputs are computed by the caller."""
-        self.data[slot, :_NF] = facts.values[row]
-        self.data[slot, _NF:_OUT] = const
-        self.data[slot, _OUT + 3] = 0.0
-        links = facts.inter_links[row]
-        self.links[slot] = 0
-        self.links[slot, : len(links)] = links
+    def write(self, slots: NDArray[np.intp], facts: PlacementFacts, const: FloatArray) -> None:
+        """Store jobs placed with the rows of ``facts`` in ``slots`` (the link rows must be wide
+        enough); ``const`` holds their rows of :func:`~crop_gym.model.timing.job_constants`.
+        Their outputs are computed by the caller."""
+        self.data[slots, :_NF] = facts.values
+        self.data[slots, _NF:_OUT] = const
+        self.data[slots, _OUT + 3] = 0.0
+        self.links[slots] = 0
+        self.links[slots, : facts.inter_links.shape[1]] = facts.inter_links
 
 
 class ClusterState:
@@ -451,7 +450,7 @@ class ClusterState:
             The change of F.
         """
         p = self.check_placement(job, gpus)
-        links = self._place(job, p, facts if facts is not None else self.facts_for(p))
+        links = self._place([job], [p], facts if facts is not None else self.facts_for(p))
         # The jobs sharing one of its links include the new job itself.
         rows = self.sharing_slots(links) if len(links) else np.array([self._jobs[job.job_id]])
         delta = self._reevaluate(rows)
@@ -466,47 +465,55 @@ class ClusterState:
         twice is refused and then nothing is placed), with one facts evaluation and one
         :meth:`evaluate` for all of them; return the change of F."""
         taken = np.zeros(self.topology.num_gpus, dtype=bool)
-        checked: list[tuple[Job, NDArray[np.int32]]] = []
+        checked: list[NDArray[np.int32]] = []
+        ids: set[str] = set()
         for job, gpus in zip(jobs, placements, strict=True):
             p = self.check_placement(job, gpus)
-            if taken[p].any() or job.job_id in (j.job_id for j, _ in checked):
+            if taken[p].any() or job.job_id in ids:
                 raise ConfigError(f"job {job.job_id}: its GPUs or its id are given twice")
             taken[p] = True
-            checked.append((job, p))
-        facts = memo_facts(self.topology, self._health, [tuple(p.tolist()) for _, p in checked])
-        for i, (job, p) in enumerate(checked):
-            self._place(job, p, facts.take(i))
+            ids.add(job.job_id)
+            checked.append(p)
+        if checked:
+            facts = memo_facts(self.topology, self._health, [tuple(p.tolist()) for p in checked])
+            self._place(list(jobs), checked, facts)
         before, self.version = self._F, self.version + 1
         return self.evaluate() - before
 
-    def _place(self, job: Job, p: NDArray[np.int32], facts: PlacementFacts) -> NDArray[np.int32]:
-        """Store a checked placement and add its rings to the loads (the caller evaluates the
-        times); return its inter-server links."""
-        p.setflags(write=False)
-        s = self._free_slot(facts.inter_links.shape[1])
+    def _place(
+        self, jobs: Sequence[Job], ps: Sequence[NDArray[np.int32]], facts: PlacementFacts
+    ) -> NDArray[np.int32]:
+        """Store checked placements (job ``i`` on ``ps[i]`` with row ``i`` of ``facts``) in the
+        first free slots, and add their rings to the loads (the caller evaluates the times);
+        return their inter-server links (with repeats)."""
+        slots = self._free_slots(len(jobs), facts.inter_links.shape[1])
         t = self._table
-        t.write(s, facts, 0, job_constants(self.topology, self.perf, (job,))[0])
-        t.active[s] = True
-        self._jobs[job.job_id] = s
-        self._slot_job[s], self._slot_gpus[s] = job, p
-        self._owner[p] = s
-        links = facts.inter_links[0]
-        links = links[links > 0]
-        self._load[links] += 1
+        t.write(slots, facts, job_constants(self.topology, self.perf, jobs))
+        t.active[slots] = True
+        for s, job, p in zip(slots.tolist(), jobs, ps, strict=True):
+            p.setflags(write=False)
+            self._jobs[job.job_id] = s
+            self._slot_job[s], self._slot_gpus[s] = job, p
+            self._owner[p] = s
+        links = facts.inter_links[facts.inter_links > 0]
+        np.add.at(self._load, links, 1)
         return links
 
-    def _free_slot(self, width: int) -> int:
-        """A free slot whose link row holds ``width`` links (the table grows if needed)."""
+    def _free_slots(self, n: int, width: int) -> NDArray[np.intp]:
+        """The first ``n`` free slots, whose link rows hold ``width`` links (the table doubles
+        until they exist)."""
         t = self._table
-        s, cols = int(t.active.argmin()), t.links.shape[1]  # the first free slot, if any
-        if t.active[s] or width > cols:
-            slots = 2 * t.slots if t.active[s] else t.slots
+        free, cols = np.flatnonzero(~t.active), t.links.shape[1]
+        if len(free) < n or width > cols:
+            slots = t.slots
+            while slots - (t.slots - len(free)) < n:
+                slots *= 2
             self._table = t.resized(slots, max(cols, width))
             grow = slots - len(self._slot_job)
             self._slot_job += [None] * grow
             self._slot_gpus += [None] * grow
-            s = int(self._table.active.argmin())
-        return s
+            free = np.flatnonzero(~self._table.active)
+        return free[:n]
 
     def remove(self, job_id: str) -> float:
         """Remove a placed job; return the change of F.

@@ -1,0 +1,192 @@
+"""The batched placement environment: ``N`` candidate-mode environments stepped together."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+from numpy.typing import NDArray
+
+from crop_gym.envs.base import Obs
+from crop_gym.envs.checks import check_count
+from crop_gym.envs.placement import PlacementEnv, StepStart
+from crop_gym.envs.view import build_action_tables
+from crop_gym.errors import ConfigError
+from crop_gym.scenario import Scenario
+
+__all__ = ["PlacementVectorEnv"]
+
+
+class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
+    """``num_envs`` copies of :class:`~crop_gym.envs.placement.PlacementEnv` stepped as one batch.
+
+    What ``gymnasium.make_vec("crop_gym/Placement-v0", num_envs=N)`` returns (the registered
+    ``vector_entry_point`` of every candidate-mode ``Placement-*`` ID). Sub-environment ``i`` is
+    exactly the single environment: with the same seeds and actions it gives the same
+    observations, rewards, terminations, truncations and infos as
+    ``gymnasium.make_vec(id, N, vectorization_mode="sync")`` (tests/test_batching.py checks this bit
+    for bit, autoresets included). What is shared is the work: after every step the action tables
+    of all environments that changed are built together (:func:`~crop_gym.envs.view.build_action_tables`:
+    one candidate generation and one placement-facts evaluation for all of them) instead of one
+    environment at a time.
+
+    **Spaces**: ``single_observation_space`` and ``single_action_space`` are the single
+    environment's (``Dict`` of ``float32`` boxes, ``Discrete(Q * C + 1)``); ``observation_space`` and
+    ``action_space`` are their batches (each key stacked on a leading axis of ``N``;
+    ``MultiDiscrete``).
+
+    **Masks**: :meth:`action_masks` is ``bool[N, Q * C + 1]``; ``info["action_mask"]`` holds the
+    same rows.
+
+    **Autoreset**: ``NEXT_STEP`` (Gymnasium's default): the step after an environment ended resets
+    it, ignores its action and returns its first observation with reward 0.
+
+    **Seeding**: ``reset(seed=s)`` seeds environment ``i`` with ``s + i`` (a list gives one seed per
+    environment); ``options`` go to every environment, and ``options["reset_mask"]``
+    (``bool[N]``) resets only those marked, as in :class:`gymnasium.vector.SyncVectorEnv`.
+
+    **Arguments**: ``num_envs`` (an integer >= 1), then every keyword argument of
+    :class:`~crop_gym.envs.placement.PlacementEnv` except ``render_mode`` (a batch does not
+    render; render a single environment).
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}  # noqa: RUF012
+
+    def __init__(
+        self,
+        num_envs: int = 8,
+        scenario: Scenario | str | Path = "default",
+        *,
+        render_mode: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        n = check_count("num_envs", num_envs)
+        if render_mode is not None:
+            raise ConfigError(
+                f"render_mode={render_mode!r}: the vector environment does not render; "
+                "render a single environment"
+            )
+        first = PlacementEnv(scenario, **kwargs)
+        # The others share the first's compiled scenario (and so its topology object).
+        rest = {key: value for key, value in kwargs.items() if key != "hardware"}
+        self.envs = [first] + [PlacementEnv(first.scenario, **rest) for _ in range(n - 1)]
+        self.num_envs = n
+        self.render_mode = None
+        self.single_observation_space = first.observation_space
+        self.single_action_space = first.action_space
+        self.observation_space = batch_space(first.observation_space, n)
+        self.action_space = batch_space(first.action_space, n)
+        self._table_options = first.table_options
+        self._keys = tuple(first.features.observation_space.spaces)
+        self._autoreset = np.zeros(n, dtype=bool)
+
+    # ------------------------------------------------------------------ API
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Obs, dict[str, Any]]:
+        """Reset every environment (or those of ``options["reset_mask"]``)."""
+        n = self.num_envs
+        seeds = _seeds(seed, n)
+        opts = dict(options or {})
+        mask = _reset_mask(opts.pop("reset_mask", None), n)
+        which = np.flatnonzero(mask).tolist()
+        for i in which:
+            self.envs[i].begin_episode(seeds[i], opts or None)
+        obs: list[Obs | None] = [None] * n
+        infos: dict[str, Any] = {}
+        for i, table in zip(which, self._tables(which), strict=True):
+            obs[i], info = self.envs[i].finish_reset(table)
+            infos = self._add_info(infos, info, i)
+        self._autoreset[mask] = False
+        self._obs = self._stack(obs)
+        return self._obs, infos
+
+    def step(
+        self, actions: Any
+    ) -> tuple[Obs, NDArray[Any], NDArray[Any], NDArray[Any], dict[str, Any]]:
+        """Step every environment (resetting those whose episode ended at the last step)."""
+        n = self.num_envs
+        acts = np.asarray(actions)
+        if acts.shape[:1] != (n,):
+            raise ConfigError(f"actions of shape {acts.shape}; expected ({n},)")
+        starts: list[StepStart | None] = [None] * n
+        for i, env in enumerate(self.envs):
+            if not self._autoreset[i]:
+                starts[i] = env.begin_step(acts[i])
+        # The environments that ended start a new episode: their instances are drawn together,
+        # each from its own generator (what its own reset would draw).
+        ended = np.flatnonzero(self._autoreset).tolist()
+        rngs = [self.envs[i].np_random for i in ended]
+        for i, inst in zip(ended, self.envs[0].sampler.sample_many(rngs), strict=True):
+            self.envs[i].begin_episode(None, {"instance": inst})
+        rebuild = [i for i, s in enumerate(starts) if s is None or s.placed is not None]
+        tables = dict(zip(rebuild, self._tables(rebuild), strict=True))
+        obs: list[Obs | None] = [None] * n
+        rewards = np.zeros(n)
+        terminated = np.zeros(n, dtype=bool)
+        truncated = np.zeros(n, dtype=bool)
+        infos: dict[str, Any] = {}
+        for i, (env, start) in enumerate(zip(self.envs, starts, strict=True)):
+            if start is None:
+                obs[i], info = env.finish_reset(tables[i])
+            else:
+                obs[i], r, terminated[i], truncated[i], info = env.finish_step(start, tables.get(i))
+                rewards[i] = float(r)
+            infos = self._add_info(infos, info, i)
+        self._autoreset = terminated | truncated
+        self._obs = self._stack(obs)
+        return self._obs, rewards, terminated, truncated, infos
+
+    def action_masks(self) -> NDArray[np.bool_]:
+        """``bool[N, Q * C + 1]`` the valid actions of every environment."""
+        return np.stack([env.action_masks() for env in self.envs])
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close every environment."""
+        for env in self.envs:
+            env.close()
+
+    # ------------------------------------------------------------------ batching
+    def _tables(self, which: list[int]) -> list[Any]:
+        """The action tables of environments ``which``, built together."""
+        envs = [self.envs[i] for i in which]
+        states = [env.state for env in envs]
+        queues = [env.pending_queue for env in envs]
+        return build_action_tables(states, queues, **self._table_options)
+
+    def _stack(self, obs: list[Obs | None]) -> Obs:
+        """Each key's arrays stacked (environments not reset keep their last observation)."""
+        last = getattr(self, "_obs", None)
+        out: Obs = {}
+        for key in self._keys:
+            rows = [o[key] if o is not None else last[key][i] for i, o in enumerate(obs)]  # type: ignore[index]
+            out[key] = np.stack(rows)
+        return out
+
+
+def _seeds(seed: int | list[int | None] | None, n: int) -> list[int | None]:
+    """One seed per environment: ``seed + i``, the list given, or ``None``."""
+    if seed is None:
+        return [None] * n
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
+        return [int(seed) + i for i in range(n)]
+    seeds = list(seed)  # type: ignore[arg-type]
+    if len(seeds) != n:
+        raise ConfigError(f"seed: a list of {len(seeds)} seeds for {n} environments")
+    return seeds
+
+
+def _reset_mask(mask: Any, n: int) -> NDArray[np.bool_]:
+    """``options["reset_mask"]`` checked (``None``: every environment)."""
+    if mask is None:
+        return np.ones(n, dtype=bool)
+    arr = np.asarray(mask)
+    if arr.shape != (n,) or arr.dtype != np.bool_ or not arr.any():
+        raise ConfigError(
+            f"options['reset_mask'] must be a bool array of shape ({n},) with a True value; "
+            f"got {arr.dtype} of shape {arr.shape}"
+        )
+    return arr

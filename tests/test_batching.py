@@ -1,0 +1,204 @@
+"""Batched computations equal the same computations one state at a time.
+
+The vector environment (:class:`crop_gym.envs.placement_vector.PlacementVectorEnv`) builds the
+action tables of many environments with one candidate generation for all of them. The generator
+over many states is checked against the per-state call, bit for bit, on instances of several
+scenarios (their own health and background jobs) and on states with nothing free; the vector
+environment against Gymnasium's ``SyncVectorEnv`` of single environments, for every candidate-mode
+ID.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from crop_gym.candidates import CandidateSet, candidate_sets, candidate_sets_many
+from crop_gym.errors import ConfigError
+from crop_gym.model.facts import memo_facts, memo_facts_many, placement_facts
+from crop_gym.model.state import ClusterState
+from crop_gym.scenario import ScenarioSampler
+
+SCENARIOS = ("default", "default-severe", "pollux-16x4", "fragmented", "testbed-8")
+
+
+def _states(scenario: str, n: int, seed: int) -> list[ClusterState]:
+    sampler = ScenarioSampler(scenario)
+    rng = np.random.default_rng(seed)
+    return [sampler.sample(rng).state for _ in range(n)]
+
+
+def _same_set(a: CandidateSet, b: CandidateSet) -> None:
+    assert a.keys == b.keys
+    np.testing.assert_array_equal(a.gpus, b.gpus)
+    np.testing.assert_array_equal(a.num_servers, b.num_servers)
+    np.testing.assert_array_equal(a.subtree, b.subtree)
+    assert a.quality.tobytes() == b.quality.tobytes()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+@pytest.mark.parametrize("robust", [True, False])
+def test_generator_over_many_states_equals_one_at_a_time(scenario: str, robust: bool) -> None:
+    states = _states(scenario, 7, seed=3)
+    G = states[0].topology.num_gpus
+    rng = np.random.default_rng(11)
+    sizes = [sorted(set(rng.integers(1, G + 1, size=5).tolist()) | {1, 2}) for _ in states]
+    sizes[2] = []  # a state that asks for nothing
+    many = candidate_sets_many(states, sizes, robust=robust, max_candidates=6)
+    assert len(many) == len(states)
+    for st, ks, got in zip(states, sizes, many, strict=True):
+        alone = candidate_sets(st, ks, robust=robust, max_candidates=6)
+        assert len(got) == len(alone) == len(ks)
+        for a, b in zip(got, alone, strict=True):
+            _same_set(a, b)
+
+
+def test_generator_many_with_full_and_given_free_masks() -> None:
+    states = _states("default-severe", 4, seed=5)
+    G = states[0].topology.num_gpus
+    frees = [st.free_mask.copy() for st in states]
+    frees[1][:] = False  # nothing free
+    frees[3][: G // 2] = False
+    sizes = [[1, 4, 8]] * 4
+    many = candidate_sets_many(states, sizes, max_candidates=8, frees=frees)
+    assert all(len(cs) == 0 for cs in many[1])
+    for st, f, got in zip(states, frees, many, strict=True):
+        for a, b in zip(got, candidate_sets(st, [1, 4, 8], free=f), strict=True):
+            _same_set(a, b)
+
+
+def test_generator_many_refuses_mixed_topologies() -> None:
+    a = _states("default", 1, 0)[0]
+    b = _states("testbed-8", 1, 0)[0]
+    with pytest.raises(ConfigError, match="one topology"):
+        candidate_sets_many([a, b], [[1], [1]])
+    assert candidate_sets_many([], []) == []
+
+
+# ------------------------------------------------------------------------ the vector environment
+def _static_ids() -> list[str]:
+    from crop_gym.envs.registration import _STATIC, ENV_IDS
+
+    return [env_id for env_id, (entry, _, _) in ENV_IDS.items() if entry == _STATIC]
+
+
+def _assert_same_step(a: tuple, b: tuple) -> None:  # type: ignore[type-arg]
+    obs_a, obs_b = a[0], b[0]
+    assert obs_a.keys() == obs_b.keys()
+    for key in obs_a:
+        assert obs_a[key].dtype == obs_b[key].dtype
+        assert obs_a[key].tobytes() == obs_b[key].tobytes(), key
+    for x, y in zip(a[1:-1], b[1:-1], strict=True):
+        np.testing.assert_array_equal(x, y)
+    info_a, info_b = a[-1], b[-1]
+    for key in ("action_mask", "F", "pending", "invalid_action", "placed"):
+        if key in info_b:
+            np.testing.assert_array_equal(info_a[key], info_b[key], err_msg=key)
+
+
+def _play(env_id: str, n: int, steps: int, seed: int, **kwargs: object) -> None:
+    import gymnasium as gym
+
+    vec = gym.make_vec(env_id, num_envs=n, **kwargs)
+    ref = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync", **kwargs)
+    assert type(vec.unwrapped).__name__ == "PlacementVectorEnv"
+    assert vec.single_observation_space == ref.single_observation_space
+    assert vec.single_action_space == ref.single_action_space
+    _assert_same_step(vec.reset(seed=seed), ref.reset(seed=seed))
+    rng = np.random.default_rng(seed)
+    A = int(vec.single_action_space.n)
+    ends = 0
+    for t in range(steps):
+        masks = vec.unwrapped.action_masks()
+        acts = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
+        if t % 7 == 3:
+            acts[0] = rng.integers(0, A)  # often masked: an invalid action
+        got, want = vec.step(acts), ref.step(acts)
+        _assert_same_step(got, want)
+        ends += int(got[2].sum() + got[3].sum())
+    assert ends > 0  # autoresets happened
+    vec.close()
+    ref.close()
+
+
+@pytest.mark.parametrize("env_id", _static_ids())
+def test_vector_env_equals_sync_vector_env(env_id: str) -> None:
+    """Every candidate-mode ID: the batched env is the sync vector env of single envs, bit for bit."""
+    if "512" in env_id or "1024" in env_id:  # long episodes: truncate them to see autoresets
+        _play(env_id, n=2, steps=9, seed=7, max_steps=4)
+    else:
+        _play(env_id, n=4, steps=40, seed=7)
+
+
+def test_vector_env_options_equal_sync() -> None:
+    _play(
+        "crop_gym/Placement-Severe-v0",
+        n=3,
+        steps=30,
+        seed=2,
+        privileged=True,
+        invalid_action="stop",
+        group_identical_jobs=False,
+        table_layout=True,
+    )
+
+
+def test_vector_env_reset_mask_and_bad_input() -> None:
+    import gymnasium as gym
+
+    vec = gym.make_vec("crop_gym/Placement-v0", num_envs=3)
+    obs, _ = vec.reset(seed=0)
+    again, info = vec.reset(seed=[5, 6, 7], options={"reset_mask": np.array([False, True, False])})
+    assert again["gpus"][0].tobytes() == obs["gpus"][0].tobytes()
+    assert info["_F"].tolist() == [False, True, False]
+    with pytest.raises(ConfigError, match="reset_mask"):
+        vec.reset(options={"reset_mask": np.zeros(3, dtype=bool)})
+    with pytest.raises(ConfigError, match="4 seeds for 3"):
+        vec.reset(seed=[1, 2, 3, 4])
+    with pytest.raises(ConfigError, match="actions of shape"):
+        vec.step(np.zeros(2, dtype=np.int64))
+    with pytest.raises(ConfigError, match="num_envs"):
+        gym.make_vec("crop_gym/Placement-v0", num_envs=0)
+    with pytest.raises(ConfigError, match="does not render"):
+        gym.make_vec("crop_gym/Placement-v0", num_envs=2, render_mode="ansi")
+    vec.close()
+
+
+@pytest.mark.parametrize("scenario", ["default-severe", "pollux-16x4", "testbed-8"])
+def test_facts_of_many_states_equal_each_alone(scenario: str) -> None:
+    states = _states(scenario, 5, seed=8)
+    topo = states[0].topology
+    sets = candidate_sets_many(states, [[1, 2, 3, 4, 6]] * len(states), max_candidates=8)
+    keys = [[key for cs in per for key in cs.keys] for per in sets]
+    keys[1] = keys[1] + keys[1][:2]  # repeats
+    keys[3] = []
+    # Some of state 0's sets are in its memo already: the rest are evaluated with the others'.
+    memo_facts(topo, states[0].health, keys[0][::2])
+    got = memo_facts_many(topo, [st.health for st in states], keys)
+    for st, ks, f in zip(states, keys, got, strict=True):
+        want = placement_facts(topo, st.health, [np.array(k) for k in ks])
+        assert f.values.tobytes() == want.values.tobytes()
+        np.testing.assert_array_equal(f.inter_links, want.inter_links)
+
+
+@pytest.mark.parametrize("scenario", ["default-severe", "fragmented", "n64g8"])
+def test_sample_many_draws_what_each_generator_draws_alone(scenario: str) -> None:
+    sampler = ScenarioSampler(scenario)
+    rngs = [np.random.default_rng(s) for s in range(4)]
+    together = sampler.sample_many(rngs)
+    for s, inst in enumerate(together):
+        rng = np.random.default_rng(s)
+        alone = sampler.sample(rng)
+        assert inst.queue == alone.queue
+        assert inst.state.jobs.keys() == alone.state.jobs.keys()
+        for job_id in alone.state.jobs:
+            np.testing.assert_array_equal(
+                inst.state.placement(job_id), alone.state.placement(job_id)
+            )
+        for field in ("gpu_slowdown", "gpu_failed", "gpu_fail_prob", "link_fail_prob"):
+            np.testing.assert_array_equal(
+                getattr(inst.state.health, field), getattr(alone.state.health, field)
+            )
+        assert inst.state.F == alone.state.F
+        # Both generators are left at the same point of their streams.
+        assert rngs[s].random() == rng.random()
