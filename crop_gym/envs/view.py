@@ -28,7 +28,8 @@ from numpy.typing import NDArray
 from crop_gym.candidates import CandidateSet, candidate_sets_many
 from crop_gym.model.facts import PlacementFacts, memo_facts_many
 from crop_gym.model.jobs import Job
-from crop_gym.model.state import ClusterState, Gains
+from crop_gym.model.placed import Gains
+from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import job_constants
 
 __all__ = [

@@ -12,7 +12,6 @@ placements at once without changing the state; both are tested against
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -21,11 +20,11 @@ from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
-from crop_gym.model.facts import FACT_COLUMNS, PlacementFacts, memo_facts
+from crop_gym.model.facts import PlacementFacts, memo_facts
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
+from crop_gym.model.placed import CONST, FACTS, OUTPUTS, VALUE, WEIGHT, Gains, JobRecord, PlacedJobs
 from crop_gym.model.timing import (
-    JOB_COLUMNS,
     PerfConfig,
     ideal_time,
     inter_bandwidth,
@@ -34,7 +33,7 @@ from crop_gym.model.timing import (
 )
 from crop_gym.model.topology import Topology
 
-__all__ = ["ClusterState", "Gains", "JobRecord", "PlacedJobs"]
+__all__ = ["ClusterState"]
 
 FloatArray = NDArray[np.float64]
 
@@ -43,123 +42,6 @@ def _readonly(a: NDArray[Any]) -> NDArray[Any]:
     v = a.view()
     v.setflags(write=False)
     return v
-
-
-@dataclass(frozen=True)
-class JobRecord:
-    """Model outputs of one placed job.
-
-    Attributes:
-        T: Iteration time (s).
-        C: All-reduce time (s).
-        eta: Normalised throughput ``min(1, T*/T)``.
-        survival: Probability that none of its GPUs and spanned links fails.
-        value: ``w·k·s·η``.
-        T_star: Ideal time (s).
-    """
-
-    T: float
-    C: float
-    eta: float
-    survival: float
-    value: float
-    T_star: float
-
-
-@dataclass(frozen=True)
-class Gains:
-    """ΔF of placing one job on each of ``R`` candidate placements (the state is not changed).
-
-    Attributes:
-        own: ``float64[R]`` the new job's own value ``w·k·s·η`` (its rings added to the loads).
-        interference: ``float64[R]`` the change of the placed jobs' values (≤ 0: sharing a link
-            only slows them); ``None`` if not evaluated (:meth:`ClusterState.row_gains`).
-        eta: ``float64[R]`` the new job's η.
-        comm: ``float64[R]`` the new job's all-reduce time ``C`` (s).
-        b_inter: ``float64[R]`` its bottleneck inter-server share (``inf`` on one server).
-    """
-
-    own: FloatArray
-    interference: FloatArray | None
-    eta: FloatArray
-    comm: FloatArray
-    b_inter: FloatArray
-
-    @property
-    def total(self) -> FloatArray:
-        """``own + interference``: the change of F (the interference must have been evaluated)."""
-        if self.interference is None:
-            raise ValueError("these gains were evaluated without the interference")
-        out: FloatArray = self.own + self.interference
-        return out
-
-
-#: The model outputs, the last columns of :attr:`PlacedJobs.data`.
-OUTPUT_COLUMNS: tuple[str, ...] = ("T", "C", "eta", "value")
-_NF = len(FACT_COLUMNS)
-_OUT = _NF + len(JOB_COLUMNS)  # first output column
-
-
-@dataclass
-class PlacedJobs:
-    """The placed jobs as one named array per slot (``active`` marks the used rows).
-
-    Attributes:
-        active: ``bool[S]``.
-        data: ``float64[S, 17]``: placement facts (:data:`FACT_COLUMNS`), the job's constants
-            (:data:`JOB_COLUMNS`: ``M``, ``t_c``, ``T*``, ``w``, κ) and current outputs
-            (:data:`OUTPUT_COLUMNS`: ``T``, ``C``, ``η``, value); free rows are stale but value 0.
-        links: ``int32[S, W]`` each slot's inter-server links, root-padded (all padding when free).
-    """
-
-    active: NDArray[np.bool_]
-    data: FloatArray
-    links: NDArray[np.int32]
-
-    @classmethod
-    def empty(cls, slots: int, width: int) -> PlacedJobs:
-        """A table of ``slots`` free rows whose link rows hold ``width`` links."""
-        data = np.zeros((slots, _OUT + len(OUTPUT_COLUMNS)))
-        return cls(np.zeros(slots, dtype=bool), data, np.zeros((slots, width), dtype=np.int32))
-
-    @property
-    def slots(self) -> int:
-        return len(self.active)
-
-    def facts(self, rows: Any) -> PlacementFacts:
-        """The placement facts of slot ``rows``."""
-        return PlacementFacts(self.data[rows, :_NF], self.links[rows])
-
-    T = property(lambda self: self.data[:, _OUT], doc="``float64[S]`` iteration times.")
-    C = property(lambda self: self.data[:, _OUT + 1], doc="``float64[S]`` all-reduce times.")
-    eta = property(lambda self: self.data[:, _OUT + 2], doc="``float64[S]`` η.")
-    value = property(lambda self: self.data[:, _OUT + 3], doc="``float64[S]`` values.")
-    k = property(lambda self: self.data[:, 0], doc="``float64[S]`` GPUs.")
-    survival = property(lambda self: self.data[:, 7], doc="``float64[S]`` survival.")
-    tstar = property(lambda self: self.data[:, _NF + 2], doc="``float64[S]`` ideal times.")
-
-    def resized(self, slots: int, width: int) -> PlacedJobs:
-        """A copy with ``slots`` rows and ``width`` link columns (new rows free)."""
-        new = PlacedJobs.empty(slots, width)
-        n, w = self.links.shape
-        new.active[:n] = self.active
-        new.data[:n] = self.data
-        new.links[:n, :w] = self.links
-        return new
-
-    def copy(self) -> PlacedJobs:
-        """An independent copy."""
-        return PlacedJobs(self.active.copy(), self.data.copy(), self.links.copy())
-
-    def write(self, slots: NDArray[np.intp], facts: PlacementFacts, const: FloatArray) -> None:
-        """Store jobs placed with the rows of ``facts`` in ``slots`` (the link rows must be wide
-        enough); ``const`` holds their rows of :func:`~crop_gym.model.timing.job_constants`.
-        Their outputs are computed by the caller."""
-        self.data[slots, :_NF] = facts.values
-        self.data[slots, _NF:_OUT] = const
-        self.data[slots, _OUT + 3] = 0.0
-        self.links[slots] = 0
-        self.links[slots, : facts.inter_links.shape[1]] = facts.inter_links
 
 
 class ClusterState:
@@ -314,11 +196,11 @@ class ClusterState:
         """Re-evaluate slot ``rows`` under the current link loads."""
         t = self._table
         d = t.data[rows]
-        facts = PlacementFacts(d[:, :_NF], t.links[rows])
+        facts = PlacementFacts(d[:, FACTS], t.links[rows])
         b_inter = inter_bandwidth(self._eff_bw, self._load, facts.inter_links)
-        times = times_of(self.perf, d[:, _NF:_OUT], facts, b_inter)
-        value = job_value(d[:, _NF + 3], facts.k, facts.survival, times.eta)
-        t.data[rows, _OUT:] = np.column_stack((times.T, times.C, times.eta, value))
+        times = times_of(self.perf, d[:, CONST], facts, b_inter)
+        value = job_value(d[:, WEIGHT], facts.k, facts.survival, times.eta)
+        t.data[rows, OUTPUTS] = np.column_stack((times.T, times.C, times.eta, value))
 
     def _reevaluate(self, rows: NDArray[np.intp]) -> float:
         """Re-evaluate ``rows``; return the change of their summed value."""
@@ -391,10 +273,10 @@ class ClusterState:
         d, jl = self._table.data[rows], self._table.links[rows]  # [J, 17], [J, W]
         hit = on[:, jl]  # [R, J, W]
         b = inter_bandwidth(self._eff_bw, self._load[jl] + hit, jl)  # [R, J]
-        jf = PlacementFacts(d[:, :_NF], jl)
-        times = times_of(self.perf, d[:, _NF:_OUT], jf, b)
-        new = job_value(d[:, _NF + 3], jf.k, jf.survival, times.eta)
-        out: FloatArray = np.where(hit.any(axis=2), new - d[:, _OUT + 3], 0.0).sum(axis=1)
+        jf = PlacementFacts(d[:, FACTS], jl)
+        times = times_of(self.perf, d[:, CONST], jf, b)
+        new = job_value(d[:, WEIGHT], jf.k, jf.survival, times.eta)
+        out: FloatArray = np.where(hit.any(axis=2), new - d[:, VALUE], 0.0).sum(axis=1)
         return out
 
     def gain(
@@ -408,30 +290,53 @@ class ClusterState:
         return float(self.gains(job, f).total[0])
 
     # --------------------------------------------------------------- mutation
-    def check_placement(
-        self, job: Job, gpus: NDArray[np.integer[Any]] | Sequence[int]
-    ) -> NDArray[np.int32]:
-        """Validate a placement and return it as sorted ``int32``.
+    def check_placements(
+        self, jobs: Sequence[Job], placements: Sequence[NDArray[np.integer[Any]] | Sequence[int]]
+    ) -> list[NDArray[np.int32]]:
+        """Validate placements (``jobs[i]`` on ``placements[i]``) and return each as sorted ``int32``.
 
         Raises:
-            ConfigError: If the job is already placed, the GPU count is not ``job.num_gpus``, a GPU
-                index is out of range or repeated, or a GPU is busy or failed.
+            ConfigError: If a job is already placed, a GPU count is not its job's, a GPU index is
+                out of range or repeated, a GPU is busy or failed, or a job id or GPU is given
+                twice.
         """
-        p = np.sort(np.asarray(gpus, dtype=np.int64))
-        if job.job_id in self._jobs:
-            raise ConfigError(f"job {job.job_id} is already placed")
-        if len(p) != job.num_gpus:
-            raise ConfigError(f"job {job.job_id} needs {job.num_gpus} GPUs, got {len(p)}")
-        if len(p) and (p[0] < 0 or p[-1] >= self.topology.num_gpus):
-            raise ConfigError(
-                f"GPU index outside [0, {self.topology.num_gpus - 1}] in {p.tolist()}"
-            )
-        if (p[1:] == p[:-1]).any():
-            raise ConfigError(f"repeated GPU in placement {p.tolist()}")
+        G = self.topology.num_gpus
+        ps = [np.sort(np.asarray(g, dtype=np.int64)) for g in placements]
+        ids: set[str] = set()
+        for job, p in zip(jobs, ps, strict=True):
+            if job.job_id in self._jobs:
+                raise ConfigError(f"job {job.job_id} is already placed")
+            if job.job_id in ids:
+                raise ConfigError(f"job {job.job_id}: its GPUs or its id are given twice")
+            ids.add(job.job_id)
+            if len(p) != job.num_gpus:
+                raise ConfigError(f"job {job.job_id} needs {job.num_gpus} GPUs, got {len(p)}")
+        if not ps:
+            return []
+        flat = np.concatenate(ps)
+        row = np.repeat(np.arange(len(ps)), [len(p) for p in ps])
+
+        def first(bad: NDArray[np.bool_]) -> int:  # the placement of the first offending GPU
+            return int(row[np.flatnonzero(bad)[0]])
+
+        if len(flat) and (flat.min() < 0 or flat.max() >= G):
+            p = ps[first((flat < 0) | (flat >= G))]
+            raise ConfigError(f"GPU index outside [0, {G - 1}] in {p.tolist()}")
+        same = (flat[1:] == flat[:-1]) & (row[1:] == row[:-1])
+        if same.any():
+            raise ConfigError(f"repeated GPU in placement {ps[first(same)].tolist()}")
         free = self.free_mask
-        if not free[p].all():
-            raise ConfigError(f"job {job.job_id}: GPUs {p[~free[p]].tolist()} are busy or failed")
-        return p.astype(np.int32)
+        if not free[flat].all():
+            r = first(~free[flat])
+            raise ConfigError(
+                f"job {jobs[r].job_id}: GPUs {ps[r][~free[ps[r]]].tolist()} are busy or failed"
+            )
+        twice = np.bincount(flat, minlength=G)[flat] > 1
+        if twice.any():
+            raise ConfigError(
+                f"job {jobs[first(twice)].job_id}: its GPUs or its id are given twice"
+            )
+        return [p.astype(np.int32) for p in ps]
 
     def add(
         self,
@@ -449,7 +354,7 @@ class ClusterState:
         Returns:
             The change of F.
         """
-        p = self.check_placement(job, gpus)
+        (p,) = self.check_placements([job], [gpus])
         links = self._place([job], [p], facts if facts is not None else self.facts_for(p))
         # The jobs sharing one of its links include the new job itself.
         rows = self.sharing_slots(links) if len(links) else np.array([self._jobs[job.job_id]])
@@ -464,16 +369,7 @@ class ClusterState:
         """Place ``jobs[i]`` on ``placements[i]`` (checked as by :meth:`add`; a GPU or job id given
         twice is refused and then nothing is placed), with one facts evaluation and one
         :meth:`evaluate` for all of them; return the change of F."""
-        taken = np.zeros(self.topology.num_gpus, dtype=bool)
-        checked: list[NDArray[np.int32]] = []
-        ids: set[str] = set()
-        for job, gpus in zip(jobs, placements, strict=True):
-            p = self.check_placement(job, gpus)
-            if taken[p].any() or job.job_id in ids:
-                raise ConfigError(f"job {job.job_id}: its GPUs or its id are given twice")
-            taken[p] = True
-            ids.add(job.job_id)
-            checked.append(p)
+        checked = self.check_placements(jobs, placements)
         if checked:
             facts = memo_facts(self.topology, self._health, [tuple(p.tolist()) for p in checked])
             self._place(list(jobs), checked, facts)
@@ -566,7 +462,7 @@ class ClusterState:
         if len(slots):
             keys = [tuple(self._slot_gpus[s].tolist()) for s in slots.tolist()]  # type: ignore[union-attr]
             facts = memo_facts(self.topology, health, keys)
-            t.data[slots, :_NF] = facts.values  # (the links depend on the topology only)
+            t.data[slots, FACTS] = facts.values  # (the links depend on the topology only)
         refact[t.active] |= link_ch[t.links[t.active]].any(axis=1)
         rows = np.flatnonzero(refact)
         if len(rows):
