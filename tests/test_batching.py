@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as hs
 
 from crop_gym.candidates import CandidateSet, candidate_sets, candidate_sets_many
 from crop_gym.errors import ConfigError
@@ -38,7 +40,7 @@ def _same_set(a: CandidateSet, b: CandidateSet) -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("robust", [True, False])
-def test_generator_over_many_states_equals_one_at_a_time(scenario: str, robust: bool) -> None:
+def testategenerator_over_many_states_equals_one_at_a_time(scenario: str, robust: bool) -> None:
     states = _states(scenario, 7, seed=3)
     G = states[0].topology.num_gpus
     rng = np.random.default_rng(11)
@@ -53,7 +55,7 @@ def test_generator_over_many_states_equals_one_at_a_time(scenario: str, robust: 
             _same_set(a, b)
 
 
-def test_generator_many_with_full_and_given_free_masks() -> None:
+def testategenerator_many_with_full_and_given_free_masks() -> None:
     states = _states("default-severe", 4, seed=5)
     G = states[0].topology.num_gpus
     frees = [st.free_mask.copy() for st in states]
@@ -67,7 +69,7 @@ def test_generator_many_with_full_and_given_free_masks() -> None:
             _same_set(a, b)
 
 
-def test_generator_many_refuses_mixed_topologies() -> None:
+def testategenerator_many_refuses_mixed_topologies() -> None:
     a = _states("default", 1, 0)[0]
     b = _states("testbed-8", 1, 0)[0]
     with pytest.raises(ConfigError, match="one topology"):
@@ -122,7 +124,7 @@ def _play(env_id: str, n: int, steps: int, seed: int, **kwargs: object) -> None:
 
 
 @pytest.mark.parametrize("env_id", _static_ids())
-def test_vector_env_equals_sync_vector_env(env_id: str) -> None:
+def testatevector_env_equals_sync_vector_env(env_id: str) -> None:
     """Every candidate-mode ID: the batched env is the sync vector env of single envs, bit for bit."""
     if "512" in env_id or "1024" in env_id:  # long episodes: truncate them to see autoresets
         _play(env_id, n=2, steps=9, seed=7, max_steps=4)
@@ -130,7 +132,7 @@ def test_vector_env_equals_sync_vector_env(env_id: str) -> None:
         _play(env_id, n=4, steps=40, seed=7)
 
 
-def test_vector_env_options_equal_sync() -> None:
+def testatevector_env_options_equal_sync() -> None:
     _play(
         "crop_gym/Placement-Severe-v0",
         n=3,
@@ -143,7 +145,7 @@ def test_vector_env_options_equal_sync() -> None:
     )
 
 
-def test_vector_env_reset_mask_and_bad_input() -> None:
+def testatevector_env_reset_mask_and_bad_input() -> None:
     import gymnasium as gym
 
     vec = gym.make_vec("crop_gym/Placement-v0", num_envs=3)
@@ -165,7 +167,7 @@ def test_vector_env_reset_mask_and_bad_input() -> None:
 
 
 @pytest.mark.parametrize("scenario", ["default-severe", "pollux-16x4", "testbed-8"])
-def test_facts_of_many_states_equal_each_alone(scenario: str) -> None:
+def testatefacts_of_many_states_equal_each_alone(scenario: str) -> None:
     states = _states(scenario, 5, seed=8)
     topo = states[0].topology
     sets = candidate_sets_many(states, [[1, 2, 3, 4, 6]] * len(states), max_candidates=8)
@@ -182,7 +184,7 @@ def test_facts_of_many_states_equal_each_alone(scenario: str) -> None:
 
 
 @pytest.mark.parametrize("scenario", ["default-severe", "fragmented", "n64g8"])
-def test_sample_many_draws_what_each_generator_draws_alone(scenario: str) -> None:
+def testatesample_many_draws_what_each_generator_draws_alone(scenario: str) -> None:
     sampler = ScenarioSampler(scenario)
     rngs = [np.random.default_rng(s) for s in range(4)]
     together = sampler.sample_many(rngs)
@@ -202,3 +204,28 @@ def test_sample_many_draws_what_each_generator_draws_alone(scenario: str) -> Non
         assert inst.state.F == alone.state.F
         # Both generators are left at the same point of their streams.
         assert rngs[s].random() == rng.random()
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=hs.integers(0, 2**31 - 1),
+    n=hs.integers(1, 6),
+    busy=hs.floats(0.0, 0.95),
+    robust=hs.booleans(),
+    cap=hs.integers(1, 10),
+)
+def testategenerator_many_property(seed: int, n: int, busy: float, robust: bool, cap: int) -> None:
+    """Random health (severe profile) and random busy GPUs on pollux-16x4 and default: the batch
+    gives each state exactly its own candidate sets."""
+    rng = np.random.default_rng(seed)
+    scenario = ("pollux-16x4", "default-severe")[seed % 2]
+    sampler = ScenarioSampler(scenario)
+    states = [sampler.sample(rng).state for _ in range(n)]
+    G = states[0].topology.num_gpus
+    frees = [state.free_mask & (rng.random(G) >= busy) for state in states]
+    sizes = [rng.integers(1, G + 1, size=rng.integers(0, 5)).tolist() for _ in states]
+    many = candidate_sets_many(states, sizes, robust=robust, max_candidates=cap, frees=frees)
+    for state, f, ks, got in zip(states, frees, sizes, many, strict=True):
+        alone = candidate_sets(state, ks, robust=robust, max_candidates=cap, free=f)
+        for a, b in zip(got, alone, strict=True):
+            _same_set(a, b)
