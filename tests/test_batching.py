@@ -40,7 +40,7 @@ def _same_set(a: CandidateSet, b: CandidateSet) -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("robust", [True, False])
-def testategenerator_over_many_states_equals_one_at_a_time(scenario: str, robust: bool) -> None:
+def test_generator_over_many_states_equals_one_at_a_time(scenario: str, robust: bool) -> None:
     states = _states(scenario, 7, seed=3)
     G = states[0].topology.num_gpus
     rng = np.random.default_rng(11)
@@ -55,7 +55,7 @@ def testategenerator_over_many_states_equals_one_at_a_time(scenario: str, robust
             _same_set(a, b)
 
 
-def testategenerator_many_with_full_and_given_free_masks() -> None:
+def test_generator_many_with_full_and_given_free_masks() -> None:
     states = _states("default-severe", 4, seed=5)
     G = states[0].topology.num_gpus
     frees = [st.free_mask.copy() for st in states]
@@ -69,7 +69,7 @@ def testategenerator_many_with_full_and_given_free_masks() -> None:
             _same_set(a, b)
 
 
-def testategenerator_many_refuses_mixed_topologies() -> None:
+def test_generator_many_refuses_mixed_topologies() -> None:
     a = _states("default", 1, 0)[0]
     b = _states("testbed-8", 1, 0)[0]
     with pytest.raises(ConfigError, match="one topology"):
@@ -93,16 +93,31 @@ def _assert_same_step(a: tuple, b: tuple) -> None:  # type: ignore[type-arg]
     for x, y in zip(a[1:-1], b[1:-1], strict=True):
         np.testing.assert_array_equal(x, y)
     info_a, info_b = a[-1], b[-1]
-    for key in ("action_mask", "F", "pending", "invalid_action", "placed"):
+    assert info_a.keys() == info_b.keys()
+    for key in ("action_mask", "F", "pending", "invalid_action", "placed", "_final_obs"):
         if key in info_b:
             np.testing.assert_array_equal(info_a[key], info_b[key], err_msg=key)
+    if "final_obs" in info_b:  # SAME_STEP: the last observation and info of the ended episodes
+        for i in np.flatnonzero(info_b["_final_obs"]):
+            last_a, last_b = info_a["final_obs"][i], info_b["final_obs"][i]
+            assert all(last_a[k].tobytes() == last_b[k].tobytes() for k in last_b)
+        np.testing.assert_array_equal(info_a["final_info"]["F"], info_b["final_info"]["F"])
 
 
-def _play(env_id: str, n: int, steps: int, seed: int, **kwargs: object) -> None:
+def _play(
+    env_id: str, n: int, steps: int, seed: int, mode: str = "NextStep", **kwargs: object
+) -> None:
     import gymnasium as gym
 
-    vec = gym.make_vec(env_id, num_envs=n, **kwargs)
-    ref = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync", **kwargs)
+    vec = gym.make_vec(env_id, num_envs=n, autoreset_mode=mode, **kwargs)
+    ref = gym.make_vec(
+        env_id,
+        num_envs=n,
+        vectorization_mode="sync",
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)},
+        **kwargs,
+    )
+    assert vec.metadata["autoreset_mode"] == ref.metadata["autoreset_mode"]
     assert type(vec.unwrapped).__name__ == "PlacementVectorEnv"
     assert vec.single_observation_space == ref.single_observation_space
     assert vec.single_action_space == ref.single_action_space
@@ -124,7 +139,7 @@ def _play(env_id: str, n: int, steps: int, seed: int, **kwargs: object) -> None:
 
 
 @pytest.mark.parametrize("env_id", _static_ids())
-def testatevector_env_equals_sync_vector_env(env_id: str) -> None:
+def test_vector_env_equals_sync_vector_env(env_id: str) -> None:
     """Every candidate-mode ID: the batched env is the sync vector env of single envs, bit for bit."""
     if "512" in env_id or "1024" in env_id:  # long episodes: truncate them to see autoresets
         _play(env_id, n=2, steps=9, seed=7, max_steps=4)
@@ -132,7 +147,28 @@ def testatevector_env_equals_sync_vector_env(env_id: str) -> None:
         _play(env_id, n=4, steps=40, seed=7)
 
 
-def testatevector_env_options_equal_sync() -> None:
+@pytest.mark.parametrize("env_id", ["crop_gym/Placement-v0", "crop_gym/Placement-Testbed8-v0"])
+def test_vector_env_same_step_autoreset_equals_sync(env_id: str) -> None:
+    _play(env_id, n=3, steps=40, seed=4, mode="SameStep")
+
+
+def test_vector_env_disabled_autoreset() -> None:
+    import gymnasium as gym
+
+    vec = gym.make_vec("crop_gym/Placement-Testbed8-v0", num_envs=2, autoreset_mode="Disabled")
+    vec.reset(seed=0)
+    stop = np.full(2, vec.single_action_space.n - 1)
+    _, _, term, _, _ = vec.step(stop)
+    assert term.all()
+    with pytest.raises(gym.error.ResetNeeded):
+        vec.step(stop)
+    vec.reset(options={"reset_mask": np.array([True, True])})
+    vec.step(stop)
+    with pytest.raises(ConfigError, match="autoreset_mode"):
+        gym.make_vec("crop_gym/Placement-v0", num_envs=2, autoreset_mode="sometimes")
+
+
+def test_vector_env_options_equal_sync() -> None:
     _play(
         "crop_gym/Placement-Severe-v0",
         n=3,
@@ -145,7 +181,7 @@ def testatevector_env_options_equal_sync() -> None:
     )
 
 
-def testatevector_env_reset_mask_and_bad_input() -> None:
+def test_vector_env_reset_mask_and_bad_input() -> None:
     import gymnasium as gym
 
     vec = gym.make_vec("crop_gym/Placement-v0", num_envs=3)
@@ -153,6 +189,9 @@ def testatevector_env_reset_mask_and_bad_input() -> None:
     again, info = vec.reset(seed=[5, 6, 7], options={"reset_mask": np.array([False, True, False])})
     assert again["gpus"][0].tobytes() == obs["gpus"][0].tobytes()
     assert info["_F"].tolist() == [False, True, False]
+    masks = vec.unwrapped.call("action_masks")  # as SyncVectorEnv.call
+    np.testing.assert_array_equal(np.stack(masks), vec.unwrapped.action_masks())
+    assert vec.unwrapped.get_attr("max_steps") == (32, 32, 32)
     with pytest.raises(ConfigError, match="reset_mask"):
         vec.reset(options={"reset_mask": np.zeros(3, dtype=bool)})
     with pytest.raises(ConfigError, match="4 seeds for 3"):
@@ -167,7 +206,7 @@ def testatevector_env_reset_mask_and_bad_input() -> None:
 
 
 @pytest.mark.parametrize("scenario", ["default-severe", "pollux-16x4", "testbed-8"])
-def testatefacts_of_many_states_equal_each_alone(scenario: str) -> None:
+def test_facts_of_many_states_equal_each_alone(scenario: str) -> None:
     states = _states(scenario, 5, seed=8)
     topo = states[0].topology
     sets = candidate_sets_many(states, [[1, 2, 3, 4, 6]] * len(states), max_candidates=8)
@@ -184,7 +223,7 @@ def testatefacts_of_many_states_equal_each_alone(scenario: str) -> None:
 
 
 @pytest.mark.parametrize("scenario", ["default-severe", "fragmented", "n64g8"])
-def testatesample_many_draws_what_each_generator_draws_alone(scenario: str) -> None:
+def test_sample_many_draws_what_each_generator_draws_alone(scenario: str) -> None:
     sampler = ScenarioSampler(scenario)
     rngs = [np.random.default_rng(s) for s in range(4)]
     together = sampler.sample_many(rngs)
@@ -214,7 +253,7 @@ def testatesample_many_draws_what_each_generator_draws_alone(scenario: str) -> N
     robust=hs.booleans(),
     cap=hs.integers(1, 10),
 )
-def testategenerator_many_property(seed: int, n: int, busy: float, robust: bool, cap: int) -> None:
+def test_generator_many_property(seed: int, n: int, busy: float, robust: bool, cap: int) -> None:
     """Random health (severe profile) and random busy GPUs on pollux-16x4 and default: the batch
     gives each state exactly its own candidate sets."""
     rng = np.random.default_rng(seed)

@@ -41,14 +41,19 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
     **Masks**: :meth:`action_masks` is ``bool[N, Q * C + 1]``; ``info["action_mask"]`` holds the
     same rows.
 
-    **Autoreset**: ``NEXT_STEP`` (Gymnasium's default): the step after an environment ended resets
-    it, ignores its action and returns its first observation with reward 0.
+    **Autoreset** (``autoreset_mode``, as in :class:`gymnasium.vector.SyncVectorEnv`): ``NEXT_STEP``
+    (default): the step after an environment ended resets it, ignores its action and returns its
+    first observation with reward 0; ``SAME_STEP``: the step that ends an episode resets the
+    environment and returns the new episode's first observation, the last one and its info in
+    ``info["final_obs"]`` and ``info["final_info"]``; ``DISABLED``: the caller resets ended
+    environments (``options["reset_mask"]``); stepping one raises ``ResetNeeded``.
 
     **Seeding**: ``reset(seed=s)`` seeds environment ``i`` with ``s + i`` (a list gives one seed per
     environment); ``options`` go to every environment, and ``options["reset_mask"]``
     (``bool[N]``) resets only those marked, as in :class:`gymnasium.vector.SyncVectorEnv`.
 
-    **Arguments**: ``num_envs`` (an integer >= 1), then every keyword argument of
+    **Arguments**: ``num_envs`` (an integer >= 1), ``autoreset_mode`` (an
+    :class:`~gymnasium.vector.AutoresetMode` or its value), then every keyword argument of
     :class:`~crop_gym.envs.placement.PlacementEnv` except ``render_mode`` (a batch does not
     render; render a single environment).
     """
@@ -60,10 +65,19 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
         num_envs: int = 8,
         scenario: Scenario | str | Path = "default",
         *,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         render_mode: str | None = None,
         **kwargs: Any,
     ) -> None:
         n = check_count("num_envs", num_envs)
+        try:
+            self.autoreset_mode = AutoresetMode(autoreset_mode)
+        except ValueError:
+            allowed = ", ".join(repr(m.value) for m in AutoresetMode)
+            raise ConfigError(
+                f"autoreset_mode={autoreset_mode!r} must be one of {allowed}"
+            ) from None
+        self.metadata = {**self.metadata, "autoreset_mode": self.autoreset_mode}
         if render_mode is not None:
             raise ConfigError(
                 f"render_mode={render_mode!r}: the vector environment does not render; "
@@ -81,7 +95,8 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
         self.action_space = batch_space(first.action_space, n)
         self._table_options = first.table_options
         self._keys = tuple(first.features.observation_space.spaces)
-        self._autoreset = np.zeros(n, dtype=bool)
+        self._none = np.zeros(n, dtype=bool)
+        self._autoreset = self._none  # NEXT_STEP: the environments to reset at the next step
 
     # ------------------------------------------------------------------ API
     def reset(
@@ -100,49 +115,80 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
         for i, table in zip(which, self._tables(which), strict=True):
             obs[i], info = self.envs[i].finish_reset(table)
             infos = self._add_info(infos, info, i)
-        self._autoreset[mask] = False
+        self._autoreset = self._autoreset & ~mask
         self._obs = self._stack(obs)
         return self._obs, infos
 
     def step(
         self, actions: Any
     ) -> tuple[Obs, NDArray[Any], NDArray[Any], NDArray[Any], dict[str, Any]]:
-        """Step every environment (resetting those whose episode ended at the last step)."""
+        """Step every environment (with ``NEXT_STEP``, resetting those whose episode ended at the
+        last step instead; with ``SAME_STEP``, resetting those whose episode ends now)."""
         n = self.num_envs
         acts = np.asarray(actions)
         if acts.shape[:1] != (n,):
             raise ConfigError(f"actions of shape {acts.shape}; expected ({n},)")
+        ended = np.flatnonzero(self._autoreset).tolist()
         starts: list[StepStart | None] = [None] * n
         for i, env in enumerate(self.envs):
             if not self._autoreset[i]:
                 starts[i] = env.begin_step(acts[i])
-        # The environments that ended start a new episode: their instances are drawn together,
-        # each from its own generator (what its own reset would draw).
-        ended = np.flatnonzero(self._autoreset).tolist()
-        rngs = [self.envs[i].np_random for i in ended]
-        for i, inst in zip(ended, self.envs[0].sampler.sample_many(rngs), strict=True):
-            self.envs[i].begin_episode(None, {"instance": inst})
+        self._begin_episodes(ended)
         rebuild = [i for i, s in enumerate(starts) if s is None or s.placed is not None]
         tables = dict(zip(rebuild, self._tables(rebuild), strict=True))
         obs: list[Obs | None] = [None] * n
+        info: list[dict[str, Any]] = [{}] * n
         rewards = np.zeros(n)
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
-        infos: dict[str, Any] = {}
         for i, (env, start) in enumerate(zip(self.envs, starts, strict=True)):
             if start is None:
-                obs[i], info = env.finish_reset(tables[i])
+                obs[i], info[i] = env.finish_reset(tables[i])
             else:
-                obs[i], r, terminated[i], truncated[i], info = env.finish_step(start, tables.get(i))
+                obs[i], r, terminated[i], truncated[i], info[i] = env.finish_step(
+                    start, tables.get(i)
+                )
                 rewards[i] = float(r)
-            infos = self._add_info(infos, info, i)
-        self._autoreset = terminated | truncated
+        done = terminated | truncated
+        final: dict[int, dict[str, Any]] = {}
+        if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
+            again = np.flatnonzero(done).tolist()
+            final = {i: {"final_obs": obs[i], "final_info": info[i]} for i in again}
+            self._begin_episodes(again)
+            for i, table in zip(again, self._tables(again), strict=True):
+                obs[i], info[i] = self.envs[i].finish_reset(table)
+        infos: dict[str, Any] = {}
+        for i in range(n):
+            if i in final:
+                infos = self._add_info(infos, final[i], i)
+            infos = self._add_info(infos, info[i], i)
+        self._autoreset = done if self.autoreset_mode == AutoresetMode.NEXT_STEP else self._none
         self._obs = self._stack(obs)
         return self._obs, rewards, terminated, truncated, infos
+
+    def _begin_episodes(self, which: list[int]) -> None:
+        """Environments ``which`` start a new episode (no seed): their instances are drawn
+        together, each from its own generator (what its own reset would draw)."""
+        rngs = [self.envs[i].np_random for i in which]
+        for i, inst in zip(which, self.envs[0].sampler.sample_many(rngs), strict=True):
+            self.envs[i].begin_episode(None, {"instance": inst})
 
     def action_masks(self) -> NDArray[np.bool_]:
         """``bool[N, Q * C + 1]`` the valid actions of every environment."""
         return np.stack([env.action_masks() for env in self.envs])
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Call method ``name`` of every environment (or read the attribute), as
+        :meth:`gymnasium.vector.SyncVectorEnv.call` does."""
+        out = []
+        for env in self.envs:
+            attr = getattr(env, name)
+            out.append(attr(*args, **kwargs) if callable(attr) else attr)
+        return tuple(out)
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Attribute ``name`` of every environment."""
+        return self.call(name)
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close every environment."""

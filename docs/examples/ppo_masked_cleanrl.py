@@ -128,10 +128,18 @@ def main() -> None:
     torch.set_num_threads(1)
 
     # SAME_STEP autoreset: the observation returned with done=True is already the next episode's.
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: gym.make(args.env_id) for _ in range(args.num_envs)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
-    )
+    # Candidate-mode IDs have a batched environment (PlacementVectorEnv) behind make_vec; the
+    # others are vectorised one environment after another.
+    same_step = gym.vector.AutoresetMode.SAME_STEP
+    if gym.spec(args.env_id).vector_entry_point is not None:
+        envs = gym.make_vec(args.env_id, num_envs=args.num_envs, autoreset_mode=same_step)
+    else:
+        envs = gym.make_vec(
+            args.env_id,
+            num_envs=args.num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": same_step},
+        )
     obs_np, _ = envs.reset(seed=args.seed)
     obs, mask = flatten(obs_np), masks(envs)
     agent = Agent(obs.shape[1], int(envs.single_action_space.n))
