@@ -268,3 +268,12 @@ def test_generator_many_property(seed: int, n: int, busy: float, robust: bool, c
         alone = candidate_sets(state, ks, robust=robust, max_candidates=cap, free=f)
         for a, b in zip(got, alone, strict=True):
             _same_set(a, b)
+
+
+def test_vector_env_first_reset_with_a_mask() -> None:
+    import gymnasium as gym
+
+    vec = gym.make_vec("crop_gym/Placement-Testbed8-v0", num_envs=2)
+    obs, _ = vec.reset(seed=1, options={"reset_mask": np.array([False, True])})
+    assert not obs["gpus"][0].any() and obs["gpus"][1].any()  # the other is still empty
+    assert obs["gpus"].shape[0] == 2

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector.utils import batch_space, create_empty_array
 from numpy.typing import NDArray
 
 from crop_gym.envs.base import Obs
@@ -95,6 +95,8 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
         self.action_space = batch_space(first.action_space, n)
         self._table_options = first.table_options
         self._keys = tuple(first.features.observation_space.spaces)
+        empty = create_empty_array(first.observation_space, n, fn=np.zeros)
+        self._obs: Obs = dict(empty)  # type: ignore[arg-type]  # (a Dict space: a dict of arrays)
         self._none = np.zeros(n, dtype=bool)
         self._autoreset = self._none  # NEXT_STEP: the environments to reset at the next step
 
@@ -205,10 +207,9 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
 
     def _stack(self, obs: list[Obs | None]) -> Obs:
         """Each key's arrays stacked (environments not reset keep their last observation)."""
-        last = getattr(self, "_obs", None)
         out: Obs = {}
         for key in self._keys:
-            rows = [o[key] if o is not None else last[key][i] for i, o in enumerate(obs)]  # type: ignore[index]
+            rows = [o[key] if o is not None else self._obs[key][i] for i, o in enumerate(obs)]
             out[key] = np.stack(rows)
         return out
 
