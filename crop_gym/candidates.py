@@ -130,7 +130,8 @@ class _Tree:
     """
 
     srv_lo: _I64  # first GPU of each server
-    srv_copy: _I64  # copy of each server (see _tree)
+    srv_q: _I64  # where each server starts, and its copy ends, in the copy-by-copy prefix sums
+    end_q: _I64
     gpu_server: _I64
     key2: NDArray[np.signedinteger[Any]]  # 2 * server of each GPU (small ints: radix sort)
     sub_node: _I64  # node of each subtree: the servers', then the switch subtrees'
@@ -155,7 +156,8 @@ def _tree(topo: Topology, copies: int = 1) -> _Tree:
     n_srv = s_hi - s_lo
     return _Tree(
         srv_lo=topo.server_gpu_lo.astype(np.int64),
-        srv_copy=np.zeros(S, dtype=np.int64),
+        srv_q=topo.server_gpu_lo.astype(np.int64),
+        end_q=np.full(S, topo.num_gpus, dtype=np.int64),
         gpu_server=topo.gpu_server.astype(np.int64),
         key2=_key2(topo.gpu_server.astype(np.int64), S),
         sub_node=np.concatenate((topo.server_node, sw)).astype(np.int64),
@@ -184,7 +186,8 @@ def _stacked(t: _Tree, topo: Topology, n: int) -> _Tree:
     gpu_server = tile(t.gpu_server, S)
     return _Tree(
         srv_lo=tile(t.srv_lo, G),
-        srv_copy=np.repeat(np.arange(n, dtype=np.int64), S),
+        srv_q=tile(t.srv_lo, G + 1),  # (each copy's sums start with a 0)
+        end_q=tile(t.end_q, G + 1),
         gpu_server=gpu_server,
         key2=_key2(gpu_server, n * S),
         sub_node=np.concatenate((tile(t.sub_node[:S], N), tile(t.sub_node[S:], N))),
@@ -402,12 +405,13 @@ def _generate(
     # lo_q[s] (a copy's sums never depend on another copy's badness).
     cum = qs.reshape(n, -1).cumsum(axis=1)
     qcs = np.concatenate((np.zeros((n, 1)), cum), axis=1).ravel()
-    lo_q = lo + t.srv_copy
+    lo_q = t.srv_q
 
     # Single-server rows.
     fit = f >= Kc
-    end = np.minimum(lo + Kc, (t.srv_copy + 1) * topo.num_gpus) + t.srv_copy
-    q_srv = qcs[end] - qcs[lo_q]  # [size, server] badness (where it fits)
+    q_srv = (
+        qcs[np.minimum(lo_q + Kc, t.end_q)] - qcs[lo_q]
+    )  # [size, server] badness (where it fits)
     si, ss = fit.nonzero()
     q1 = q_srv[si, ss]
 

@@ -311,31 +311,26 @@ class ClusterState:
             ids.add(job.job_id)
             if len(p) != job.num_gpus:
                 raise ConfigError(f"job {job.job_id} needs {job.num_gpus} GPUs, got {len(p)}")
+        for p in ps:
+            if len(p) and (p[0] < 0 or p[-1] >= G):
+                raise ConfigError(f"GPU index outside [0, {G - 1}] in {p.tolist()}")
+            if (p[1:] == p[:-1]).any():
+                raise ConfigError(f"repeated GPU in placement {p.tolist()}")
         if not ps:
             return []
-        flat = np.concatenate(ps)
-        row = np.repeat(np.arange(len(ps)), [len(p) for p in ps])
-
-        def first(bad: NDArray[np.bool_]) -> int:  # the placement of the first offending GPU
-            return int(row[np.flatnonzero(bad)[0]])
-
-        if len(flat) and (flat.min() < 0 or flat.max() >= G):
-            p = ps[first((flat < 0) | (flat >= G))]
-            raise ConfigError(f"GPU index outside [0, {G - 1}] in {p.tolist()}")
-        same = (flat[1:] == flat[:-1]) & (row[1:] == row[:-1])
-        if same.any():
-            raise ConfigError(f"repeated GPU in placement {ps[first(same)].tolist()}")
-        free = self.free_mask
-        if not free[flat].all():
-            r = first(~free[flat])
-            raise ConfigError(
-                f"job {jobs[r].job_id}: GPUs {ps[r][~free[ps[r]]].tolist()} are busy or failed"
-            )
-        twice = np.bincount(flat, minlength=G)[flat] > 1
-        if twice.any():
-            raise ConfigError(
-                f"job {jobs[first(twice)].job_id}: its GPUs or its id are given twice"
-            )
+        free = self.free_mask  # (once for all of them)
+        for job, p in zip(jobs, ps, strict=True):
+            if not free[p].all():
+                busy = p[~free[p]].tolist()
+                raise ConfigError(f"job {job.job_id}: GPUs {busy} are busy or failed")
+        if len(ps) > 1:
+            flat = np.concatenate(ps)
+            twice = np.bincount(flat, minlength=G)[flat] > 1
+            if twice.any():
+                at = int(
+                    np.searchsorted(np.cumsum([len(p) for p in ps]), np.argmax(twice), "right")
+                )
+                raise ConfigError(f"job {jobs[at].job_id}: its GPUs or its id are given twice")
         return [p.astype(np.int32) for p in ps]
 
     def add(
@@ -392,7 +387,7 @@ class ClusterState:
             self._slot_job[s], self._slot_gpus[s] = job, p
             self._owner[p] = s
         links = facts.inter_links[facts.inter_links > 0]
-        np.add.at(self._load, links, 1)
+        self._load += np.bincount(links, minlength=len(self._load)).astype(self._load.dtype)
         return links
 
     def _free_slots(self, n: int, width: int) -> NDArray[np.intp]:
