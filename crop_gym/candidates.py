@@ -401,17 +401,14 @@ def _generate(
     # busy ones. A server's k best free GPUs are the k first of its block.
     order = b.base[(b.key2 + ~free[b.base]).argsort(kind="stable")]
     qs = b.q[order]
-    # Prefix sums of the badness in that order, copy by copy (0 first): server s starts at
-    # lo_q[s] (a copy's sums never depend on another copy's badness).
-    cum = qs.reshape(n, -1).cumsum(axis=1)
-    qcs = np.concatenate((np.zeros((n, 1)), cum), axis=1).ravel()
+    # Prefix sums of the badness in that order, copy by copy (0 first), so that a copy's sums
+    # never depend on another copy's badness; server s starts at lo_q[s].
+    qcs = np.concatenate((np.zeros((n, 1)), qs.reshape(n, -1).cumsum(axis=1)), axis=1).ravel()
     lo_q = t.srv_q
 
     # Single-server rows.
     fit = f >= Kc
-    q_srv = (
-        qcs[np.minimum(lo_q + Kc, t.end_q)] - qcs[lo_q]
-    )  # [size, server] badness (where it fits)
+    q_srv = qcs[np.minimum(lo_q + Kc, t.end_q)] - qcs[lo_q]  # [size, server] (where it fits)
     si, ss = fit.nonzero()
     q1 = q_srv[si, ss]
 

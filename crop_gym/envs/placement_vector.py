@@ -97,8 +97,7 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
         self._keys = tuple(first.features.observation_space.spaces)
         empty = create_empty_array(first.observation_space, n, fn=np.zeros)
         self._obs: Obs = dict(empty)  # type: ignore[arg-type]  # (a Dict space: a dict of arrays)
-        self._none = np.zeros(n, dtype=bool)
-        self._autoreset = self._none  # NEXT_STEP: the environments to reset at the next step
+        self._autoreset = np.zeros(n, dtype=bool)  # NEXT_STEP: the ones to reset at the next step
 
     # ------------------------------------------------------------------ API
     def reset(
@@ -164,7 +163,8 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
             if i in final:
                 infos = self._add_info(infos, final[i], i)
             infos = self._add_info(infos, info[i], i)
-        self._autoreset = done if self.autoreset_mode == AutoresetMode.NEXT_STEP else self._none
+        next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
+        self._autoreset = done if next_step else np.zeros(n, dtype=bool)
         self._obs = self._stack(obs)
         return self._obs, rewards, terminated, truncated, infos
 

@@ -287,16 +287,11 @@ def build_action_tables(
     (:func:`~crop_gym.candidates.candidate_sets_many`) and one facts evaluation of the candidate
     sets not yet evaluated (:func:`~crop_gym.model.facts.memo_facts_many`)."""
     Q, C = num_slots, max_candidates
-    views = []
-    for state, queue in zip(states, pending, strict=True):
-        index = queue.index
-        num_gpus = queue.num_gpus[index]
-        group = queue.job_class[index] if group_identical else np.arange(len(index))
-        positions, copies = select_view(group, num_gpus, state.num_free, Q)
-        views.append((index, num_gpus, positions, copies))
-    sizes = [
-        list(dict.fromkeys(num_gpus[positions].tolist())) for _, num_gpus, positions, _ in views
+    views = [
+        _View.of(state, queue, Q, group_identical)
+        for state, queue in zip(states, pending, strict=True)
     ]
+    sizes = [list(dict.fromkeys(v.ks)) for v in views]
     distinct_all = candidate_sets_many(states, sizes, robust=robust, max_candidates=C)
     # The facts of each distinct candidate once (the sets new to their memo: of all states
     # together), then of each row.
@@ -311,10 +306,38 @@ def build_action_tables(
     ]
 
 
+@dataclass(frozen=True)
+class _View:
+    """One state's view of its pending jobs (:func:`select_view`).
+
+    Attributes:
+        queue_index: ``int64[V]`` each slot's job, as a position in the queue.
+        positions: ``int64[V]`` each slot's job, as a position among the pending jobs.
+        copies: ``int64[V]`` pending jobs each slot stands for.
+        ks: GPUs of each slot's job.
+        pending_gpus: GPUs requested by all pending jobs.
+    """
+
+    queue_index: NDArray[np.int64]
+    positions: NDArray[np.int64]
+    copies: NDArray[np.int64]
+    ks: list[int]
+    pending_gpus: int
+
+    @classmethod
+    def of(cls, state: ClusterState, queue: PendingQueue, Q: int, group_identical: bool) -> _View:
+        index = queue.index
+        num_gpus = queue.num_gpus[index]
+        group = queue.job_class[index] if group_identical else np.arange(len(index))
+        positions, copies = select_view(group, num_gpus, state.num_free, Q)
+        ks = num_gpus[positions].tolist()
+        return cls(index[positions], positions, copies, ks, int(num_gpus.sum()))
+
+
 def _table(
     state: ClusterState,
     pending: PendingQueue,
-    view_of: tuple[NDArray[np.int64], NDArray[np.int64], NDArray[np.int64], NDArray[np.int64]],
+    v: _View,
     sizes: list[int],
     distinct: tuple[CandidateSet, ...],
     distinct_facts: PlacementFacts,
@@ -322,12 +345,10 @@ def _table(
     C: int,
     interference: bool,
 ) -> ActionTable:
-    """One state's table from its view (pending index, sizes, view positions, copies) and the
-    candidate sets of its distinct sizes with their facts."""
-    index, num_gpus, positions, copies = view_of
-    view = index[positions]
+    """One state's table from its view and the candidate sets of its distinct sizes with their
+    facts."""
+    view, positions, copies, ks = v.queue_index, v.positions, v.copies, v.ks
     jobs = tuple(pending.queue[i] for i in view.tolist())
-    ks = num_gpus[positions].tolist()
     by_size = dict(zip(sizes, distinct, strict=True))
     first, n = {}, 0  # size -> its first row among the distinct sets' rows
     for k, cs in by_size.items():
@@ -365,6 +386,6 @@ def _table(
         facts=facts,
         gains=gains,
         mask=mask,
-        pending_gpus=int(num_gpus.sum()),
+        pending_gpus=v.pending_gpus,
         in_view=int(copies.sum()),
     )

@@ -121,20 +121,20 @@ def placement_facts(
         else np.zeros((0, 0), dtype=np.int64)
     )
     k = np.repeat(np.array(sizes, dtype=np.int64), [b.shape[0] for b in blocks])
-    return _facts(topology, health, P, k)
+    return _facts(topology, [health], P, k)
 
 
 def _facts(
     topology: Topology,
-    health: Health | Sequence[Health],
+    healths: Sequence[Health],
     P: NDArray[np.integer[Any]],
     k: IntArray,
     copy: IntArray | None = None,
 ) -> PlacementFacts:
     """The facts of the rows of ``P``: row ``r`` holds its ``k[r]`` GPUs sorted, then its last GPU
     repeated up to the width of ``P`` (a repeated GPU adds no server, link or ring step, and the
-    per-GPU products skip it). With ``copy``, row ``r`` is under ``health[copy[r]]`` (several
-    states of one topology evaluated together)."""
+    per-GPU products skip it). Row ``r`` is under ``healths[copy[r]]`` (several states of one
+    topology evaluated together; ``copy=None``: all under ``healths[0]``)."""
     R, kmax = P.shape
     if R == 0 or kmax == 0:
         z = np.zeros(R)
@@ -156,7 +156,7 @@ def _facts(
 
     # Per-GPU terms in one gather. A GPU's own (intra-server) link holds only that GPU: a ring of
     # k >= 2 spans every one.
-    X = _per_health(_device_table, topology, health, P, copy, topology.num_gpus)  # [R, k, 5]
+    X = _per_health(_device_table, topology, healths, P, copy, topology.num_gpus)  # [R, k, 5]
     multi = k >= 2
     worst = X[:, :, :3].max(axis=1)  # -bandwidth, latency and slowdown of the GPU links
     ok = np.where(valid[:, :, None], X[:, :, 3:], 1.0).prod(axis=1)  # (GPU, GPU and its link)
@@ -176,7 +176,7 @@ def _facts(
     inter = inter.reshape(R, -1)
     a = np.where(inter, a.reshape(R, -1), 0)
     # [R, k * D, 2]: latency, 1 - π (root: 0, 1)
-    link = _per_health(_link_table, topology, health, a, copy, topology.num_nodes)
+    link = _per_health(_link_table, topology, healths, a, copy, topology.num_nodes)
     values[:, 5] = link[:, :, 0].max(axis=1)
     values[:, 7] = np.where(multi, ok[:, 1], ok[:, 0]) * link[:, :, 1].prod(axis=1)
     width = int(np.count_nonzero(a, axis=1).max(initial=0))
@@ -188,18 +188,18 @@ def _facts(
 def _per_health(
     table: Any,
     topology: Topology,
-    health: Health | Sequence[Health],
+    healths: Sequence[Health],
     index: NDArray[np.integer[Any]],
     copy: IntArray | None,
     size: int,
 ) -> FloatArray:
-    """``table(topology, h)[index]`` with ``h`` the health of each row: ``health``, or with
-    ``copy`` the tables of every health of ``health`` stacked (``size`` rows each) and each
-    row's index moved to its own."""
+    """``table(topology, h)[index]`` with ``h`` the health of each row: ``healths[0]``, or with
+    ``copy`` the tables of all ``healths`` stacked (``size`` rows each) and each row's index
+    moved to its own."""
     if copy is None:
-        out: FloatArray = table(topology, health)[index]
+        out: FloatArray = table(topology, healths[0])[index]
         return out
-    stacked = np.concatenate([table(topology, h) for h in health])  # type: ignore[union-attr]
+    stacked = np.concatenate([table(topology, h) for h in healths])
     out = stacked[index + (copy * size).reshape((-1,) + (1,) * (index.ndim - 1))]
     return out
 
@@ -324,11 +324,10 @@ def memo_facts_many(
         kmax = max(map(len, flat))
         P = np.array([key + key[-1:] * (kmax - len(key)) for key in flat])
         k = np.array([len(key) for key in flat])
-        if len(healths) == 1:
-            facts = _facts(topology, healths[0], P, k)
-        else:
-            copy = np.repeat(np.arange(len(healths)), [len(ks) for ks in new])
-            facts = _facts(topology, healths, P, k, copy)
+        copy = (
+            None if len(healths) == 1 else np.repeat(np.arange(len(healths)), list(map(len, new)))
+        )
+        facts = _facts(topology, healths, P, k, copy)
         start = 0
         for i, ks in enumerate(new):
             if ks:

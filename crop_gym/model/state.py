@@ -301,37 +301,30 @@ class ClusterState:
                 twice.
         """
         G = self.topology.num_gpus
-        ps = [np.sort(np.asarray(g, dtype=np.int64)) for g in placements]
+        free = self.free_mask
+        taken = np.zeros(G, dtype=bool)  # GPUs of the placements checked so far
         ids: set[str] = set()
-        for job, p in zip(jobs, ps, strict=True):
+        out = []
+        for job, gpus in zip(jobs, placements, strict=True):
+            p = np.sort(np.asarray(gpus, dtype=np.int64))
             if job.job_id in self._jobs:
                 raise ConfigError(f"job {job.job_id} is already placed")
-            if job.job_id in ids:
-                raise ConfigError(f"job {job.job_id}: its GPUs or its id are given twice")
-            ids.add(job.job_id)
             if len(p) != job.num_gpus:
                 raise ConfigError(f"job {job.job_id} needs {job.num_gpus} GPUs, got {len(p)}")
-        for p in ps:
             if len(p) and (p[0] < 0 or p[-1] >= G):
                 raise ConfigError(f"GPU index outside [0, {G - 1}] in {p.tolist()}")
             if (p[1:] == p[:-1]).any():
                 raise ConfigError(f"repeated GPU in placement {p.tolist()}")
-        if not ps:
-            return []
-        free = self.free_mask  # (once for all of them)
-        for job, p in zip(jobs, ps, strict=True):
             if not free[p].all():
-                busy = p[~free[p]].tolist()
-                raise ConfigError(f"job {job.job_id}: GPUs {busy} are busy or failed")
-        if len(ps) > 1:
-            flat = np.concatenate(ps)
-            twice = np.bincount(flat, minlength=G)[flat] > 1
-            if twice.any():
-                at = int(
-                    np.searchsorted(np.cumsum([len(p) for p in ps]), np.argmax(twice), "right")
+                raise ConfigError(
+                    f"job {job.job_id}: GPUs {p[~free[p]].tolist()} are busy or failed"
                 )
-                raise ConfigError(f"job {jobs[at].job_id}: its GPUs or its id are given twice")
-        return [p.astype(np.int32) for p in ps]
+            if job.job_id in ids or taken[p].any():
+                raise ConfigError(f"job {job.job_id}: its GPUs or its id are given twice")
+            ids.add(job.job_id)
+            taken[p] = True
+            out.append(p.astype(np.int32))
+        return out
 
     def add(
         self,
