@@ -1,6 +1,8 @@
 """Helpers shared by several test files: a hang becomes a failure (:func:`no_hang`), outputs that
-must be special files never touch the machine's own /dev/null (:func:`null_device`), and exact
-equality of nested observations (:func:`assert_same`)."""
+must be special files never touch the machine's own /dev/null (:func:`null_device`), exact
+equality of nested observations (:func:`assert_same`), and ``n`` copies of a cluster as one
+(:func:`union_topology`, :func:`joined_health`: tests/test_locality.py checks that each copy
+behaves as its cluster alone; benchmarks/bench_env_axis.py times the state over them)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import networkx as nx
 import numpy as np
+
+from crop_gym.model.devices import Health
+from crop_gym.model.topology import Topology
 
 
 class Hang(TimeoutError):
@@ -65,3 +71,33 @@ def assert_same(a: Any, b: Any) -> None:
         np.testing.assert_array_equal(a, b)
     else:
         assert a == b
+
+
+def union_topology(topology: Topology, n: int) -> Topology:
+    """``n`` copies of ``topology`` under a new root (nodes numbered copy after copy)."""
+    g0, root0 = topology.graph, topology.node_names[0]
+    union = nx.DiGraph(root="U")
+    union.add_node("U", kind="root")
+    for i in range(n):
+        copy = nx.relabel_nodes(g0, {v: (i, v) for v in g0.nodes})
+        union.update(copy)
+        attrs = union.nodes[(i, root0)]
+        attrs.pop("root", None)
+        attrs["kind"] = "switch"
+        union.add_edge("U", (i, root0), bandwidth=1e30, latency=0.0)
+    union.graph["root"] = "U"  # update() copied the copies' graph attributes
+    return Topology.from_graph(union, name=f"{n}x{topology.name}")
+
+
+def joined_health(parts: list[Health]) -> Health:
+    """Per-GPU arrays concatenated; per-node arrays after the new root's entry (a root carries no
+    link, so its value is never read)."""
+    gpu = [
+        np.concatenate([getattr(h, f) for h in parts])
+        for f in ("gpu_slowdown", "gpu_failed", "gpu_fail_prob")
+    ]
+    link = [
+        np.concatenate([getattr(parts[0], f)[:1]] + [getattr(h, f) for h in parts])
+        for f in ("link_degradation", "link_fail_prob")
+    ]
+    return Health(*gpu, *link)

@@ -55,19 +55,24 @@ def test_step_path_lines_lists_the_step_modules() -> None:
         check=False,
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    listed = [line.split()[1] for line in out.stdout.splitlines() if "crop_gym/" in line.split()[1]]
+    rows = [line.split() for line in out.stdout.splitlines()]
+    # Step modules: lines, lines of the functions that ran, path; compiled inputs: lines, path.
+    step = {
+        r[2]: (int(r[0]), int(r[1])) for r in rows if len(r) == 3 and r[2].startswith("crop_gym/")
+    }
+    inputs = [r[1] for r in rows if "(compiled" in r]
     for module in (
         "crop_gym/envs/placement.py",
         "crop_gym/model/state.py",
         "crop_gym/candidates.py",
     ):
-        assert module in listed
-    assert "crop_gym/envs/render.py" not in listed  # rendering is not on the step path
-    total = next(line for line in out.stdout.splitlines() if "total, step path" in line)
-    counted = [line for line in out.stdout.splitlines() if "compiled input" not in line]
-    assert int(total.split()[0]) == sum(
-        int(line.split()[0]) for line in counted if line.split()[1].startswith("crop_gym/")
-    )
+        assert module in step
+    assert "crop_gym/model/topology.py" in inputs
+    assert "crop_gym/envs/render.py" not in step  # rendering is not on the step path
+    assert all(0 < ran < n for n, ran in step.values())  # some of each module ran, not all
+    total = next(r for r in rows if "total," in r)
+    assert int(total[0]) == sum(n for n, _ in step.values())
+    assert int(total[1]) == sum(ran for _, ran in step.values())
 
 
 def test_bench_vector_runs(tmp_path: Path) -> None:
@@ -100,4 +105,44 @@ def test_bench_vector_runs(tmp_path: Path) -> None:
     for env_id in ("CartPole-v1", "crop_gym/Placement-Testbed8-v0"):
         assert {(env_id, k) for k in ("single", "sync", "vector")} <= kinds
     assert all(r["rate"] > 0 for r in rows)
+    # Step-only rates (resets outside the timed steps) for every placement row and single CartPole.
+    alone = {(r["id"], r["kind"]) for r in rows if r["rate_step_only"] is not None}
+    assert alone == {("CartPole-v1", "single")} | {
+        ("crop_gym/Placement-Testbed8-v0", k) for k in ("single", "sync", "vector")
+    }
+    assert all(r["rate_step_only"] > 0 for r in rows if r["rate_step_only"] is not None)
     assert "crop_gym/Placement-Testbed8-v0" in out.stdout
+
+
+def test_bench_env_axis_runs(tmp_path: Path) -> None:
+    """The environment-axis premise benchmark prints both ways per N and writes its JSON; bad
+    arguments get one line and exit 2."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    script = str(ROOT / "benchmarks" / "bench_env_axis.py")
+    out_json = tmp_path / "axis.json"
+    args = ["--scenario", "testbed-8", "--num-envs", "2", "3", "--repeat", "3"]
+    out = subprocess.run(
+        [sys.executable, script, *args, "--json", str(out_json)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out_json.read_text())
+    assert [r["num_envs"] for r in rows] == [2, 3]
+    for r in rows:
+        assert r["rows"] > 0
+        assert all(r[k] > 0 for k in r if k.endswith("_us"))
+    bad = subprocess.run(
+        [sys.executable, script, "--num-envs", "0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2 and "must be >= 1" in bad.stderr

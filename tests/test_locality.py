@@ -13,47 +13,15 @@ from __future__ import annotations
 
 import dataclasses
 
-import networkx as nx
 import numpy as np
 import pytest
+from helpers import joined_health, union_topology
 
 from crop_gym.candidates import candidate_sets
-from crop_gym.model.devices import Health
 from crop_gym.model.facts import placement_facts
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import job_constants
-from crop_gym.model.topology import Topology
 from crop_gym.scenario import PlacementInstance, ScenarioSampler
-
-
-def _union(topology: Topology, n: int) -> Topology:
-    """``n`` copies of ``topology`` under a new root (nodes numbered copy after copy)."""
-    g0, root0 = topology.graph, topology.node_names[0]
-    union = nx.DiGraph(root="U")
-    union.add_node("U", kind="root")
-    for i in range(n):
-        copy = nx.relabel_nodes(g0, {v: (i, v) for v in g0.nodes})
-        union.update(copy)
-        attrs = union.nodes[(i, root0)]
-        attrs.pop("root", None)
-        attrs["kind"] = "switch"
-        union.add_edge("U", (i, root0), bandwidth=1e30, latency=0.0)
-    union.graph["root"] = "U"  # update() copied the copies' graph attributes
-    return Topology.from_graph(union, name=f"{n}x{topology.name}")
-
-
-def _joined_health(parts: list[Health]) -> Health:
-    """Per-GPU arrays concatenated; per-node arrays after the new root's entry (a root carries no
-    link, so its value is never read)."""
-    gpu = [
-        np.concatenate([getattr(h, f) for h in parts])
-        for f in ("gpu_slowdown", "gpu_failed", "gpu_fail_prob")
-    ]
-    link = [
-        np.concatenate([getattr(parts[0], f)[:1]] + [getattr(h, f) for h in parts])
-        for f in ("link_degradation", "link_fail_prob")
-    ]
-    return Health(*gpu, *link)
 
 
 def _instances(scenario: str, n: int, seed: int) -> tuple[ScenarioSampler, list[PlacementInstance]]:
@@ -70,10 +38,10 @@ def test_copies_in_one_state_behave_as_the_clusters_alone(scenario: str, seed: i
     sampler, insts = _instances(scenario, n, seed)
     topo = sampler.topology
     G = topo.num_gpus
-    union = _union(topo, n)
+    union = union_topology(topo, n)
     assert union.num_gpus == n * G
     perf = insts[0].state.perf
-    state = ClusterState(union, _joined_health([i.state.health for i in insts]), perf=perf)
+    state = ClusterState(union, joined_health([i.state.health for i in insts]), perf=perf)
     for i, inst in enumerate(insts):
         for job in inst.state.placed_jobs():
             state.add(
