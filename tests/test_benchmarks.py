@@ -1,8 +1,9 @@
-"""Smoke test of the environment benchmark: it must keep running as the code moves.
+"""Smoke tests of the benchmarks: they must keep running as the code moves.
 
-The benchmark scripts print figures and assert nothing about speed; this only checks that
-``benchmarks/bench_envs.py`` (which wraps internal functions to split the step time) still runs
-end to end on a couple of environments and prints its table.
+The benchmark scripts print figures and assert nothing about speed; these only check that each
+runs end to end on small inputs and prints (and writes) its table: ``bench_envs.py`` (which wraps
+internal functions to split the step time), ``step_path_lines.py``, ``bench_vector.py`` and
+``bench_env_axis.py``.
 """
 
 from __future__ import annotations
@@ -16,27 +17,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_bench_envs_runs() -> None:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_envs.py"),
-            "--steps",
-            "60",
-            "--cartpole-seconds",
-            "0.05",
-            "--ids",
-            "crop_gym/Placement-Testbed8-v0",
-            "crop_gym/PlacementGPU-Testbed8-v0",
-        ],
+def _run(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    """Run ``benchmarks/<script>`` with ``args`` from the repository root."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
         cwd=ROOT,
-        env=env,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=timeout,
         check=False,
     )
+
+
+def test_bench_envs_runs() -> None:
+    ids = ["crop_gym/Placement-Testbed8-v0", "crop_gym/PlacementGPU-Testbed8-v0"]
+    out = _run("bench_envs.py", "--steps", "60", "--cartpole-seconds", "0.05", "--ids", *ids)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "crop_gym/Placement-Testbed8-v0" in out.stdout
     assert "step time: add / candidates / env" in out.stdout
@@ -44,16 +40,7 @@ def test_bench_envs_runs() -> None:
 
 def test_step_path_lines_lists_the_step_modules() -> None:
     """The step-path census finds the modules ``env.step`` runs (and no gymnasium or numpy)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "step_path_lines.py"), "--steps", "20"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    out = _run("step_path_lines.py", "--steps", "20")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [line.split() for line in out.stdout.splitlines()]
     # Step modules: lines, lines of the functions that ran, path; compiled inputs: lines, path.
@@ -77,28 +64,9 @@ def test_step_path_lines_lists_the_step_modules() -> None:
 
 def test_bench_vector_runs(tmp_path: Path) -> None:
     """The vector benchmark prints its table (single, sync, vector rows) and writes its JSON."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     out_json = tmp_path / "rows.json"
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bench_vector.py"),
-            "--ids",
-            "crop_gym/Placement-Testbed8-v0",
-            "--num-envs",
-            "3",
-            "--steps",
-            "12",
-            "--json",
-            str(out_json),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    args = ["--ids", "crop_gym/Placement-Testbed8-v0", "--num-envs", "3", "--steps", "12"]
+    out = _run("bench_vector.py", *args, "--json", str(out_json))
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out_json.read_text())
     kinds = {(r["id"], r["kind"]) for r in rows}
@@ -117,32 +85,14 @@ def test_bench_vector_runs(tmp_path: Path) -> None:
 def test_bench_env_axis_runs(tmp_path: Path) -> None:
     """The environment-axis premise benchmark prints both ways per N and writes its JSON; bad
     arguments get one line and exit 2."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    script = str(ROOT / "benchmarks" / "bench_env_axis.py")
     out_json = tmp_path / "axis.json"
     args = ["--scenario", "testbed-8", "--num-envs", "2", "3", "--repeat", "3"]
-    out = subprocess.run(
-        [sys.executable, script, *args, "--json", str(out_json)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    out = _run("bench_env_axis.py", *args, "--json", str(out_json))
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out_json.read_text())
     assert [r["num_envs"] for r in rows] == [2, 3]
     for r in rows:
         assert r["rows"] > 0
         assert all(r[k] > 0 for k in r if k.endswith("_us"))
-    bad = subprocess.run(
-        [sys.executable, script, "--num-envs", "0"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    bad = _run("bench_env_axis.py", "--num-envs", "0", timeout=60)
     assert bad.returncode == 2 and "must be >= 1" in bad.stderr
