@@ -96,3 +96,29 @@ def test_bench_env_axis_runs(tmp_path: Path) -> None:
         assert all(r[k] > 0 for k in r if k.endswith("_us"))
     bad = _run("bench_env_axis.py", "--num-envs", "0", timeout=60)
     assert bad.returncode == 2 and "must be >= 1" in bad.stderr
+
+
+def test_bench_checkouts_runs(tmp_path: Path) -> None:
+    """The before/after benchmark measures two checkouts alternately (here this one twice) and
+    writes its JSON; a path that is not a checkout, or a bad ``--ids``, gets one line."""
+    out_json = tmp_path / "checkouts.json"
+    args = ["--other", str(ROOT), "--rounds", "1", "--cartpole-seconds", "0.05"]
+    out = _run(
+        "bench_checkouts.py",
+        *args,
+        "--ids",
+        "crop_gym/Placement-Testbed8-v0:30",
+        "--json",
+        str(out_json),
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = json.loads(out_json.read_text())
+    assert [r["checkout"] for r in rows] == ["other", "this"]
+    assert all(r["step_per_s"] > 0 and r["x_cartpole"] > 0 for r in rows)
+    bad = _run("bench_checkouts.py", "--other", str(tmp_path), timeout=60)
+    assert bad.returncode != 0 and "not a crop_gym checkout" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    bad = _run(
+        "bench_checkouts.py", "--other", str(ROOT), "--ids", "crop_gym/Placement-v0", timeout=60
+    )
+    assert bad.returncode != 0 and "expected ID:STEPS" in bad.stderr
