@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the joined cluster is the one the tes
 from helpers import joined_health, union_topology  # noqa: E402
 
 from crop_gym.candidates import candidate_sets  # noqa: E402
+from crop_gym.errors import ConfigError  # noqa: E402
 from crop_gym.io import atomic_write_text  # noqa: E402
 from crop_gym.model.facts import memo_facts  # noqa: E402
 from crop_gym.model.state import ClusterState  # noqa: E402
@@ -136,7 +137,10 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if any(n < 1 for n in args.num_envs) or args.repeat < 1:
         ap.error("--num-envs and --repeat must be >= 1")
-    rows = [measure(args.scenario, n, args.repeat) for n in args.num_envs]
+    try:
+        rows = [measure(args.scenario, n, args.repeat) for n in args.num_envs]
+    except ConfigError as exc:
+        ap.error(str(exc))
     print(f"scenario {args.scenario}; microseconds per environment, best of {args.repeat} rounds")
     print(
         f"{'N':>4s} {'jobs':>5s} {'rows':>5s}   {'add: apart':>11s} {'joined, one call':>17s} "

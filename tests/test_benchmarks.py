@@ -96,6 +96,9 @@ def test_bench_env_axis_runs(tmp_path: Path) -> None:
         assert all(r[k] > 0 for k in r if k.endswith("_us"))
     bad = _run("bench_env_axis.py", "--num-envs", "0", timeout=60)
     assert bad.returncode == 2 and "must be >= 1" in bad.stderr
+    bad = _run("bench_env_axis.py", "--scenario", "no-such-scenario", timeout=60)
+    assert bad.returncode == 2 and "unknown scenario" in bad.stderr
+    assert "Traceback" not in bad.stderr
 
 
 def test_bench_checkouts_runs(tmp_path: Path) -> None:
