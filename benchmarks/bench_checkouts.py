@@ -32,27 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _common import cartpole_step_rate, write_rows
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_IDS = ("crop_gym/Placement-v0:1500", "crop_gym/Placement-1024-v0:1200")
-
-
-def _cartpole(seconds: float) -> float:
-    """CartPole-v1 steps per second (random actions; resets outside the timed calls)."""
-    import gymnasium as gym
-
-    env = gym.make("CartPole-v1")
-    env.reset(seed=0)
-    env.action_space.seed(0)
-    n, spent, start = 0, 0.0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        action = env.action_space.sample()
-        t = time.perf_counter()
-        _, _, term, trunc, _ = env.step(action)
-        spent += time.perf_counter() - t
-        n += 1
-        if term or trunc:
-            env.reset()
-    return n / spent
 
 
 def _play(env_id: str, steps: int, seed: int) -> dict[str, float]:
@@ -86,7 +69,7 @@ def _play(env_id: str, steps: int, seed: int) -> dict[str, float]:
 
 def _measure(ids: list[tuple[str, int]], seed: int, cartpole_s: float) -> list[dict[str, Any]]:
     """The rows of one process (the checkout first on ``sys.path``)."""
-    cart = _cartpole(cartpole_s)
+    cart = cartpole_step_rate(cartpole_s)
     rows = []
     for env_id, steps in ids:
         r: dict[str, Any] = {"id": env_id, "steps": steps, **_play(env_id, steps, seed)}
@@ -158,11 +141,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['x_cartpole']:11.4f} {r['reset_ms']:9.2f} {int(r['resets']):6d} "
             f"{r['cartpole_per_s']:11,.0f}"
         )
-    if args.json is not None:
-        from crop_gym.io import atomic_write_text
-
-        atomic_write_text(args.json, json.dumps(rows, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_rows(args.json, rows)
 
 
 def _env() -> dict[str, str]:

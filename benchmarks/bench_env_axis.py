@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -36,11 +35,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the joined cluster is the one the tests check
 
+from _common import write_rows  # noqa: E402
 from helpers import joined_health, union_topology  # noqa: E402
 
 from crop_gym.candidates import candidate_sets  # noqa: E402
 from crop_gym.errors import ConfigError  # noqa: E402
-from crop_gym.io import atomic_write_text  # noqa: E402
 from crop_gym.model.facts import memo_facts  # noqa: E402
 from crop_gym.model.state import ClusterState  # noqa: E402
 from crop_gym.model.timing import job_constants  # noqa: E402
@@ -153,9 +152,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['add_joined_each_us']:19.1f}   {r['gains_apart_us']:13.1f} "
             f"{r['gains_joined_us']:7.1f}"
         )
-    if args.json is not None:
-        atomic_write_text(args.json, json.dumps(rows, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

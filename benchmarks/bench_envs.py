@@ -35,6 +35,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from _common import cartpole_step_rate
 
 import crop_gym
 import crop_gym.envs.view as view_mod
@@ -70,25 +71,6 @@ class _Timer:
                 self.total += time.perf_counter() - t
 
         return timed
-
-
-def bench_cartpole(seconds: float) -> float:
-    """Raw CartPole-v1 step rate (random actions, reset on episode end)."""
-    env = gym.make("CartPole-v1")
-    env.reset(seed=0)
-    env.action_space.seed(0)
-    n, spent = 0, 0.0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        a = env.action_space.sample()
-        t = time.perf_counter()
-        _, _, term, trunc, _ = env.step(a)
-        spent += time.perf_counter() - t
-        n += 1
-        if term or trunc:
-            env.reset()
-    env.close()
-    return n / spent
 
 
 def _run(
@@ -239,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         f"crop_gym {crop_gym.__version__}, gymnasium {gym.__version__}, numpy {np.__version__}, "
         f"python {platform.python_version()}, {platform.machine()}"
     )
-    cp = bench_cartpole(args.cartpole_seconds)
+    cp = cartpole_step_rate(args.cartpole_seconds)
     print(f"CartPole-v1 (same run): {cp:,.0f} step/s\n")
     header = (
         f"{'env':34s} {'step/s':>8s} {'best/s':>8s} {'e2e/s':>8s} {'x CartPole':>10s} {'reset ms':>9s} {'ep len':>7s} "

@@ -35,7 +35,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import time
 from pathlib import Path
@@ -43,10 +42,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from _common import write_rows
 from gymnasium.vector import AutoresetMode
 
 import crop_gym
-from crop_gym.io import atomic_write_text
 
 DEFAULT_IDS = ("crop_gym/Placement-v0", "crop_gym/Placement-1024-v0")
 CARTPOLE = "CartPole-v1"
@@ -189,9 +188,7 @@ def main() -> None:
         "(x CartPole: / single CartPole-v1 of this run, measured the same way; step only: "
         "resets outside the timed steps)"
     )
-    if args.json is not None:
-        atomic_write_text(args.json, json.dumps(rows, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    write_rows(args.json, rows)
 
 
 if __name__ == "__main__":

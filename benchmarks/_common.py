@@ -1,0 +1,44 @@
+"""What the benchmark scripts share: the CartPole-v1 reference rate and writing rows as JSON.
+
+Only gymnasium is imported at module level (``crop_gym`` lazily, where it is used), so that
+``bench_checkouts.py`` can run it against old checkouts of the package.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+
+def cartpole_step_rate(seconds: float) -> float:
+    """CartPole-v1 steps per second for about ``seconds``: random actions, the time inside
+    ``env.step`` only (resets between episodes are not timed)."""
+    env = gym.make("CartPole-v1")
+    env.reset(seed=0)
+    env.action_space.seed(0)
+    n, spent = 0, 0.0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a = env.action_space.sample()
+        t = time.perf_counter()
+        _, _, term, trunc, _ = env.step(a)
+        spent += time.perf_counter() - t
+        n += 1
+        if term or trunc:
+            env.reset()
+    env.close()
+    return n / spent
+
+
+def write_rows(path: Path | None, rows: list[dict[str, Any]]) -> None:
+    """Write ``rows`` as indented JSON to ``path`` atomically and say so (``None``: nothing)."""
+    if path is None:
+        return
+    from crop_gym.io import atomic_write_text
+
+    atomic_write_text(path, json.dumps(rows, indent=2) + "\n")
+    print(f"wrote {path}")
