@@ -29,7 +29,7 @@ from crop_gym.envs.checks import (
 )
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
-from crop_gym.envs.view import ActionTable, PendingQueue, build_action_tables
+from crop_gym.envs.view import ActionTable, PendingQueue, build_action_table
 from crop_gym.errors import ConfigError
 from crop_gym.model.devices import Health
 from crop_gym.model.jobs import Job
@@ -188,7 +188,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
 
     def _build_table(self) -> ActionTable:
         """The action table of the current state and pending jobs."""
-        return build_action_tables([self.state], [self.pending_queue], **self.table_options)[0]
+        return build_action_table(self.state, self.pending_queue, **self.table_options)
 
     def _observe(self, extra: NDArray[np.float64] | None = None) -> Obs:
         """The observation of the current state (the one place that calls the builder)."""

@@ -5,7 +5,6 @@ them)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -112,10 +111,6 @@ class PlacedJobs:
     @property
     def slots(self) -> int:
         return len(self.active)
-
-    def facts(self, rows: Any) -> PlacementFacts:
-        """The placement facts of slot ``rows``."""
-        return PlacementFacts(self.data[rows, :_NF], self.links[rows])
 
     T = property(lambda self: self.data[:, _OUT], doc="``float64[S]`` iteration times.")
     C = property(lambda self: self.data[:, _OUT + 1], doc="``float64[S]`` all-reduce times.")
