@@ -4,7 +4,7 @@ Usage::
 
     crop-gym train [--algo maskable_ppo|ppo|dqn] [--env ID] [--steps N] [--seed S] --out DIR
         [--bc-demos N] [--dagger R] [--resume] [--policy CandidateScorer|MultiInputPolicy]
-        [--n-envs N] [--vec-env dummy|subproc] [--config YML] [--hyperparams KEY=VALUE ...]
+        [--n-envs N] [--vec-env dummy|subproc|batched] [--config YML] [--hyperparams KEY=VALUE ...]
         [--dry-run] [--trust-checkpoint]
     crop-gym eval [--model PATH|DIR|default|default-online|default-severe] [--env ID] [--episodes N] [--seed S] [--json PATH|-]
         [--baselines all|crop|NAME,NAME] [--safe-stop positive_gain|exhausted] [--predict]
@@ -23,6 +23,7 @@ import argparse
 import sys
 from typing import Any
 
+from agents.config import VEC_ENVS
 from crop_gym.cli import int_at_least
 
 __all__ = ["register"]
@@ -114,7 +115,10 @@ def register(subparsers: Any) -> None:
         help="parallel environments (default: the config's)",
     )
     t.add_argument(
-        "--vec-env", choices=("dummy", "subproc"), default=None, help="vector environment kind"
+        "--vec-env",
+        choices=VEC_ENVS,
+        default=None,
+        help="vector environment kind (batched: the candidate-mode envs stepped as one batch)",
     )
     t.add_argument(
         "--eval-freq", type=_pos_int, default=None, help="steps between validation evaluations"

@@ -68,13 +68,15 @@ EVAL_SEED_BASE = 10**9
 
 #: Algorithms and their config files.
 ALGOS: tuple[str, ...] = ("maskable_ppo", "ppo", "dqn")
+#: The kinds of vector environment (``vec_env``; agents/envs.py ``make_vec_env``).
+VEC_ENVS: tuple[str, ...] = ("dummy", "subproc", "batched")
 
 #: Entry keys that configure the run, not the algorithm's constructor.
 RUN_KEYS: dict[str, Any] = {
     "policy": "CandidateScorer",
     "n_envs": 1,
     "n_timesteps": 50_000,
-    "vec_env": "dummy",  # or "subproc"
+    "vec_env": "dummy",  # or "subproc", "batched"
     "env_kwargs": {},
     "reward_scale": 1.0,
     "eval_freq": 5_000,  # env steps between validation evaluations
@@ -172,7 +174,7 @@ _INTEGERS = frozenset(
 #: String keys and their allowed values.
 _CHOICES: dict[str, tuple[str, ...]] = {
     "policy": ("CandidateScorer", "MultiInputPolicy"),
-    "vec_env": ("dummy", "subproc"),
+    "vec_env": VEC_ENVS,
     "critic": ("detached", "separate", "shared"),
     "teacher": (
         "crop",

@@ -8,6 +8,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 import crop_gym  # noqa: F401  (registers the crop_gym/ IDs)
+from agents.config import VEC_ENVS
 
 __all__ = ["ScaleReward", "ScorerObservation", "is_online", "make_env", "make_vec_env"]
 
@@ -125,7 +126,7 @@ def make_vec_env(
     reward_scale: float = 1.0,
     vec_env: str = "dummy",
 ) -> Any:
-    """A seeded SB3 vector environment (``DummyVecEnv`` or ``SubprocVecEnv``).
+    """A seeded SB3 vector environment (``DummyVecEnv``, ``SubprocVecEnv`` or the batched one).
 
     Environment ``i`` is seeded with ``seed + i`` at its first reset; later episodes continue its
     RNG stream (all of it training data).
@@ -136,14 +137,26 @@ def make_vec_env(
         seed: Seed of the first environment.
         env_kwargs: Constructor arguments.
         reward_scale: Factor on rewards.
-        vec_env: ``"dummy"`` (in-process) or ``"subproc"`` (one process per environment; used only
-            when ``n_envs > 1``).
+        vec_env: ``"dummy"`` (in-process), ``"subproc"`` (one process per environment; used only
+            when ``n_envs > 1``) or ``"batched"`` (in-process, the environments stepped as one
+            batch: :class:`agents.batched.BatchedVecEnv`, for the candidate-mode
+            ``crop_gym/Placement-*`` IDs; the learner sees what ``"dummy"`` shows it).
+
+    Raises:
+        ValueError: If ``vec_env`` is none of these, or ``"batched"`` for an ID without a
+            batched environment.
     """
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
+    from agents.batched import make_batched
+
+    if vec_env not in VEC_ENVS:
+        raise ValueError(f"vec_env={vec_env!r} must be one of {', '.join(map(repr, VEC_ENVS))}")
+    if vec_env == "batched":
+        venv: Any = make_batched(env_id, n_envs, env_kwargs or {}, reward_scale)
+        venv.seed(seed)
+        return venv
     fns = [_factory(env_id, env_kwargs or {}, reward_scale) for _ in range(n_envs)]
-    if vec_env not in ("dummy", "subproc"):
-        raise ValueError(f"vec_env={vec_env!r} must be 'dummy' or 'subproc'")
     venv = SubprocVecEnv(fns) if (vec_env == "subproc" and n_envs > 1) else DummyVecEnv(fns)
     venv.seed(seed)
     return venv

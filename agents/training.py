@@ -209,7 +209,7 @@ def train(
         config: A YAML file to read instead of ``agents/configs/<algo>.yml``.
         policy: ``CandidateScorer`` or ``MultiInputPolicy`` (default: the config's).
         n_envs: Parallel environments (default: the config's).
-        vec_env: ``dummy`` or ``subproc`` (default: the config's).
+        vec_env: ``dummy``, ``subproc`` or ``batched`` (default: the config's).
         eval_freq: Steps between validations (default: the config's).
         eval_episodes: Validation episodes (default: the config's).
         dagger: DAgger rounds after cloning (default: the config's ``bc.dagger_iterations``).
