@@ -3,7 +3,7 @@
 The benchmark scripts print figures and assert nothing about speed; these only check that each
 runs end to end on small inputs and prints (and writes) its table: ``bench_envs.py`` (which wraps
 internal functions to split the step time), ``step_path_lines.py``, ``bench_vector.py`` and
-``bench_env_axis.py``.
+``bench_env_axis.py``, ``bench_training_share.py``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -125,3 +127,18 @@ def test_bench_checkouts_runs(tmp_path: Path) -> None:
         "bench_checkouts.py", "--other", str(ROOT), "--ids", "crop_gym/Placement-v0", timeout=60
     )
     assert bad.returncode != 0 and "expected ID:STEPS" in bad.stderr
+
+
+def test_bench_training_share_runs(tmp_path: Path) -> None:
+    """The training-share benchmark trains a few steps both ways and writes its row."""
+    pytest.importorskip("sb3_contrib")
+    for kind in ("dummy", "batched"):
+        out_json = tmp_path / f"{kind}.json"
+        args = ("--steps", "64", "--n-envs", "2", "--vec-env", kind, "--json", str(out_json))
+        out = _run("bench_training_share.py", *args)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert f"2 env(s) {kind}" in out.stdout
+        (row,) = json.loads(out_json.read_text())
+        assert row["steps"] >= 64 and 0.0 < row["env_share"] < 1.0
+    bad = _run("bench_training_share.py", "--n-envs", "0")
+    assert bad.returncode == 2 and "--n-envs 0: must be in [1, 64]" in bad.stderr
