@@ -13,7 +13,7 @@ for step), in less time.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -115,7 +115,8 @@ class BatchedVecEnv(VecEnv):
                 assert final is not None
                 self.reset_infos[i] = infos[i]  # (the next episode's reset info)
                 infos[i] = final[i]
-                infos[i]["terminal_observation"] = _row(info["final_obs"], i)
+                # (``final_obs`` is an object array of the environments' own observations.)
+                infos[i]["terminal_observation"] = info["final_obs"][i]
                 infos[i]["episode"] = {
                     "r": round(float(self._returns[i]), 6),
                     "l": int(self._lengths[i]),
@@ -149,33 +150,13 @@ class BatchedVecEnv(VecEnv):
         indices: VecEnvIndices = None,
         **method_kwargs: Any,
     ) -> list[Any]:
-        """Method ``method_name`` of the environments ``indices`` (``action_masks`` in one call)."""
-        which = self._get_indices(indices)
-        if method_name == "action_masks":
-            masks = self.venv.action_masks()  # type: ignore[attr-defined]
-            return [masks[i] for i in which]
+        """Method ``method_name`` of the environments ``indices``."""
         values = self.venv.call(method_name, *method_args, **method_kwargs)
-        return [values[i] for i in which]
+        return [values[i] for i in self._get_indices(indices)]
 
     def env_is_wrapped(self, wrapper_class: type, indices: VecEnvIndices = None) -> list[bool]:
         """No environment is wrapped (the adapter itself does what ``Monitor`` would)."""
         return [False for _ in self._get_indices(indices)]
-
-    def _get_indices(self, indices: VecEnvIndices) -> Iterable[int]:
-        if indices is None:
-            return range(self.num_envs)
-        if isinstance(indices, int):
-            return [indices]
-        return list(indices)
-
-
-def _row(final_obs: NDArray[np.object_], i: int) -> Any:
-    """Environment ``i``'s last observation from ``info["final_obs"]`` (an object array of
-    observations), as fresh arrays."""
-    obs = final_obs[i]
-    if isinstance(obs, Mapping):
-        return {key: np.array(value) for key, value in obs.items()}
-    return np.array(obs)
 
 
 def _split(info: Mapping[str, Any], n: int) -> list[dict[str, Any]]:

@@ -152,11 +152,11 @@ def make_vec_env(
 
     if vec_env not in VEC_ENVS:
         raise ValueError(f"vec_env={vec_env!r} must be one of {', '.join(map(repr, VEC_ENVS))}")
+    venv: Any
     if vec_env == "batched":
-        venv: Any = make_batched(env_id, n_envs, env_kwargs or {}, reward_scale)
-        venv.seed(seed)
-        return venv
-    fns = [_factory(env_id, env_kwargs or {}, reward_scale) for _ in range(n_envs)]
-    venv = SubprocVecEnv(fns) if (vec_env == "subproc" and n_envs > 1) else DummyVecEnv(fns)
+        venv = make_batched(env_id, n_envs, env_kwargs or {}, reward_scale)
+    else:
+        fns = [_factory(env_id, env_kwargs or {}, reward_scale) for _ in range(n_envs)]
+        venv = SubprocVecEnv(fns) if (vec_env == "subproc" and n_envs > 1) else DummyVecEnv(fns)
     venv.seed(seed)
     return venv

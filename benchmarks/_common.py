@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: the CartPole-v1 reference rate and writing rows as JSON.
+"""What the benchmark scripts share: the CartPole-v1 reference rate, a timer of wrapped
+functions, and writing rows as JSON.
 
 Only gymnasium is imported at module level (``crop_gym`` lazily, where it is used), so that
 ``bench_checkouts.py`` can run it against old checkouts of the package.
@@ -8,10 +9,31 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+
+
+class Timer:
+    """Accumulates the time spent in a wrapped function while :attr:`active` (not re-entrant)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.active = False
+
+    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if not self.active:
+                return fn(*args, **kwargs)
+            t = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.total += time.perf_counter() - t
+
+        return timed
 
 
 def cartpole_step_rate(seconds: float) -> float:

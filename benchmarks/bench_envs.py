@@ -30,12 +30,11 @@ import gc
 import platform
 import time
 import tracemalloc
-from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from _common import cartpole_step_rate
+from _common import Timer, cartpole_step_rate
 
 import crop_gym
 import crop_gym.envs.view as view_mod
@@ -53,28 +52,8 @@ TARGETS = {"crop_gym/Placement-v0": 5000.0, "crop_gym/Placement-1024-v0": 1000.0
 _BLOCK = 250
 
 
-class _Timer:
-    """Accumulates the time spent in a wrapped function while :attr:`active` (not re-entrant)."""
-
-    def __init__(self) -> None:
-        self.total = 0.0
-        self.active = False
-
-    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if not self.active:
-                return fn(*args, **kwargs)
-            t = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                self.total += time.perf_counter() - t
-
-        return timed
-
-
 def _run(
-    env: gym.Env[Any, Any], steps: int, seed: int, timers: list[_Timer] = ()
+    env: gym.Env[Any, Any], steps: int, seed: int, timers: list[Timer] = ()
 ) -> dict[str, float]:  # type: ignore[assignment]
     rng = np.random.default_rng(seed)
     t = time.perf_counter()
@@ -121,7 +100,7 @@ def bench_env(env_id: str, steps: int, seed: int, breakdown: bool) -> dict[str, 
     out = _run(env, steps, seed)
     env.close()
     if breakdown:
-        add_t, cand_t = _Timer(), _Timer()
+        add_t, cand_t = Timer(), Timer()
         orig_add = ClusterState.add
         # The action table asks the generator through this one.
         orig_gen = {n: getattr(view_mod, n) for n in ("candidate_sets_many",)}

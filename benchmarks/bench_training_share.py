@@ -22,28 +22,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from _common import write_rows
+from _common import Timer, write_rows
 
 ENV_ID = "crop_gym/Placement-v0"
-
-
-def _timed(cls: type, name: str, clock: dict[str, float]) -> None:
-    """Replace ``cls.name`` with a version that adds its wall time to ``clock["t"]``."""
-    real: Callable[..., Any] = getattr(cls, name)
-
-    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return real(self, *args, **kwargs)
-        finally:
-            clock["t"] += time.perf_counter() - t
-
-    setattr(cls, name, timed)
 
 
 def measure(steps: int, n_envs: int, vec_env: str, policy: str) -> dict[str, Any]:
@@ -57,13 +42,13 @@ def measure(steps: int, n_envs: int, vec_env: str, policy: str) -> dict[str, Any
     from agents.training import policy_spec
 
     th.set_num_threads(1)
-    clock = {"t": 0.0}
+    timer = Timer()
     if vec_env == "batched":
         from crop_gym.envs.placement_vector import PlacementVectorEnv as timed_cls
     else:
         from crop_gym.envs.placement import PlacementEnv as timed_cls
     for name in ("step", "reset"):
-        _timed(timed_cls, name, clock)
+        setattr(timed_cls, name, timer.wrap(getattr(timed_cls, name)))
     cfg = load_config("maskable_ppo", ENV_ID)
     kw = cfg.algo_arguments()
     pol, pkw = policy_spec("maskable_ppo", policy, kw.pop("policy_kwargs", None), gym.make(ENV_ID))
@@ -73,10 +58,11 @@ def measure(steps: int, n_envs: int, vec_env: str, policy: str) -> dict[str, Any
     )
     model = MaskablePPO(pol, venv, seed=0, policy_kwargs=pkw, **kw)
     model.learn(kw["n_steps"] * n_envs)  # warm-up: first allocations, the memos filled
-    clock["t"] = 0.0
+    timer.active = True
     start, t0 = int(model.num_timesteps), time.perf_counter()
     model.learn(steps, reset_num_timesteps=False)
     wall = time.perf_counter() - t0
+    timer.active = False
     venv.close()
     done = int(model.num_timesteps) - start
     return {
@@ -86,8 +72,8 @@ def measure(steps: int, n_envs: int, vec_env: str, policy: str) -> dict[str, Any
         "vec_env": vec_env,
         "steps": done,
         "train_steps_per_s": done / wall,
-        "env_share": clock["t"] / wall,
-        "env_us_per_step": clock["t"] / max(done, 1) * 1e6,
+        "env_share": timer.total / wall,
+        "env_us_per_step": timer.total / max(done, 1) * 1e6,
     }
 
 

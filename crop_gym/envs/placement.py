@@ -192,7 +192,7 @@ class PlacementEnv(StaticPlacementBase):
     def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
         """Place one (job, candidate) pair, or stop."""
         start = self.begin_step(action)
-        return self.finish_step(start, self._build_table() if start.placed else None)
+        return self.finish_step(start, self._build_table() if start.placed is not None else None)
 
     # ------------------------------------------------- the two halves (batched by the vector env)
     def finish_reset(self, table: ActionTable) -> tuple[Obs, dict[str, Any]]:
