@@ -1,7 +1,7 @@
 """The batched placement environment as a Stable-Baselines3 vector environment.
 
 ``gymnasium.make_vec(id, N)`` of a candidate-mode ``crop_gym/Placement-*`` ID returns
-:class:`~crop_gym.envs.placement_vector.PlacementVectorEnv`, which steps ``N`` environments as one
+:class:`~crop_gym.envs.vector.PlacementVectorEnv`, which steps ``N`` environments as one
 batch (their action tables built together). SB3 learns through its own ``VecEnv`` interface, so
 :class:`BatchedVecEnv` adapts one to the other: it is what ``make_vec_env(..., vec_env="batched")``
 returns, and a learner sees exactly what ``DummyVecEnv`` of ``N`` monitored, reward-scaled single

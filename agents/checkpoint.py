@@ -32,7 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from agents._io import atomic_write, to_jsonable
+from crop_gym.agents._io import atomic_write, to_jsonable
 from crop_gym.errors import ConfigError
 from crop_gym.io import check_regular_input, parse_mapping
 
@@ -61,7 +61,7 @@ FORMAT = "crop_gym-agent/1"
 ALGO_CLASSES: dict[str, str] = {
     "maskable_ppo": "sb3_contrib:MaskablePPO",
     "ppo": "stable_baselines3:PPO",
-    "dqn": "agents.policies:MaskedDQN",
+    "dqn": "crop_gym.agents.policies:MaskedDQN",
 }
 
 
@@ -96,15 +96,15 @@ def algo_class(algo: str) -> Any:
 def policy_class(algo: str, policy: str) -> Any:
     """The SB3 policy of ``policy`` (``CandidateScorer`` or ``MultiInputPolicy``) for ``algo``.
 
-    ``CandidateScorer`` is :class:`~agents.policies.MaskableScorerPolicy` (MaskablePPO),
-    :class:`~agents.policies.ScorerPolicy` (PPO) or :class:`~agents.policies.ScorerDQNPolicy`
+    ``CandidateScorer`` is :class:`~crop_gym.agents.policies.MaskableScorerPolicy` (MaskablePPO),
+    :class:`~crop_gym.agents.policies.ScorerPolicy` (PPO) or :class:`~crop_gym.agents.policies.ScorerDQNPolicy`
     (DQN); ``MultiInputPolicy`` is SB3's name for its default network.
     """
     if policy == "MultiInputPolicy":
         return policy
     if policy != "CandidateScorer":
         raise ConfigError(f"policy={policy!r} must be CandidateScorer or MultiInputPolicy")
-    from agents.policies import MaskableScorerPolicy, ScorerDQNPolicy, ScorerPolicy
+    from crop_gym.agents.policies import MaskableScorerPolicy, ScorerDQNPolicy, ScorerPolicy
 
     classes = {"maskable_ppo": MaskableScorerPolicy, "ppo": ScorerPolicy, "dqn": ScorerDQNPolicy}
     if algo not in classes:
@@ -114,7 +114,7 @@ def policy_class(algo: str, policy: str) -> Any:
 
 def checkpoint_metadata(**fields: Any) -> dict[str, Any]:
     """Metadata with the format tag, a UTC timestamp and the library versions added."""
-    from agents._io import versions
+    from crop_gym.agents._io import versions
 
     meta = {"format": FORMAT, "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     meta.update(fields)
@@ -351,7 +351,7 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 def _spaces(path: Path, meta: dict[str, Any]) -> tuple[Any, Any]:
     """The observation and action spaces of the environment the checkpoint was trained on."""
-    from agents.config import check_env_id
+    from crop_gym.agents.config import check_env_id
 
     env_id = meta.get("env_id")
     if not isinstance(env_id, str) or not env_id:
@@ -379,7 +379,7 @@ def _safe_load(
     """Rebuild an SB3 model from the JSON fields and the tensors only (nothing unpickled)."""
     from stable_baselines3.common.save_util import recursive_getattr, recursive_setattr
 
-    from agents.config import check_entry, resolve_schedule
+    from crop_gym.agents.config import check_entry, resolve_schedule
 
     if not meta:
         raise ConfigError(

@@ -23,7 +23,7 @@ import argparse
 import sys
 from typing import Any
 
-from agents.config import VEC_ENVS
+from crop_gym.agents.config import VEC_ENVS
 from crop_gym.cli import int_at_least
 
 __all__ = ["register"]
@@ -55,7 +55,7 @@ _pos_int = int_at_least(1)
 
 def register(subparsers: Any) -> None:
     """Add ``train`` and ``eval`` to the ``crop-gym`` parser."""
-    from agents.config import ALGOS, EVAL_SEED_BASE
+    from crop_gym.agents.config import ALGOS, EVAL_SEED_BASE
 
     t = subparsers.add_parser(
         "train",
@@ -208,7 +208,7 @@ def register(subparsers: Any) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     _require_rl()
-    from agents.training import train
+    from crop_gym.agents.training import train
 
     meta = train(
         algo=args.algo,
@@ -278,7 +278,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _baseline_list(text: str) -> tuple[str, ...] | None:
-    from agents.evaluation import DEFAULT_BASELINES
+    from crop_gym.agents.evaluation import DEFAULT_BASELINES
 
     if text == "all":
         return DEFAULT_BASELINES
@@ -292,10 +292,10 @@ def _eval(args: argparse.Namespace) -> int:
     _require_rl()
     import torch as th
 
-    from agents._io import atomic_write_json, versions
-    from agents.checkpoint import load_checkpoint, resolve_model_path
-    from agents.config import TRAIN_SEED_LIMIT, check_env_id
-    from agents.evaluation import PolicyAgent, evaluate
+    from crop_gym.agents._io import atomic_write_json, versions
+    from crop_gym.agents.checkpoint import load_checkpoint, resolve_model_path
+    from crop_gym.agents.config import TRAIN_SEED_LIMIT, check_env_id
+    from crop_gym.agents.evaluation import PolicyAgent, evaluate
     from crop_gym.errors import ConfigError
     from crop_gym.io import check_outputs
 
@@ -345,7 +345,7 @@ def _eval(args: argparse.Namespace) -> int:
         import contextlib
         import json
 
-        from agents._io import to_jsonable
+        from crop_gym.agents._io import to_jsonable
 
         with contextlib.redirect_stdout(sys.stderr):
             _print_report(report)

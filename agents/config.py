@@ -83,7 +83,7 @@ RUN_KEYS: dict[str, Any] = {
     "eval_episodes": 20,
     "checkpoint_freq": 10_000,  # env steps between checkpoints
     "torch_threads": 1,
-    "bc": {},  # imitation options (see agents.imitation.BCConfig), used with --bc-demos
+    "bc": {},  # imitation options (see crop_gym.agents.imitation.BCConfig), used with --bc-demos
     "finetune": {},  # algorithm arguments that replace the entry's after behaviour cloning
 }
 
@@ -181,7 +181,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
         "crop-rollout",
         "sjf-crop",
         "fifo-first-fit",
-    ),  # bc: (agents.teachers.teacher_of)
+    ),  # bc: (crop_gym.agents.teachers.teacher_of)
 }
 #: Keys that take a number or a ``lin_X`` schedule string.
 _SCHEDULES = frozenset({"learning_rate", "clip_range", "clip_range_vf"})
@@ -274,7 +274,7 @@ def algo_parameters(algo: str) -> dict[str, Any]:
     """Constructor arguments an entry may set for ``algo``, with their defaults (imports SB3)."""
     import inspect
 
-    from agents.checkpoint import algo_class
+    from crop_gym.agents.checkpoint import algo_class
 
     sig = inspect.signature(algo_class(algo))
     return {
@@ -351,7 +351,7 @@ def _check_keys(where: str, block: Mapping[Any, Any], allowed: Mapping[str, Any]
 
 def _check_block(where: str, block: Mapping[Any, Any], allowed: Mapping[str, Any]) -> None:
     """Keys, types and ranges of an entry (or ``finetune`` block), the scorer's options too."""
-    from agents.networks import ScorerConfig
+    from crop_gym.agents.networks import ScorerConfig
 
     _check_keys(where, block, allowed)
     pk = block.get("policy_kwargs")
@@ -374,7 +374,7 @@ def check_entry(algo: str, entry: Mapping[Any, Any], where: str) -> None:
     Raises:
         ConfigError: One line naming ``where`` and the key, with the allowed keys or range.
     """
-    from agents.imitation import BCConfig
+    from crop_gym.agents.imitation import BCConfig
 
     if algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGOS)}")

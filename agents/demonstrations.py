@@ -1,11 +1,11 @@
 """Demonstrations: expert-labelled states of placement episodes, and the rollouts that record them.
 
 A :class:`Demonstrations` set stacks, for every visited state, the observation, the teacher's action
-(:func:`agents.teachers.teacher_of`), the action mask and the return-to-go. :func:`rollouts` plays
+(:func:`crop_gym.agents.teachers.teacher_of`), the action mask and the return-to-go. :func:`rollouts` plays
 one episode per seed, choosing each step's action from the state and the teacher's label (the
 teacher itself for plain demonstrations, the learner or a mix for DAgger). Observations of one set
 share one environment's layout; a policy for several environments is cloned from one set per
-environment (:func:`agents.imitation.behaviour_cloning` takes a list).
+environment (:func:`crop_gym.agents.imitation.behaviour_cloning` takes a list).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agents._io import atomic_write
-from agents.teachers import teacher_of
+from crop_gym.agents._io import atomic_write
+from crop_gym.agents.teachers import teacher_of
 
 __all__ = ["Demonstrations", "rollouts"]
 

@@ -8,7 +8,7 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 
 import crop_gym  # noqa: F401  (registers the crop_gym/ IDs)
-from agents.config import VEC_ENVS
+from crop_gym.agents.config import VEC_ENVS
 
 __all__ = ["ScaleReward", "ScorerObservation", "is_online", "make_env", "make_vec_env"]
 
@@ -40,20 +40,20 @@ class ScaleReward(gym.Wrapper):  # type: ignore[type-arg]
 class ScorerObservation(gym.ObservationWrapper):  # type: ignore[type-arg]
     """Observations as a candidate scorer trained elsewhere reads them.
 
-    :func:`agents.networks.adapt_observation` maps each observation onto the scorer's columns and
-    job-size normaliser, exactly as :class:`agents.evaluation.PolicyAgent` does when it plays the
+    :func:`crop_gym.agents.networks.adapt_observation` maps each observation onto the scorer's columns and
+    job-size normaliser, exactly as :class:`crop_gym.agents.evaluation.PolicyAgent` does when it plays the
     scorer on this environment; cloning a scorer on states of several environments
     (``bc.also_on``) records them through this wrapper, so it learns from what it will see.
 
     Args:
         env: A candidate-mode placement environment.
-        scorer_spec: The scorer's :class:`agents.networks.ObsSpec`.
+        scorer_spec: The scorer's :class:`crop_gym.agents.networks.ObsSpec`.
     """
 
     def __init__(self, env: gym.Env[Any, Any], scorer_spec: Any) -> None:
         import numpy as np
 
-        from agents.networks import ObsSpec, adapt_observation
+        from crop_gym.agents.networks import ObsSpec, adapt_observation
 
         super().__init__(env)
         self._adapt = adapt_observation
@@ -139,7 +139,7 @@ def make_vec_env(
         reward_scale: Factor on rewards.
         vec_env: ``"dummy"`` (in-process), ``"subproc"`` (one process per environment; used only
             when ``n_envs > 1``) or ``"batched"`` (in-process, the environments stepped as one
-            batch: :class:`agents.batched.BatchedVecEnv`, for the candidate-mode
+            batch: :class:`crop_gym.agents.batched.BatchedVecEnv`, for the candidate-mode
             ``crop_gym/Placement-*`` IDs; the learner sees what ``"dummy"`` shows it).
 
     Raises:
@@ -148,7 +148,7 @@ def make_vec_env(
     """
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from agents.batched import make_batched
+    from crop_gym.agents.batched import make_batched
 
     if vec_env not in VEC_ENVS:
         raise ValueError(f"vec_env={vec_env!r} must be one of {', '.join(map(repr, VEC_ENVS))}")

@@ -2,14 +2,14 @@
 
 :class:`PolicyAgent` turns a trained model into greedy (deterministic) actions. For a model with
 the candidate scorer it runs the torch module directly on the observation, after mapping the
-observation onto the columns the scorer was trained with (:func:`~agents.networks.adapt_observation`):
+observation onto the columns the scorer was trained with (:func:`~crop_gym.agents.networks.adapt_observation`):
 this is how a policy trained on the 64-GPU environment runs on the 512-GPU one (other ``G``,
 ``Q`` and ``M``). Models with SB3's default ``MultiInputPolicy`` go through ``model.predict`` and
 only run on environments with their training observation space.
 
 :func:`evaluate_static` plays the policy on the static environment from ``reset(seed=s)`` for
 ``s = first_seed, first_seed + 1, ...``; on each instance (the state right after reset) it also
-runs CROP and every baseline of :data:`baselines.policy.POLICIES`, and a *random valid action*
+runs CROP and every baseline of :data:`crop_gym.baselines.policy.POLICIES`, and a *random valid action*
 reference (a uniformly drawn valid placement at every step, stop only when nothing else is valid),
 so every number is measured on the same instances. :func:`evaluate_online` does the same on the
 online environment: the agent plays the episode, and each baseline runs in a simulator built from
@@ -27,14 +27,14 @@ import numpy as np
 import torch as th
 
 import crop_gym  # noqa: F401  (registers the IDs)
-from agents.config import EVAL_SEED_BASE, TRAIN_SEED_LIMIT
-from agents.envs import is_online
-from agents.networks import MASKED_LOGIT, ObsSpec, adapt_observation, obs_to_tensors
-from agents.policies import scorer_of
-from baselines.compare import DEFAULT_POLICIES
+from crop_gym.agents.config import EVAL_SEED_BASE, TRAIN_SEED_LIMIT
+from crop_gym.agents.envs import is_online
+from crop_gym.agents.networks import MASKED_LOGIT, ObsSpec, adapt_observation, obs_to_tensors
+from crop_gym.agents.policies import scorer_of
+from crop_gym.baselines.compare import DEFAULT_POLICIES
 from crop_gym.errors import ConfigError
 
-#: References played through the online environment itself (:mod:`baselines.online`).
+#: References played through the online environment itself (:mod:`crop_gym.baselines.online`).
 ONLINE_REFERENCES: tuple[str, ...] = ("crop", "sjf-crop")
 
 __all__ = [
@@ -193,7 +193,7 @@ def evaluate_static(
     Returns:
         :func:`summarize` of the per-episode records (with ``safe_stop``).
     """
-    from baselines.policy import apply, make_policy
+    from crop_gym.baselines.policy import apply, make_policy
     from crop_gym.scenario import PlacementInstance
 
     env = gym.make(env_id, **dict(env_kwargs or {}))
@@ -277,17 +277,17 @@ def evaluate_online(
     For each seed the agent plays the online environment from ``reset(seed)``; each baseline runs
     in a :class:`crop_gym.sim.Simulator` built from the same jobs, cluster, profile, options and
     simulator seed (hence the same health timeline as long as the placements do not change it).
-    Each of ``references`` (:data:`baselines.online.ONLINE_POLICIES` names) plays the *same
+    Each of ``references`` (:data:`crop_gym.baselines.online.ONLINE_POLICIES` names) plays the *same
     environment* from the same ``reset(seed)`` through the same action interface
-    (:func:`baselines.online.play`): these are the CROP and sjf-crop of docs/BENCHMARK.md, and
+    (:func:`crop_gym.baselines.online.play`): these are the CROP and sjf-crop of docs/BENCHMARK.md, and
     ``mean_jct_h`` (time in system until completion or the horizon, every window job) is
     compared with theirs on environments that report it (``OnlinePlacement-v1`` and later).
 
     Returns:
         :func:`summarize` of the per-episode records (with JCT fields).
     """
-    from baselines.online import make_online_policy, play
-    from baselines.policy import make_policy
+    from crop_gym.baselines.online import make_online_policy, play
+    from crop_gym.baselines.policy import make_policy
     from crop_gym.sim import Simulator
 
     env = gym.make(env_id, **dict(env_kwargs or {}))

@@ -1,8 +1,8 @@
 """Imitation of CROP: demonstrations, behaviour cloning on the policy's own logits, and DAgger.
 
-* :func:`record_demonstrations` runs the teacher (:func:`agents.teachers.teacher_of`: by default
-  :class:`baselines.expert.CropExpert`, CROP's action in the environment's candidate action space;
-  on the online environments a :mod:`baselines.online` policy) on training-range seeds and stores every observation, the
+* :func:`record_demonstrations` runs the teacher (:func:`crop_gym.agents.teachers.teacher_of`: by default
+  :class:`crop_gym.baselines.expert.CropExpert`, CROP's action in the environment's candidate action space;
+  on the online environments a :mod:`crop_gym.baselines.online` policy) on training-range seeds and stores every observation, the
   expert's action, the action mask and the return-to-go in a :class:`Demonstrations` set.
 * :func:`behaviour_cloning` trains an SB3 policy *in place*: the cross-entropy of the expert's
   action under the policy's own masked logits (the scorer's per-row logits, or the action net's
@@ -26,9 +26,9 @@ import numpy as np
 import torch as th
 import torch.nn.functional as F
 
-from agents.demonstrations import Demonstrations, rollouts
-from agents.networks import MASKED_LOGIT, obs_to_tensors
-from agents.policies import scorer_of
+from crop_gym.agents.demonstrations import Demonstrations, rollouts
+from crop_gym.agents.networks import MASKED_LOGIT, obs_to_tensors
+from crop_gym.agents.policies import scorer_of
 
 __all__ = [
     "BCConfig",
@@ -63,9 +63,9 @@ class BCConfig:
             halved each round).
         dagger_epochs: Epochs of re-training after each round.
         teacher: Whose actions are imitated: ``"crop"`` (CROP; on static environments its
-            expert :class:`baselines.expert.CropExpert`), ``"crop-rollout"`` (static: CROP with
+            expert :class:`crop_gym.baselines.expert.CropExpert`), ``"crop-rollout"`` (static: CROP with
             one step of lookahead) or, on online environments, any
-            :data:`baselines.online.ONLINE_POLICIES` name (e.g. ``"sjf-crop"``).
+            :data:`crop_gym.baselines.online.ONLINE_POLICIES` name (e.g. ``"sjf-crop"``).
         also_on: Further environment IDs of the run's kind whose demonstrations (as many
             episodes as the run's own, on the same seeds, with their default arguments) and
             DAgger rollouts are cloned together with the run's: one policy for several tasks
@@ -121,7 +121,7 @@ def record_demonstrations(
         seeds: Reset seed of each episode (use training-range seeds).
         gamma: Discount of the stored return-to-go.
         progress: Show a progress bar.
-        expert_rule: CROP's ranking rule (:class:`baselines.expert.CropExpert`): ``"best"`` (the
+        expert_rule: CROP's ranking rule (:class:`crop_gym.baselines.expert.CropExpert`): ``"best"`` (the
             default CROP: better of the ΔF and ΔF-per-GPU passes) or a single pass (``"gain"``,
             ``"density"``), whose next action is a function of the current state alone.
         teacher: The teacher (:func:`teacher_of`): ``"crop"``, or an online policy's name.
@@ -223,7 +223,7 @@ def equivalent_agreement(
     Returns:
         ``{"exact": share, "equivalent": share, "states": n}``.
     """
-    from baselines.crop import crop_greedy
+    from crop_gym.baselines.crop import crop_greedy
 
     u: Any = env.unwrapped
     exact = equiv = n = 0
@@ -436,7 +436,7 @@ def dagger(
     (in every environment, when several are given);
     each step follows the expert with probability ``dagger_beta / 2**(i-1)``, else the policy's
     greedy action; every visited state is labelled with the expert's action (the teacher of
-    ``config.teacher``, :func:`agents.teachers.teacher_of`).
+    ``config.teacher``, :func:`crop_gym.agents.teachers.teacher_of`).
 
     Args:
         policy: The (already cloned) SB3 policy, trained in place.

@@ -2,7 +2,7 @@
 
 :func:`imitate` records the teacher's demonstrations on the run's environment and on those of
 ``bc.also_on`` (one set each: ``demos.npz``, ``demos-1.npz``, ...), clones them into the model's
-policy (:func:`agents.imitation.behaviour_cloning`), runs the config's DAgger rounds, validates
+policy (:func:`crop_gym.agents.imitation.behaviour_cloning`), runs the config's DAgger rounds, validates
 the cloned model and saves it as ``bc_model.zip``. :func:`check_also_on` refuses bad
 ``bc.also_on`` IDs before a run writes anything.
 """
@@ -15,10 +15,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from agents.checkpoint import save_checkpoint
-from agents.config import RunConfig, check_env_id, train_seed
-from agents.envs import ScorerObservation, is_online
-from agents.runstate import RunState
+from crop_gym.agents.checkpoint import save_checkpoint
+from crop_gym.agents.config import RunConfig, check_env_id, train_seed
+from crop_gym.agents.envs import ScorerObservation, is_online
+from crop_gym.agents.runstate import RunState
 from crop_gym.errors import ConfigError
 
 __all__ = ["check_also_on", "demo_file", "imitate"]
@@ -33,7 +33,7 @@ def demo_file(g: int) -> str:
 def check_also_on(cfg: RunConfig, probe: gym.Env[Any, Any], teacher: str) -> None:
     """Refuse, in one line, a ``bc.also_on`` ID that is unknown, of another kind than the run's
     environment (another class: online, or GPU-by-GPU actions) or without the teacher."""
-    from agents.teachers import teacher_of
+    from crop_gym.agents.teachers import teacher_of
 
     where = f"{cfg.source}: bc.also_on"
     for other in (cfg.run.get("bc") or {}).get("also_on") or ():
@@ -61,10 +61,10 @@ def check_also_on(cfg: RunConfig, probe: gym.Env[Any, Any], teacher: str) -> Non
 
 
 def _as_scorer_sees(env: gym.Env[Any, Any], policy: Any) -> gym.Env[Any, Any]:
-    """``env`` wrapped in :class:`agents.envs.ScorerObservation` when the policy has a candidate
+    """``env`` wrapped in :class:`crop_gym.agents.envs.ScorerObservation` when the policy has a candidate
     scorer whose columns or normaliser differ from the environment's; else ``env``."""
-    from agents.networks import ObsSpec
-    from agents.policies import scorer_of
+    from crop_gym.agents.networks import ObsSpec
+    from crop_gym.agents.policies import scorer_of
 
     scorer = scorer_of(policy)
     if scorer is None or ObsSpec.from_env(env) == scorer.config.obs_spec:
@@ -86,7 +86,7 @@ def imitate(
     """Demonstrations, behaviour cloning (and DAgger) on ``model.policy``; saves bc_model.zip."""
     from stable_baselines3.common.logger import configure
 
-    from agents.imitation import (
+    from crop_gym.agents.imitation import (
         BCConfig,
         Demonstrations,
         behaviour_cloning,

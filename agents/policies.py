@@ -1,4 +1,4 @@
-"""Stable-Baselines3 policies built on :class:`~agents.networks.CandidateScorer`.
+"""Stable-Baselines3 policies built on :class:`~crop_gym.agents.networks.CandidateScorer`.
 
 * :class:`MaskableScorerPolicy` (MaskablePPO) and :class:`ScorerPolicy` (PPO): actor-critic
   policies whose "MLP extractor" is the scorer: ``latent_pi`` *is* the ``(M + 1)`` masked logits and
@@ -6,7 +6,7 @@
   extractor passes the observation ``Dict`` through untouched, so the network never depends on the
   observation's sizes (only SB3's input checks do).
 * :class:`ScorerDQNPolicy` (DQN): the scorer's logits are used as Q-values; invalid rows get
-  :data:`~agents.networks.MASKED_LOGIT`, so the greedy action and the TD target's ``max`` only
+  :data:`~crop_gym.agents.networks.MASKED_LOGIT`, so the greedy action and the TD target's ``max`` only
   consider valid actions. :class:`MaskedDQN` also explores with masks (ε-greedy over the valid
   actions, read from the observation's ``candidates[..., 0]`` column).
 
@@ -30,7 +30,7 @@ from stable_baselines3.common.type_aliases import Schedule
 from stable_baselines3.dqn.policies import DQNPolicy, QNetwork
 from torch import nn
 
-from agents.networks import CandidateScorer, ObsSpec, ScorerConfig
+from crop_gym.agents.networks import CandidateScorer, ObsSpec, ScorerConfig
 
 __all__ = [
     "DictPassthrough",

@@ -1,6 +1,6 @@
 """State of one training run: metadata, learning curve, validation, checkpoints, callbacks.
 
-:class:`RunState` is what :func:`agents.training.train` keeps while a run goes: it rewrites
+:class:`RunState` is what :func:`crop_gym.agents.training.train` keeps while a run goes: it rewrites
 ``run.json`` and ``curve.json`` atomically, validates on the validation seeds, keeps the best model
 and the periodic checkpoints; :func:`callbacks` gives the SB3 callbacks that drive it.
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from agents._io import atomic_write, atomic_write_json, versions
-from agents.checkpoint import checkpoint_metadata, read_metadata, save_checkpoint
-from agents.config import EVAL_SEED_BASE, TRAIN_SEED_LIMIT, VALIDATION_SEED_BASE, RunConfig
+from crop_gym.agents._io import atomic_write, atomic_write_json, versions
+from crop_gym.agents.checkpoint import checkpoint_metadata, read_metadata, save_checkpoint
+from crop_gym.agents.config import EVAL_SEED_BASE, TRAIN_SEED_LIMIT, VALIDATION_SEED_BASE, RunConfig
 
 __all__ = [
     "GAIN_THRESHOLDS",
@@ -296,7 +296,7 @@ class RunState:
 
     def checkpoint_meta(self, model: Any, **extra: Any) -> dict[str, Any]:
         """Metadata stored inside a checkpoint."""
-        from agents.policies import scorer_of
+        from crop_gym.agents.policies import scorer_of
 
         scorer = scorer_of(model)
         return checkpoint_metadata(
@@ -329,7 +329,7 @@ class RunState:
     # ------------------------------------------------------------------ validation
     def validate(self, model: Any, steps: int, phase: str = "rl") -> dict[str, Any]:
         """Evaluate on the validation seeds, extend the curve, keep the best model."""
-        from agents.evaluation import PolicyAgent, evaluate
+        from crop_gym.agents.evaluation import PolicyAgent, evaluate
 
         t = time.perf_counter()
         rep = evaluate(

@@ -30,13 +30,13 @@ def _summary(meta: dict[str, Any]) -> dict[str, Any]:
 
 
 def train_seed(job: dict[str, Any]) -> dict[str, Any]:
-    """Train ``job`` (:func:`agents.training.train` keywords: ``env_id``, ``steps``, ``seed``,
+    """Train ``job`` (:func:`crop_gym.agents.training.train` keywords: ``env_id``, ``steps``, ``seed``,
     ``out``, ``bc_demos``, ``dagger``) on one torch thread; the run's summary with its CPU and
     wall seconds."""
     import torch as th
 
     th.set_num_threads(1)
-    from agents.training import train
+    from crop_gym.agents.training import train
 
     t_cpu, t_wall = time.process_time(), time.perf_counter()
     meta = train(**job, progress=False, log=None)

@@ -1,11 +1,11 @@
 """Teachers for imitation: whose action a demonstration records in an environment's state.
 
-Static placement environments are taught by CROP (:class:`baselines.expert.CropExpert`, which
+Static placement environments are taught by CROP (:class:`crop_gym.baselines.expert.CropExpert`, which
 reproduces CROP's run action by action) or by ``crop-rollout``, CROP with one step of lookahead
-(:class:`baselines.rollout_expert.CropRolloutExpert`: each of the best rows is tried and CROP
+(:class:`crop_gym.baselines.rollout_expert.CropRolloutExpert`: each of the best rows is tried and CROP
 completes the episode from it), which beats CROP where CROP's greedy order is costly (1.04 × CROP
 on ``Placement-Severe-v0``). The online environments (``OnlinePlacement*``) are
-taught by a policy of :mod:`baselines.online` acting through the same action interface: ``crop``
+taught by a policy of :mod:`crop_gym.baselines.online` acting through the same action interface: ``crop``
 (CROP's first placement on the view, wait when it places nothing) or ``sjf-crop`` (the placeable
 job with the least remaining work first, on its row of the largest ΔF), whose mean JCT is far
 below CROP's on the v1 tasks (docs/BENCHMARK.md). A policy cloned from a teacher is compared to
@@ -24,16 +24,16 @@ __all__ = ["teacher_of"]
 def teacher_of(env: gym.Env[Any, Any], teacher: str = "crop", rule: str = "best") -> Any:
     """``() -> action`` of the teacher in ``env``'s current state.
 
-    Static environments: CROP's expert (:class:`baselines.expert.CropExpert`, ``rule``) for
+    Static environments: CROP's expert (:class:`crop_gym.baselines.expert.CropExpert`, ``rule``) for
     ``"crop"``, or the lookahead on CROP for ``"crop-rollout"``; online
-    environments (``OnlinePlacement*``): the :mod:`baselines.online` policy named ``teacher``.
+    environments (``OnlinePlacement*``): the :mod:`crop_gym.baselines.online` policy named ``teacher``.
 
     Raises:
         ValueError: For a teacher the environment has not.
     """
     u: Any = env.unwrapped
     if hasattr(u, "sim"):
-        from baselines.online import make_online_policy
+        from crop_gym.baselines.online import make_online_policy
 
         try:
             policy = make_online_policy(teacher)
@@ -41,13 +41,13 @@ def teacher_of(env: gym.Env[Any, Any], teacher: str = "crop", rule: str = "best"
             raise ValueError(str(e).strip("'\"")) from None
         return lambda: policy(u)
     if teacher == "crop-rollout":
-        from baselines.rollout_expert import CropRolloutExpert
+        from crop_gym.baselines.rollout_expert import CropRolloutExpert
 
         return CropRolloutExpert(env).action
     if teacher != "crop":
         raise ValueError(
             f"teacher={teacher!r}: static environments are taught by crop or crop-rollout"
         )
-    from baselines.expert import CropExpert
+    from crop_gym.baselines.expert import CropExpert
 
     return CropExpert(env, rule=rule).action

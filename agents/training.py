@@ -16,7 +16,7 @@
     learning_curve.png   its plot
     tb/                  TensorBoard logs (bc/*, eval/*, and SB3's rollout/* and train/*)
 
-Every checkpoint carries the run's metadata (:mod:`agents.checkpoint`), so
+Every checkpoint carries the run's metadata (:mod:`crop_gym.agents.checkpoint`), so
 ``crop-gym eval --model DIR`` knows the environment, the algorithm and the seed.
 
 Everything the run is told is checked before anything is written (config keys, types and ranges,
@@ -36,18 +36,18 @@ from typing import Any
 import gymnasium as gym
 import yaml
 
-from agents._io import atomic_write
-from agents.checkpoint import algo_class, load_checkpoint, policy_class, save_checkpoint
-from agents.config import (
+from crop_gym.agents._io import atomic_write
+from crop_gym.agents.checkpoint import algo_class, load_checkpoint, policy_class, save_checkpoint
+from crop_gym.agents.config import (
     TRAIN_SEED_LIMIT,
     RunConfig,
     check_env_id,
     load_config,
     parse_hyperparams,
 )
-from agents.envs import make_vec_env
-from agents.imitation_phase import check_also_on, demo_file, imitate
-from agents.runstate import (
+from crop_gym.agents.envs import make_vec_env
+from crop_gym.agents.imitation_phase import check_also_on, demo_file, imitate
+from crop_gym.agents.runstate import (
     GAIN_THRESHOLDS,
     TARGET_RATIO,
     RunState,
@@ -88,10 +88,10 @@ def policy_spec(
 ) -> tuple[Any, dict[str, Any]]:
     """The SB3 policy (class or name) and its kwargs for ``algo`` on ``env``.
 
-    ``CandidateScorer`` maps to the scorer policy of ``algo`` (:func:`agents.checkpoint.policy_class`);
+    ``CandidateScorer`` maps to the scorer policy of ``algo`` (:func:`crop_gym.agents.checkpoint.policy_class`);
     the scorer's observation spec is read from ``env``. ``MultiInputPolicy`` is SB3's default.
     """
-    from agents.networks import ObsSpec
+    from crop_gym.agents.networks import ObsSpec
 
     cls = policy_class(algo, policy)
     kw = dict(policy_kwargs or {})
@@ -218,7 +218,7 @@ def train(
         verbose: SB3 verbosity.
         argv: The command line, recorded in run.json.
         trust_checkpoint: With ``resume``, load the run's checkpoint with SB3's unpickling loader
-            (see :func:`agents.checkpoint.load_checkpoint`).
+            (see :func:`crop_gym.agents.checkpoint.load_checkpoint`).
         dry_run: Check everything and build the model, then return without writing anything.
         log: Where one-line notes go (default: stderr; ``None``: nowhere).
 
@@ -265,7 +265,7 @@ def train(
         ) from None
     finetune = bc_demos > 0
     if finetune:
-        from agents.teachers import teacher_of
+        from crop_gym.agents.teachers import teacher_of
 
         teacher = str((cfg.run.get("bc") or {}).get("teacher", "crop"))
         try:
@@ -397,7 +397,7 @@ def _run(
     total: int,
 ) -> None:
     """The run itself, once everything is checked: metadata, imitation, RL, final files."""
-    from agents._io import read_json
+    from crop_gym.agents._io import read_json
 
     outdir, cfg, algo = run.out, run.cfg, run.algo
     prev_meta = None

@@ -1,4 +1,4 @@
-"""rl-baselines3-zoo with MaskablePPO: ``python -m agents.zoo`` is ``python -m rl_zoo3.train`` plus
+"""rl-baselines3-zoo with MaskablePPO: ``python -m crop_gym.agents.zoo`` is ``python -m rl_zoo3.train`` plus
 the ``ppo_mask`` algorithm.
 
 rl_zoo3 (2.9) lists no MaskablePPO among its algorithms (``rl_zoo3.utils.ALGOS`` holds PPO,
@@ -8,7 +8,7 @@ the zoo's algorithm table and makes the zoo's periodic evaluation sb3-contrib's
 ``MaskableEvalCallback``, which passes the environment's ``action_masks()`` to the policy; the
 zoo's own ``train()`` then runs unchanged, with every one of its options::
 
-    python -m agents.zoo --algo ppo_mask --env crop_gym/Placement-v0 --gym-packages crop_gym \\
+    python -m crop_gym.agents.zoo --algo ppo_mask --env crop_gym/Placement-v0 --gym-packages crop_gym \\
         --conf-file agents/configs/zoo/ppo_mask.yml
 
 Plain PPO needs no launcher (``python -m rl_zoo3.train --algo ppo ... --conf-file
@@ -57,7 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         register()
         from rl_zoo3.train import train
     except ImportError as e:
-        print(f"agents.zoo: {e.name or e} missing; pip install 'crop-gym[rl,zoo]'", file=sys.stderr)
+        print(
+            f"crop_gym.agents.zoo: {e.name or e} missing; pip install 'crop-gym[rl,zoo]'",
+            file=sys.stderr,
+        )
         return 2
     if argv is not None:
         sys.argv = [sys.argv[0], *argv]

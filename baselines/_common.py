@@ -7,8 +7,8 @@ import weakref
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.model.devices import Health
 from crop_gym.model.facts import placement_facts
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 

@@ -3,8 +3,8 @@
 Each seed's instance is sampled once (``ScenarioSampler(scenario).sample(np.random.default_rng(seed))``)
 and every policy sees the same instance. A policy's F is the state's F after its placements are applied
 (so it counts the background jobs); its gain is that F minus the instance's initial F. With
-``exact=True`` the exact optimum of F (:func:`baselines.exact.optimum`) and the MILP that places the
-most jobs with the least communication (:func:`baselines.milp.milp_min_comm`) are added.
+``exact=True`` the exact optimum of F (:func:`crop_gym.baselines.exact.optimum`) and the MILP that places the
+most jobs with the least communication (:func:`crop_gym.baselines.milp.milp_min_comm`) are added.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from baselines.policy import POLICIES, Placement, PlacementPolicy, apply, make_policy
+from crop_gym.baselines.policy import POLICIES, Placement, PlacementPolicy, apply, make_policy
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.io import atomic_write
 from crop_gym.model.state import ClusterState
@@ -131,7 +131,7 @@ def _build(name: str, scenario: Scenario) -> PlacementPolicy:
 
 def _check_exact(insts: Sequence[PlacementInstance], seeds: Sequence[int]) -> str:
     """The search space the exact solver will use, or a ConfigError saying why it cannot."""
-    from baselines.exact_space import EXACT_LIMITS, search_space
+    from crop_gym.baselines.exact_space import EXACT_LIMITS, search_space
 
     spaces = []
     for inst, seed in zip(insts, seeds, strict=True):
@@ -196,8 +196,8 @@ def run_compare(
     result = CompareResult(sc, seed_list, [i.initial_F for i in insts], sc.queue_size)
     result.policies = {n: Runs() for n in names}
     if exact:
-        from baselines.exact import OptimumPolicy
-        from baselines.milp import milp_variables
+        from crop_gym.baselines.exact import OptimumPolicy
+        from crop_gym.baselines.milp import milp_variables
 
         result.optimum_space = _check_exact(insts, seed_list)
         result.optimum = Runs()
@@ -234,7 +234,7 @@ def run_compare(
 
 
 def _run_exact(result: CompareResult, inst: PlacementInstance, optimum: PlacementPolicy) -> None:
-    from baselines.milp import milp_min_comm
+    from crop_gym.baselines.milp import milp_min_comm
 
     assert result.optimum is not None
     t0 = time.perf_counter()

@@ -34,8 +34,8 @@ _nonneg_int = int_at_least(0)
 
 def register(subparsers: Any) -> None:
     """Add the ``compare`` sub-command."""
-    from baselines.compare import DEFAULT_POLICIES
-    from baselines.policy import POLICIES
+    from crop_gym.baselines.compare import DEFAULT_POLICIES
+    from crop_gym.baselines.policy import POLICIES
 
     p = subparsers.add_parser(
         "compare",
@@ -95,7 +95,7 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from baselines.compare import format_table, run_compare, write_json, write_plot
+    from crop_gym.baselines.compare import format_table, run_compare, write_json, write_plot
     from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
     from crop_gym.io import check_outputs, read_mapping
     from crop_gym.model.hardware_topology import hardware_files

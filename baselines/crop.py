@@ -3,7 +3,7 @@
 The algorithm (a reconstruction; docs/CROP.md has the pseudo-code and the measured ratios):
 
 1. **Candidates.** A pending job of ``k`` GPUs may go on one of the candidates that
-   :func:`crop_gym.candidates.candidate_placements` returns for ``k`` in the *current* state (jobs of
+   :func:`crop_gym.model.candidates.candidate_placements` returns for ``k`` in the *current* state (jobs of
    equal size share one list; the environments use the same generator). After every acceptance each
    size's list is marked stale and recomputed only when that size can still win (its bound reaches
    the top of the heap), so the answer is exactly as if every list were regenerated after every
@@ -50,11 +50,11 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from baselines._common import blind_state
-from baselines.crop_memo import CandidatePool, PrefixMemo, candidate_pool
-from baselines.policy import Placement, PlacementPolicy, pending_jobs
-from crop_gym.candidates import CandidateSet, candidate_placements
+from crop_gym.baselines._common import blind_state
+from crop_gym.baselines.crop_memo import CandidatePool, PrefixMemo, candidate_pool
+from crop_gym.baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.errors import ConfigError, check_range
+from crop_gym.model.candidates import CandidateSet, candidate_placements
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import model_constants
@@ -441,7 +441,7 @@ def crop_greedy(
         max_rounds: Return at most this many placements (the first ones of the kept pass; ``1`` gives
             CROP's next decision).
         candidate_fn: The candidate generator, called as ``fn(state, k, robust=..., max_candidates=...)``
-            (default :func:`crop_gym.candidates.candidate_placements`, the one the environments use).
+            (default :func:`crop_gym.model.candidates.candidate_placements`, the one the environments use).
 
     Returns:
         The placements in acceptance order, their gains, the final F of the decision state, the
@@ -484,7 +484,7 @@ def crop_greedy(
 
 
 class CropPolicy(PlacementPolicy):
-    """CROP as a :class:`~baselines.policy.PlacementPolicy`.
+    """CROP as a :class:`~crop_gym.baselines.policy.PlacementPolicy`.
 
     Args:
         robust: Device health steers the choice (``False``: "CROP without robustness").

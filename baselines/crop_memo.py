@@ -8,12 +8,12 @@ without changing a single placement:
   links (also a row of a root-padded matrix, so that the candidates a placement touches are found
   with one gather). Facts depend on the topology, the health and the GPU set only. The pool also
   keeps each candidate *list* of the default generator
-  (:func:`crop_gym.candidates.candidate_placements`), keyed by the free GPUs (the mask's bytes), the
+  (:func:`crop_gym.model.candidates.candidate_placements`), keyed by the free GPUs (the mask's bytes), the
   size, the robust flag and the cap: with the topology and the health these are all the generator
   reads, so a list never goes stale. Health objects are immutable and compared by identity; a pool
   is dropped with its health and starts afresh when it grows past its bound (checked when a call
   starts, so the ids a call holds stay valid).
-* :class:`PrefixMemo`, one per :func:`~baselines.crop.crop_greedy` call: ΔF by (prefix of accepted
+* :class:`PrefixMemo`, one per :func:`~crop_gym.baselines.crop.crop_greedy` call: ΔF by (prefix of accepted
   placements, job class, candidate), and the candidate lists, the links an acceptance touches and F
   by prefix. Both greedy passes (``rule="best"``) start from the same state,
   which the call does not change, and the state after a sequence of acceptances is a function of
@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.candidates import CandidateSet
-from crop_gym.model.devices import Health
+from crop_gym.model.candidates import CandidateSet
 from crop_gym.model.facts import PlacementFacts, memo_facts
+from crop_gym.model.health import Health
 from crop_gym.model.topology import Topology
 
 __all__ = ["CandidatePool", "PrefixMemo", "candidate_pool"]

@@ -8,7 +8,7 @@
   decided in a fixed order (place on one count vector, or leave out); this is complete, so the result
   is the true optimum of the model.
 * ``space="candidates"``: the candidate space CROP searches: jobs are placed one at a time, in any
-  order, each on one of :func:`~crop_gym.candidates.candidate_placements` of the current state (with
+  order, each on one of :func:`~crop_gym.model.candidates.candidate_placements` of the current state (with
   a larger cap, ``max_candidates=32`` by default); partial assignments already seen are not expanded
   again. Every CROP answer with a smaller or equal cap lies in this space, so its optimum is at least
   CROP's F. It is the optimum *over the candidate space*, not over all placements.
@@ -17,8 +17,8 @@ The bound at a node is ``F(now) + min(Σ w_j k_j over the jobs left, w_max · fr
 never increases anyone else's value (link loads only grow) and a job is worth at most ``w k``. The
 search starts from an incumbent (CROP's answer by default), which only speeds pruning up.
 
-The MILP on communication time is in :mod:`baselines.milp`; the search space and its size guard
-in :mod:`baselines.exact_space`.
+The MILP on communication time is in :mod:`crop_gym.baselines.milp`; the search space and its size guard
+in :mod:`crop_gym.baselines.exact_space`.
 
 **Size guard.** The search first counts its space (``∏ (options_j + 1)`` over the jobs) and raises
 :class:`~crop_gym.errors.ConfigError` naming the limit if the instance is too large; it also stops
@@ -36,16 +36,22 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from baselines.exact_space import (
+from crop_gym.baselines.exact_space import (
     EXACT_LIMITS,
     count_vectors,
     gpu_groups,
     guard_space,
     search_space,
 )
-from baselines.policy import Placement, PlacementPolicy, apply, check_placements, pending_jobs
-from crop_gym.candidates import candidate_placements
+from crop_gym.baselines.policy import (
+    Placement,
+    PlacementPolicy,
+    apply,
+    check_placements,
+    pending_jobs,
+)
 from crop_gym.errors import ConfigError, check_range
+from crop_gym.model.candidates import candidate_placements
 from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
@@ -380,7 +386,7 @@ def branch_and_bound(
     work = state.copy()
     s = _Search(work, jobs, EXACT_LIMITS.max_nodes if max_nodes is None else max_nodes)
     if incumbent is None:
-        from baselines.crop import crop_greedy
+        from crop_gym.baselines.crop import crop_greedy
 
         incumbent = crop_greedy(state, jobs).placements
     check_placements(state, incumbent, queue)

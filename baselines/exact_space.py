@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from baselines.policy import pending_jobs
-from crop_gym.candidates import candidate_placements
+from crop_gym.baselines.policy import pending_jobs
 from crop_gym.errors import ConfigError
+from crop_gym.model.candidates import candidate_placements
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 

@@ -1,7 +1,7 @@
 """CROP as an expert in the candidate action space of :class:`crop_gym.envs.placement.PlacementEnv`.
 
 :class:`CropExpert` answers "what would CROP do now?" with an action index, so demonstrations can be
-recorded for behaviour cloning or DAgger. It runs CROP (:func:`baselines.crop.crop_greedy`) on the
+recorded for behaviour cloning or DAgger. It runs CROP (:func:`crop_gym.baselines.crop.crop_greedy`) on the
 environment's current state and remaining queue and maps CROP's first placement to the action that
 places that job on those GPUs; when CROP would place nothing it answers *stop*.
 
@@ -20,7 +20,7 @@ of the view, which is always expressible.
 
 Example:
     >>> import gymnasium as gym, crop_gym
-    >>> from baselines.expert import CropExpert
+    >>> from crop_gym.baselines.expert import CropExpert
     >>> env = gym.make("crop_gym/Placement-Testbed8-v0")
     >>> expert = CropExpert(env)
     >>> obs, info = env.reset(seed=0)
@@ -41,10 +41,10 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
-from baselines.crop import crop_greedy
-from baselines.policy import Placement
+from crop_gym.baselines.crop import crop_greedy
+from crop_gym.baselines.policy import Placement
+from crop_gym.envs.actions import job_key
 from crop_gym.envs.placement import PlacementEnv
-from crop_gym.envs.view import job_key
 
 __all__ = ["CropExpert", "Transition", "expert_rollouts"]
 

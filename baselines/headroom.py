@@ -1,6 +1,6 @@
 """The headroom table: how far each registered task leaves CROP from a bound (docs/BENCHMARK.md).
 
-``python -m baselines.headroom`` (``--fast`` for 2 seeds and 2 rollouts) measures, for every
+``python -m crop_gym.baselines.headroom`` (``--fast`` for 2 seeds and 2 rollouts) measures, for every
 registered ``crop_gym/`` ID, on held-out seeds (``reset(seed=s)``, ``s = 10^9, 10^9 + 1, ...``,
 the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
 
@@ -9,13 +9,13 @@ the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
   (the best mean F among :data:`HEURISTICS` and *row-greedy*, the valid row of the largest
   ``w·k·η·s``, which the observation hands over), of CROP, of the shipped checkpoint where one
   applies (``--learned``: the first named checkpoint trained on that ID, else the last one:
-  ``default-severe`` on ``Placement-Severe-v0``, ``default`` elsewhere), and a bound: the exact optimum (:func:`baselines.exact.optimum` over every placement)
+  ``default-severe`` on ``Placement-Severe-v0``, ``default`` elsewhere), and a bound: the exact optimum (:func:`crop_gym.baselines.exact.optimum` over every placement)
   where the instance is within the solver's limits, else the proven upper bound
-  :func:`baselines.exact.upper_bound`. CROP's gap is ``1 - F_CROP / bound`` (mean over seeds) and,
+  :func:`crop_gym.baselines.exact.upper_bound`. CROP's gap is ``1 - F_CROP / bound`` (mean over seeds) and,
   in gain terms, ``1 - (F_CROP - F_0) / (bound - F_0)``;
 * **online IDs** (``OnlinePlacement*``): mean JCT (time in system until completion or the
   horizon, hours; lower is better) of ``random``, the best heuristic (``fifo-first-fit``,
-  ``sjf-crop``), CROP (:mod:`baselines.online`), and two references: the best of ``rollouts``
+  ``sjf-crop``), CROP (:mod:`crop_gym.baselines.online`), and two references: the best of ``rollouts``
   seeded ε-perturbed (ε = 0.1) rollouts of CROP and sjf-crop per window (achieved, not a bound),
   and a proven hindsight lower bound (each job's work at its ideal speed, capped at the horizon);
   the learned column is the shipped online checkpoint (``--learned-online``, default
@@ -47,12 +47,12 @@ import gymnasium as gym
 import numpy as np
 
 import crop_gym  # noqa: F401  (registers the IDs)
-from baselines.exact import optimum, upper_bound
-from baselines.exact_space import EXACT_LIMITS, search_space
-from baselines.online import epsilon, make_online_policy, play
-from baselines.policy import apply, make_policy
+from crop_gym.baselines.exact import optimum, upper_bound
+from crop_gym.baselines.exact_space import EXACT_LIMITS, search_space
+from crop_gym.baselines.online import epsilon, make_online_policy, play
+from crop_gym.baselines.policy import apply, make_policy
+from crop_gym.envs.actions import build_action_table
 from crop_gym.envs.registration import ENV_IDS
-from crop_gym.envs.view import build_action_table
 from crop_gym.errors import ConfigError, CropGymError
 from crop_gym.io import atomic_write
 from crop_gym.model.state import ClusterState
@@ -143,8 +143,8 @@ def _learned_static(
     if not learned or not ENV_IDS[env_id][0].endswith(":PlacementEnv"):
         return None
     try:
-        ckpt = importlib.import_module("agents.checkpoint")
-        evaluation = importlib.import_module("agents.evaluation")
+        ckpt = importlib.import_module("crop_gym.agents.checkpoint")
+        evaluation = importlib.import_module("crop_gym.agents.evaluation")
         name = next(
             (
                 n
@@ -226,8 +226,8 @@ def _learned_online(
     ``None`` where none was (or the rl extra is missing).
     """
     try:
-        ckpt = importlib.import_module("agents.checkpoint")
-        evaluation = importlib.import_module("agents.evaluation")
+        ckpt = importlib.import_module("crop_gym.agents.checkpoint")
+        evaluation = importlib.import_module("crop_gym.agents.evaluation")
     except ImportError:
         return None
     for name in learned:
@@ -439,9 +439,9 @@ def _merge(path: Path, rows: Sequence[Row]) -> list[Row]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m baselines.headroom [--fast] [--ids ID ...] [--seeds N] [--out DIR]``."""
+    """``python -m crop_gym.baselines.headroom [--fast] [--ids ID ...] [--seeds N] [--out DIR]``."""
     p = argparse.ArgumentParser(
-        prog="python -m baselines.headroom", description=__doc__.split("\n")[0]
+        prog="python -m crop_gym.baselines.headroom", description=__doc__.split("\n")[0]
     )
     p.add_argument("--fast", action="store_true", help="2 seeds, 2 online windows, 2 rollouts")
     p.add_argument("--ids", nargs="+", help="environment IDs (default: every registered one)")
@@ -481,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.ids:
             rows = _merge(out / "results" / "headroom.json", rows)
         args = list(sys.argv[1:] if argv is None else argv)
-        cmd = " ".join(["python -m baselines.headroom", *args])
+        cmd = " ".join(["python -m crop_gym.baselines.headroom", *args])
         note = ""
         if a.ids and (out / "BENCHMARK.md").exists():
             m = re.search(r"Regenerate with `([^`]*)`", (out / "BENCHMARK.md").read_text("utf-8"))

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from crop_gym.candidates import candidate_placements
-from crop_gym.model.devices import AbnormalityProfile, get_profile
+from crop_gym.model.candidates import candidate_placements
+from crop_gym.model.health import AbnormalityProfile, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig

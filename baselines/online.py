@@ -2,12 +2,12 @@
 
 Each policy is a callable ``policy(env) -> action`` that reads the unwrapped environment's public
 state (its simulator ``sim``, its action table ``table``) and answers one action of the current
-step. They are the references of the headroom table (:mod:`baselines.headroom`):
+step. They are the references of the headroom table (:mod:`crop_gym.baselines.headroom`):
 
 * ``random``: a uniformly drawn valid action, wait included;
 * ``fifo-first-fit``: the oldest job that fits, on its candidate with the lowest-numbered GPUs
   (health-blind, the FIFO-with-backfilling of today's schedulers);
-* ``crop``: CROP's first placement on the jobs in the view (:func:`baselines.crop.crop_greedy`,
+* ``crop``: CROP's first placement on the jobs in the view (:func:`crop_gym.baselines.crop.crop_greedy`,
   the same candidates and robustness as the environment), wait when CROP places nothing;
 * ``sjf-crop``: the job with the least remaining work (at the ideal speed) first, on the row of
   the largest ΔF among its candidates — a shortest-job-first order CROP does not know.
@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from baselines.crop import crop_greedy
+from crop_gym.baselines.crop import crop_greedy
 
 __all__ = ["ONLINE_POLICIES", "Episode", "make_online_policy", "play"]
 

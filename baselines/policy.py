@@ -221,49 +221,49 @@ POLICIES: dict[str, PolicyInfo] = dict(
     [
         _info(
             "crop",
-            "baselines.crop:CropPolicy",
+            "crop_gym.baselines.crop:CropPolicy",
             "CROP: lazy submodular greedy on the true ΔF, health-aware",
         ),
         _info(
             "crop-plain",
-            "baselines.crop:CropPolicy",
+            "crop_gym.baselines.crop:CropPolicy",
             "CROP with plain greedy (all gains recomputed each round)",
             lazy=False,
         ),
         _info(
             "crop-nonrobust",
-            "baselines.crop:CropPolicy",
+            "crop_gym.baselines.crop:CropPolicy",
             "CROP ablation: device health ignored when choosing",
             robust=False,
         ),
         _info(
             "random",
-            "baselines.heuristics:RandomPolicy",
+            "crop_gym.baselines.heuristics:RandomPolicy",
             "FIFO, k free GPUs drawn uniformly at random",
         ),
         _info(
             "first-fit",
-            "baselines.heuristics:FirstFitPolicy",
+            "crop_gym.baselines.heuristics:FirstFitPolicy",
             "FIFO, the k lowest-numbered free GPUs",
         ),
         _info(
             "best-fit",
-            "baselines.heuristics:BestFitPolicy",
+            "crop_gym.baselines.heuristics:BestFitPolicy",
             "FIFO, consolidate on the fewest servers, tightest fit (Tiresias-style)",
         ),
         _info(
             "spread",
-            "baselines.heuristics:SpreadPolicy",
+            "crop_gym.baselines.heuristics:SpreadPolicy",
             "FIFO, one GPU at a time on the least-loaded server (load balancing)",
         ),
         _info(
             "hived",
-            "baselines.heuristics:HivedPolicy",
+            "crop_gym.baselines.heuristics:HivedPolicy",
             "FIFO, buddy cells: aligned power-of-two cells, whole servers (HiveD-style)",
         ),
         _info(
             "comm-greedy",
-            "baselines.heuristics:CommGreedyPolicy",
+            "crop_gym.baselines.heuristics:CommGreedyPolicy",
             "FIFO, the candidate with the least all-reduce time, health ignored",
         ),
     ]

@@ -1,4 +1,4 @@
-"""Registers CROP and every baseline of :data:`baselines.policy.POLICIES` with :mod:`crop_gym.policies`.
+"""Registers CROP and every baseline of :data:`crop_gym.baselines.policy.POLICIES` with :mod:`crop_gym.policies`.
 
 Imported by ``baselines/__init__.py``, so importing any part of ``baselines`` (or a lookup in
 :mod:`crop_gym.policies`, which imports ``baselines`` by name when a name is missing) registers them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 
-from baselines.policy import POLICIES, make_policy
+from crop_gym.baselines.policy import POLICIES, make_policy
 from crop_gym.policies import register_policy
 
 __all__ = ["register_all"]
@@ -22,7 +22,7 @@ def _factory(name: str) -> functools.partial[object]:
 
 
 def register_all() -> None:
-    """Register every policy of :data:`~baselines.policy.POLICIES` (idempotent)."""
+    """Register every policy of :data:`~crop_gym.baselines.policy.POLICIES` (idempotent)."""
     for name, info in POLICIES.items():
         register_policy(name, _factory(name), description=info.description)
 

@@ -2,7 +2,7 @@
 
 At each state the expert takes the ``top`` valid rows of the environment's action table with the
 largest immediate ΔF, and for each one asks: if this placement is made now and CROP
-(:func:`baselines.crop.crop_greedy`) then places the rest of the pending queue, what is the final F?
+(:func:`crop_gym.baselines.crop.crop_greedy`) then places the rest of the pending queue, what is the final F?
 It answers with the row whose completion is best, or *stop* when no row has a positive ΔF. This is
 the rollout algorithm of approximate dynamic programming with CROP as the base policy (Bertsekas,
 *Rollout, Policy Iteration, and Distributed Reinforcement Learning*, 2020, ch. 2). Rollout's
@@ -24,7 +24,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from baselines.crop import crop_greedy
+from crop_gym.baselines.crop import crop_greedy
 from crop_gym.envs.placement import PlacementEnv
 from crop_gym.errors import check_range
 

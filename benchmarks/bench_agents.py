@@ -64,9 +64,9 @@ def train_rate(
     """
     from sb3_contrib import MaskablePPO
 
-    from agents.config import load_config
-    from agents.envs import make_vec_env
-    from agents.training import policy_spec
+    from crop_gym.agents.config import load_config
+    from crop_gym.agents.envs import make_vec_env
+    from crop_gym.agents.training import policy_spec
 
     cfg = load_config("maskable_ppo", ENV_ID)
     kw = cfg.algo_arguments()
@@ -133,7 +133,7 @@ def main() -> None:
     print(f"load average after: {_load()}")
     runs = [Path(r) for r in args.runs]
     if args.measure_target:
-        from agents.training import train
+        from crop_gym.agents.training import train
 
         tmp = Path(tempfile.mkdtemp(prefix="bench_agents_"))
         t0 = time.perf_counter()
@@ -148,7 +148,7 @@ def main() -> None:
         )
         print(f"BC run (100 CROP episodes, no RL) total wall: {time.perf_counter() - t0:.1f} s")
         runs.append(tmp)
-    from agents.training import time_to_target
+    from crop_gym.agents.training import time_to_target
 
     for run in runs:
         meta = json.loads((run / "run.json").read_text())

@@ -21,7 +21,7 @@ from types import ModuleType
 
 import numpy as np
 
-import crop_gym.candidates as candidates
+import crop_gym.model.candidates as candidates
 from crop_gym.envs.checks import DEFAULT_QUEUE_VIEW
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState

@@ -11,8 +11,8 @@ import time
 
 import numpy as np
 
-from crop_gym.candidates import candidate_placements
-from crop_gym.model.devices import PROFILES
+from crop_gym.model.candidates import candidate_placements
+from crop_gym.model.health import PROFILES
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology

@@ -1,6 +1,6 @@
 """What a state with an environment axis would buy: N instances as one state, against N states.
 
-The batched environment (``crop_gym/envs/placement_vector.py``) keeps one
+The batched environment (``crop_gym/envs/vector.py``) keeps one
 :class:`~crop_gym.model.state.ClusterState` per environment and shares the candidate generation
 and the facts between them; the state update and the row gains stay per environment. This script
 measures the premise of the next step: ``N`` instances of a scenario held as **one** state over
@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # the joined cluster is the one the tes
 from _common import write_rows  # noqa: E402
 from helpers import joined_health, union_topology  # noqa: E402
 
-from crop_gym.candidates import candidate_sets  # noqa: E402
 from crop_gym.errors import ConfigError  # noqa: E402
+from crop_gym.model.candidates import candidate_sets  # noqa: E402
 from crop_gym.model.facts import memo_facts  # noqa: E402
 from crop_gym.model.state import ClusterState  # noqa: E402
 from crop_gym.model.timing import job_constants  # noqa: E402

@@ -37,7 +37,7 @@ import numpy as np
 from _common import Timer, cartpole_step_rate
 
 import crop_gym
-import crop_gym.envs.view as view_mod
+import crop_gym.envs.actions as view_mod
 from crop_gym.model.state import ClusterState
 
 DEFAULT_IDS = (

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from baselines.policy import POLICIES as REGISTERED
+from crop_gym.baselines.policy import POLICIES as REGISTERED
 
 CASES: dict[str, dict[str, Any]] = {
     "cluster10/n32g8/crop/none": {
@@ -77,7 +77,7 @@ QUICK = ("cluster10/n32g8/crop/none", "cluster10/n32g8/crop/severe")
 
 def run_case(spec: dict[str, Any], profile: bool) -> dict[str, Any]:
     """Run one simulation in this process and return its figures."""
-    from baselines.policy import make_policy
+    from crop_gym.baselines.policy import make_policy
     from crop_gym.sim import Simulator
     from crop_gym.workloads import load_workload
 

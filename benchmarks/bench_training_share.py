@@ -6,8 +6,8 @@ time: rollouts and updates) and the share of that time spent inside the single e
 ``step`` and ``reset`` (``PlacementEnv``'s, wrapped with a timer; with ``--vec-env batched`` the
 batched environment's ``step`` and ``reset`` instead).
 
-It uses only ``agents.config.load_config``, ``agents.envs.make_vec_env`` and
-``agents.training.policy_spec``, which older checkouts have too, so that a before/after
+It uses only ``crop_gym.agents.config.load_config``, ``crop_gym.agents.envs.make_vec_env`` and
+``crop_gym.agents.training.policy_spec``, which older checkouts have too, so that a before/after
 comparison can run the same script in both (``PYTHONPATH=<checkout> python .../this script``;
 ``crop_gym`` is printed with its path).
 
@@ -37,14 +37,14 @@ def measure(steps: int, n_envs: int, vec_env: str, policy: str) -> dict[str, Any
     from sb3_contrib import MaskablePPO
 
     import crop_gym
-    from agents.config import load_config
-    from agents.envs import make_vec_env
-    from agents.training import policy_spec
+    from crop_gym.agents.config import load_config
+    from crop_gym.agents.envs import make_vec_env
+    from crop_gym.agents.training import policy_spec
 
     th.set_num_threads(1)
     timer = Timer()
     if vec_env == "batched":
-        from crop_gym.envs.placement_vector import PlacementVectorEnv as timed_cls
+        from crop_gym.envs.vector import PlacementVectorEnv as timed_cls
     else:
         from crop_gym.envs.placement import PlacementEnv as timed_cls
     for name in ("step", "reset"):

@@ -18,7 +18,7 @@ Rows, for each ID and ``N``:
 * ``sync``: ``gymnasium.make_vec(id, N, vectorization_mode="sync")`` (``N`` single environments
   stepped one after another: the reference, and what a batch of one-at-a-time code costs);
 * ``vector``: ``gymnasium.make_vec(id, N)``, the registered
-  :class:`~crop_gym.envs.placement_vector.PlacementVectorEnv` (the action tables of all ``N``
+  :class:`~crop_gym.envs.vector.PlacementVectorEnv` (the action tables of all ``N``
   built together);
 
 and CartPole-v1 the same three ways (its vector row is Gymnasium's ``CartPoleVectorEnv``). The

@@ -9,7 +9,7 @@ target in), and beside them a finer one: the lines of the functions and methods 
 ran (by name, docstrings included; the rest of a module is its construction, validation, other
 entry points and module documentation).
 
-The compiled inputs (``model/topology.py``, ``model/devices.py``, ``model/jobs.py``: the cluster,
+The compiled inputs (``model/topology.py``, ``model/health.py``, ``model/jobs.py``: the cluster,
 its health and the jobs, built before an episode and immutable) are listed apart, with the
 functions of theirs that the step calls (accessors such as ``Topology.num_gpus`` and the model-zoo
 look-up), and counted in a second total: the step reads them but runs none of their logic.
@@ -36,7 +36,7 @@ import crop_gym
 
 ROOT = Path(crop_gym.__file__).resolve().parent
 #: The compiled-input modules (see the module docstring).
-INPUTS = ("model/topology.py", "model/devices.py", "model/jobs.py")
+INPUTS = ("model/topology.py", "model/health.py", "model/jobs.py")
 
 
 def step_modules(env_id: str, steps: int, seed: int) -> dict[Path, set[str]]:

@@ -51,12 +51,12 @@ __all__ = [
 
 #: Modules that provide sub-commands, in the order ``--help`` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
-    "baselines.compare_cli",
+    "crop_gym.baselines.compare_cli",
     "crop_gym.calibration_cli",
     "crop_gym.workloads.cli",
     "crop_gym.sim_cli",
     "crop_gym.study.cli",
-    "agents.cli",
+    "crop_gym.agents.cli",
 )
 
 #: Exit status of a usage or input error.

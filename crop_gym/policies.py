@@ -2,7 +2,7 @@
 
 ``crop_gym`` defines the policy *interface* (:class:`crop_gym.sim.PlacementPolicy`) but no policy:
 CROP and the baselines live in the ``baselines`` package, one layer above. So that the core never
-depends on that layer, ``crop_gym`` contains no ``import baselines`` statement; instead, a provider
+depends on that layer, ``crop_gym`` contains no ``import crop_gym.baselines`` statement; instead, a provider
 package registers its policies here when it is imported (``baselines/__init__.py`` does so for CROP
 and every heuristic), and this module imports the provider packages listed in
 :data:`PROVIDER_MODULES` *by name* (:func:`importlib.import_module`) the first time a lookup misses.

@@ -41,10 +41,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.candidates import candidate_sets_many
 from crop_gym.errors import ConfigError
 from crop_gym.io import read_mapping
-from crop_gym.model.devices import PROFILES, AbnormalityProfile, get_profile
+from crop_gym.model.candidates import candidate_sets_many
 from crop_gym.model.hardware import bundled_hardware
 from crop_gym.model.hardware_topology import (
     DEFAULT_HARDWARE,
@@ -52,6 +51,7 @@ from crop_gym.model.hardware_topology import (
     resolve_hardware,
     spec_parts,
 )
+from crop_gym.model.health import PROFILES, AbnormalityProfile, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig
@@ -163,7 +163,7 @@ class Scenario:
     Attributes:
         name: Scenario name.
         cluster: Topology preset name (see :data:`crop_gym.model.topology.PRESETS`).
-        abnormal: Abnormality profile (a preset from :data:`crop_gym.model.devices.PROFILES`, possibly with
+        abnormal: Abnormality profile (a preset from :data:`crop_gym.model.health.PROFILES`, possibly with
             overridden fields).
         workload: Where jobs come from: a bundled trace (``"elasticflow:cluster10"``), a file path,
             or ``"synthetic"`` (the seeded synthetic generator's defaults).

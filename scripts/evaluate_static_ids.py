@@ -4,7 +4,7 @@
 greedily on every registered candidate-mode static ID (``crop_gym/Placement*``; the GPU-mode IDs
 have another action space), ``--episodes`` instances each from reset seed 10^9, under
 ``crop_gym.wrappers.SafeStop`` (``--safe-stop``, default ``positive_gain``; ``none`` for the
-environment's own stop), and CROP on the same instances (:func:`agents.evaluation.evaluate_static`).
+environment's own stop), and CROP on the same instances (:func:`crop_gym.agents.evaluation.evaluate_static`).
 It prints a table and writes ``docs/results/static_policy.{json,csv}`` (``--out``): per ID the
 policy's and CROP's mean F, their ratio, the episodes below CROP, and whether the ratio reaches
 ``--target`` (default 0.99, issue 14's bar for the shipped policy).
@@ -54,8 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch as th
 
     th.set_num_threads(1)
-    from agents.checkpoint import load_checkpoint
-    from agents.evaluation import PolicyAgent, evaluate_static
+    from crop_gym.agents.checkpoint import load_checkpoint
+    from crop_gym.agents.evaluation import PolicyAgent, evaluate_static
     from crop_gym.io import atomic_write_text
 
     ids = a.ids or static_ids()

@@ -4,7 +4,7 @@ static ID.
 Trains the candidate scorer (MaskablePPO's policy) by behaviour cloning only (``--steps 0``), on
 ``crop_gym/Placement-v0`` *and* the IDs of ``ALSO_ON`` (``bc.also_on``): the 8-GPU testbed, the
 severe abnormalities, and the two other hardware profiles (RTX 2080 Ti, mixed). The teacher is
-``crop-rollout`` (CROP with one step of lookahead, :mod:`baselines.rollout_expert`), on 200
+``crop-rollout`` (CROP with one step of lookahead, :mod:`crop_gym.baselines.rollout_expert`), on 200
 training instances per ID, then two DAgger rounds of 50 episodes per ID. Trained on the
 64-GPU A100 task alone, the former default fell below 0.99 x CROP on the testbed and the other
 profiles (docs/AGENTS.md); the scorer does not depend on the cluster or queue size, so one set
@@ -31,7 +31,7 @@ ALSO_ON = (
     "crop_gym/Placement-RTX-v0",
     "crop_gym/Placement-Mixed-v0",
 )
-#: The bc block of the run (replaces the config entry's; agents.imitation.BCConfig).
+#: The bc block of the run (replaces the config entry's; crop_gym.agents.imitation.BCConfig).
 BC = (
     "bc={teacher: crop-rollout, also_on: [" + ", ".join(ALSO_ON) + "], epochs: 30, "
     "batch_size: 256, learning_rate: 1.0e-3, vf_coef: 0.5, dagger_iterations: 2, "
@@ -51,11 +51,11 @@ def main() -> None:
     """Train (or take an existing run), evaluate on held-out seeds, export."""
     import torch as th
 
-    from agents._io import read_json
-    from agents.checkpoint import export_checkpoint, load_checkpoint
-    from agents.config import EVAL_SEED_BASE
-    from agents.evaluation import PolicyAgent, evaluate_static
-    from agents.training import train
+    from crop_gym.agents._io import read_json
+    from crop_gym.agents.checkpoint import export_checkpoint, load_checkpoint
+    from crop_gym.agents.config import EVAL_SEED_BASE
+    from crop_gym.agents.evaluation import PolicyAgent, evaluate_static
+    from crop_gym.agents.training import train
 
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

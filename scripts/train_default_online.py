@@ -3,13 +3,13 @@
 ``python scripts/train_default_online.py`` (see ``--help``):
 
 1. trains one run per training seed (``--seeds``, default 1..5, all < 10^6) with
-   ``agents.training.train``: behaviour cloning of the config's teacher (``bc.teacher`` in
-   ``agents/configs/maskable_ppo.yml``: *sjf-crop*, :mod:`baselines.online`) on ``--bc-demos``
+   ``crop_gym.agents.training.train``: behaviour cloning of the config's teacher (``bc.teacher`` in
+   ``agents/configs/maskable_ppo.yml``: *sjf-crop*, :mod:`crop_gym.baselines.online`) on ``--bc-demos``
    training windows, one DAgger round, then MaskablePPO fine-tuning for the config's
    ``n_timesteps``; each run keeps its best validation model (windows from 5·10^8);
 2. evaluates every run's ``best_model.zip`` on ``--windows`` held-out windows (reset seeds 10^9,
    10^9 + 1, ...) beside CROP and the teacher played through the same environment on the same
-   windows (:func:`agents.evaluation.evaluate_online`);
+   windows (:func:`crop_gym.agents.evaluation.evaluate_online`);
 3. summarises in the style of rliable (Agarwal et al., 2021): per seed the mean JCT and its ratio
    to CROP's and to the teacher's; over seeds × windows the IQM of the per-window ratio; 95 %
    stratified bootstrap intervals (windows resampled, then the seeds within each window);
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-#: First held-out window (agents.config.EVAL_SEED_BASE).
+#: First held-out window (crop_gym.agents.config.EVAL_SEED_BASE).
 HELD_OUT = 10**9
 
 
@@ -46,8 +46,8 @@ def _eval_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch as th
 
     th.set_num_threads(1)
-    from agents.checkpoint import load_checkpoint
-    from agents.evaluation import PolicyAgent, evaluate_online
+    from crop_gym.agents.checkpoint import load_checkpoint
+    from crop_gym.agents.evaluation import PolicyAgent, evaluate_online
 
     model, meta = load_checkpoint(job["model"])
     t = time.process_time()
@@ -73,9 +73,9 @@ def _eval_one(job: dict[str, Any]) -> dict[str, Any]:
 def bootstrap(
     policy: np.ndarray, ref: np.ndarray, *, reps: int = 2000, seed: int = 0
 ) -> dict[str, Any]:
-    """:func:`agents.stats.ratio_bootstrap` of the mean JCT, with ``improvement`` (1 − the ratio
+    """:func:`crop_gym.agents.stats.ratio_bootstrap` of the mean JCT, with ``improvement`` (1 − the ratio
     of means, lower JCT is better) and its interval."""
-    from agents.stats import ratio_bootstrap
+    from crop_gym.agents.stats import ratio_bootstrap
 
     out = ratio_bootstrap(policy, ref, reps=reps, seed=seed)
     lo, hi = out["ratio_of_means_ci95"]
@@ -178,8 +178,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--skip-train", action="store_true", help="evaluate existing runs only")
     a = p.parse_args(argv)
-    from agents.config import TRAIN_SEED_LIMIT
-    from agents.seed_runs import run_summary, train_seed
+    from crop_gym.agents.config import TRAIN_SEED_LIMIT
+    from crop_gym.agents.seed_runs import run_summary, train_seed
 
     if not a.seeds or any(not 0 <= s < TRAIN_SEED_LIMIT for s in a.seeds):
         print(f"--seeds must be in [0, {TRAIN_SEED_LIMIT})", file=sys.stderr)
@@ -241,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.csv')}")
     if a.ship:
-        from agents.checkpoint import default_checkpoint, export_checkpoint
+        from crop_gym.agents.checkpoint import default_checkpoint, export_checkpoint
 
         first = rep["per_seed"][0]
         dest = export_checkpoint(

@@ -3,16 +3,16 @@
 ``python scripts/train_default_severe.py`` (see ``--help``):
 
 1. trains one run per training seed (``--seeds``, default 1..5, all < 10^6) with
-   ``agents.training.train`` on ``crop_gym/Placement-Severe-v0``: behaviour cloning of the
+   ``crop_gym.agents.training.train`` on ``crop_gym/Placement-Severe-v0``: behaviour cloning of the
    config's teacher (``bc.teacher`` of that ID in ``agents/configs/maskable_ppo.yml``:
-   *crop-rollout*, CROP with one step of lookahead, :mod:`baselines.rollout_expert`) on
+   *crop-rollout*, CROP with one step of lookahead, :mod:`crop_gym.baselines.rollout_expert`) on
    ``--bc-demos`` training instances, then the config's DAgger rounds (states the policy visits,
    labelled by the teacher); ``--steps`` RL steps after that (default 0: the cloned policy);
 2. evaluates every run's final model greedily on ``--episodes`` held-out instances (reset seeds
-   10^9, 10^9 + 1, ...) beside CROP on the same instances (:func:`agents.evaluation.evaluate_static`);
+   10^9, 10^9 + 1, ...) beside CROP on the same instances (:func:`crop_gym.agents.evaluation.evaluate_static`);
 3. summarises in the style of rliable: per seed the mean F and its ratio to CROP's; over seeds ×
    instances the ratio of means and the IQM of the per-instance ratios, with 95 % stratified
-   bootstrap intervals (:mod:`agents.stats`);
+   bootstrap intervals (:mod:`crop_gym.agents.stats`);
 4. writes ``docs/results/static_rl_<ID>.{json,csv}`` and, with ``--ship``, exports the run of the
    first seed (fixed in advance, not the best one) as ``agents/checkpoints/default-severe.zip``
    (``crop-gym eval --model default-severe``).
@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-#: First held-out instance (agents.config.EVAL_SEED_BASE).
+#: First held-out instance (crop_gym.agents.config.EVAL_SEED_BASE).
 HELD_OUT = 10**9
 
 
@@ -48,8 +48,8 @@ def _eval_one(job: dict[str, Any]) -> dict[str, Any]:
     import torch as th
 
     th.set_num_threads(1)
-    from agents.checkpoint import load_checkpoint
-    from agents.evaluation import PolicyAgent, evaluate_static
+    from crop_gym.agents.checkpoint import load_checkpoint
+    from crop_gym.agents.evaluation import PolicyAgent, evaluate_static
 
     model, meta = load_checkpoint(job["model"])
     t = time.process_time()
@@ -72,7 +72,7 @@ def _eval_one(job: dict[str, Any]) -> dict[str, Any]:
 
 def summarise(env_id: str, trained: list[dict[str, Any]], evals: list[dict[str, Any]]) -> dict:
     """The report of docs/results/static_rl_<ID>.json."""
-    from agents.stats import ratio_bootstrap
+    from crop_gym.agents.stats import ratio_bootstrap
 
     evals = sorted(evals, key=lambda e: e["seed"])
     trained = sorted(trained, key=lambda t: t["seed"])
@@ -141,8 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ship", action="store_true", help="export the first seed as default-severe")
     p.add_argument("--skip-train", action="store_true", help="evaluate existing runs only")
     a = p.parse_args(argv)
-    from agents.config import TRAIN_SEED_LIMIT
-    from agents.seed_runs import run_summary, train_seed
+    from crop_gym.agents.config import TRAIN_SEED_LIMIT
+    from crop_gym.agents.seed_runs import run_summary, train_seed
 
     if not a.seeds or any(not 0 <= s < TRAIN_SEED_LIMIT for s in a.seeds):
         print(f"--seeds must be in [0, {TRAIN_SEED_LIMIT})", file=sys.stderr)
@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.csv')}")
     if a.ship:
-        from agents.checkpoint import default_checkpoint, export_checkpoint
+        from crop_gym.agents.checkpoint import default_checkpoint, export_checkpoint
 
         first = rep["per_seed"][0]
         dest = export_checkpoint(

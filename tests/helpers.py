@@ -17,7 +17,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from crop_gym.model.devices import Health
+from crop_gym.model.health import Health
 from crop_gym.model.topology import Topology
 
 

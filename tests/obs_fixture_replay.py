@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from crop_gym.envs.actions import ActionTable, build_action_table
 from crop_gym.envs.observation import ObservationBuilder
-from crop_gym.envs.view import ActionTable, build_action_table
-from crop_gym.model.devices import Health
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig

@@ -17,8 +17,13 @@ pytest.importorskip("sb3_contrib")
 import gymnasium as gym  # noqa: E402
 
 import crop_gym  # noqa: E402, F401
-from agents.checkpoint import default_checkpoint, load_checkpoint, read_metadata, save_checkpoint  # noqa: E402
-from agents.config import (  # noqa: E402
+from crop_gym.agents.checkpoint import (  # noqa: E402
+    default_checkpoint,
+    load_checkpoint,
+    read_metadata,
+    save_checkpoint,
+)
+from crop_gym.agents.config import (  # noqa: E402
     ALGOS,
     EVAL_SEED_BASE,
     TRAIN_SEED_LIMIT,
@@ -26,17 +31,17 @@ from agents.config import (  # noqa: E402
     load_config,
     train_seed,
 )
-from agents.evaluation import PolicyAgent, evaluate_static  # noqa: E402
-from agents.imitation import BCConfig, agreement, behaviour_cloning, record_demonstrations  # noqa: E402
-from agents.networks import (  # noqa: E402
+from crop_gym.agents.evaluation import PolicyAgent, evaluate_static  # noqa: E402
+from crop_gym.agents.imitation import BCConfig, agreement, behaviour_cloning, record_demonstrations  # noqa: E402
+from crop_gym.agents.networks import (  # noqa: E402
     CandidateScorer,
     ObsSpec,
     ScorerConfig,
     adapt_observation,
     obs_to_tensors,
 )
-from agents.policies import MaskableScorerPolicy, MaskedDQN, ScorerDQNPolicy, scorer_of  # noqa: E402
-from agents.training import train  # noqa: E402
+from crop_gym.agents.policies import MaskableScorerPolicy, MaskedDQN, ScorerDQNPolicy, scorer_of  # noqa: E402
+from crop_gym.agents.training import train  # noqa: E402
 
 pytestmark = pytest.mark.rl
 
@@ -90,7 +95,7 @@ def test_seed_ranges_are_disjoint() -> None:
 
 
 def test_cli_module_does_not_import_torch() -> None:
-    code = "import sys, agents.cli, crop_gym.cli; crop_gym.cli.build_parser(); assert 'torch' not in sys.modules"
+    code = "import sys, crop_gym.agents.cli, crop_gym.cli; crop_gym.cli.build_parser(); assert 'torch' not in sys.modules"
     subprocess.run(
         [sys.executable, "-c", code],
         check=True,
@@ -286,7 +291,7 @@ def test_behaviour_cloning_agrees_with_crop() -> None:
     """
     from sb3_contrib import MaskablePPO
 
-    from agents.imitation import equivalent_agreement
+    from crop_gym.agents.imitation import equivalent_agreement
 
     env = gym.make(TESTBED)
     spec = {"scorer": {"spec": ObsSpec.from_env(env).to_dict()}}

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from baselines.heuristics import BestFitPolicy, FirstFitPolicy, HivedPolicy, SpreadPolicy
-from baselines.instances import small_instance
-from baselines.policy import POLICIES, Placement, apply, check_placements, make_policy
+from crop_gym.baselines.heuristics import BestFitPolicy, FirstFitPolicy, HivedPolicy, SpreadPolicy
+from crop_gym.baselines.instances import small_instance
+from crop_gym.baselines.policy import POLICIES, Placement, apply, check_placements, make_policy
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import Health
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology

@@ -13,8 +13,8 @@ pytest.importorskip("torch")
 pytest.importorskip("stable_baselines3")
 pytest.importorskip("sb3_contrib")
 
-from agents.batched import BatchedVecEnv
-from agents.envs import make_vec_env
+from crop_gym.agents.batched import BatchedVecEnv
+from crop_gym.agents.envs import make_vec_env
 from crop_gym.errors import ConfigError
 
 pytestmark = pytest.mark.rl

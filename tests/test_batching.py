@@ -1,6 +1,6 @@
 """Batched computations equal the same computations one state at a time.
 
-The vector environment (:class:`crop_gym.envs.placement_vector.PlacementVectorEnv`) builds the
+The vector environment (:class:`crop_gym.envs.vector.PlacementVectorEnv`) builds the
 action tables of many environments with one candidate generation for all of them. The generator
 over many states is checked against the per-state call, bit for bit, on instances of several
 scenarios (their own health and background jobs) and on states with nothing free; the vector
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
-from crop_gym.candidates import CandidateSet, candidate_sets, candidate_sets_many
 from crop_gym.errors import ConfigError
+from crop_gym.model.candidates import CandidateSet, candidate_sets, candidate_sets_many
 from crop_gym.model.facts import memo_facts, memo_facts_many, placement_facts
 from crop_gym.model.state import ClusterState
 from crop_gym.scenario import ScenarioSampler

@@ -53,7 +53,7 @@ def test_step_path_lines_lists_the_step_modules() -> None:
     for module in (
         "crop_gym/envs/placement.py",
         "crop_gym/model/state.py",
-        "crop_gym/candidates.py",
+        "crop_gym/model/candidates.py",
     ):
         assert module in step
     assert "crop_gym/model/topology.py" in inputs

@@ -29,7 +29,7 @@ from crop_gym.calibration import (
 from crop_gym.cli import main
 from crop_gym.errors import ConfigError
 from crop_gym.model import timing as perf
-from crop_gym.model.devices import Health
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import MODEL_ZOO, calibration_data
 from crop_gym.model.topology import build_tree
 

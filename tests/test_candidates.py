@@ -1,4 +1,4 @@
-"""The candidate generator (:mod:`crop_gym.candidates`): its rules as properties, and small cases
+"""The candidate generator (:mod:`crop_gym.model.candidates`): its rules as properties, and small cases
 computed by hand on ``testbed-8`` (2 servers x 4 GPUs under one switch: node 0 is the switch,
 nodes 1 and 6 the servers, GPUs 0-3 and 4-7)."""
 
@@ -14,9 +14,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hst
 
-from crop_gym.candidates import CandidateSet, candidate_placements, candidate_sets, gpu_quality
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import PROFILES, Health
+from crop_gym.model.candidates import (
+    CandidateSet,
+    candidate_placements,
+    candidate_sets,
+    gpu_quality,
+)
+from crop_gym.model.health import PROFILES, Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import SERVER, Topology, make_topology

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from baselines.compare import DEFAULT_POLICIES, METRICS, format_table, run_compare, to_json
+from crop_gym.baselines.compare import DEFAULT_POLICIES, METRICS, format_table, run_compare, to_json
 from crop_gym.cli import main
 from crop_gym.errors import ConfigError
 

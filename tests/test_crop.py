@@ -9,11 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from baselines.compare import DEFAULT_POLICIES
-from baselines.crop import CropPolicy, crop_greedy
-from baselines.exact import branch_and_bound
-from baselines.instances import small_instance
-from baselines.policy import apply, check_placements, make_policy
+from crop_gym.baselines.compare import DEFAULT_POLICIES
+from crop_gym.baselines.crop import CropPolicy, crop_greedy
+from crop_gym.baselines.exact import branch_and_bound
+from crop_gym.baselines.instances import small_instance
+from crop_gym.baselines.policy import apply, check_placements, make_policy
 from crop_gym.errors import ConfigError
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
@@ -256,7 +256,7 @@ def test_diminishing_returns_without_shared_links(seed: int, profile: str) -> No
     per-job values that do not depend on each other (modular), so ΔF(x | A) >= ΔF(x | B) for A ⊆ B."""
     rng = np.random.default_rng(seed)
     t = make_topology("leafspine-64")
-    from crop_gym.model.devices import get_profile
+    from crop_gym.model.health import get_profile
 
     state = ClusterState(t, get_profile(profile).sample(t, rng))
     items = []
@@ -321,7 +321,7 @@ def test_diminishing_returns_can_fail_with_contention() -> None:
     ΔF(x | A) < ΔF(x | B) for A ⊆ B on random placements. Printed, not asserted beyond being rare."""
     rng = np.random.default_rng(7)
     t = make_topology("leafspine-64")
-    from crop_gym.model.devices import get_profile
+    from crop_gym.model.health import get_profile
 
     trials = violations = 0
     worst = 0.0

@@ -8,9 +8,9 @@ import pickle
 import numpy as np
 import pytest
 
-from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import PROFILES, Health, get_profile
+from crop_gym.model.candidates import candidate_placements
+from crop_gym.model.health import PROFILES, Health, get_profile
 from crop_gym.model.jobs import MODEL_ZOO, Job, get_model
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology

@@ -516,8 +516,8 @@ def test_gpu_mode_episode_ends_when_nothing_fits() -> None:
     + [pytest.param(i, marks=pytest.mark.slow) for i in CANDIDATE_IDS if i in BIG_IDS],
 )
 def test_following_crop_gives_crop_gain(env_id: str) -> None:
-    from baselines.crop import crop_greedy
-    from baselines.expert import CropExpert
+    from crop_gym.baselines.crop import crop_greedy
+    from crop_gym.baselines.expert import CropExpert
 
     env = gym.make(env_id)
     expert = CropExpert(env)
@@ -539,7 +539,7 @@ def test_following_crop_gives_crop_gain(env_id: str) -> None:
 
 
 def test_expert_replans_after_a_deviation_and_records_demos() -> None:
-    from baselines.expert import CropExpert, expert_rollouts
+    from crop_gym.baselines.expert import CropExpert, expert_rollouts
 
     env = gym.make("crop_gym/Placement-v0")
     expert = CropExpert(env)

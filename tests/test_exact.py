@@ -7,13 +7,13 @@ import itertools
 import numpy as np
 import pytest
 
-from baselines._common import own_comm_times
-from baselines.crop import crop_greedy
-from baselines.exact import OptimumPolicy, branch_and_bound, optimum
-from baselines.exact_space import EXACT_LIMITS, gpu_groups, search_space
-from baselines.instances import small_instance
-from baselines.milp import milp_min_comm, milp_variables
-from baselines.policy import apply, check_placements
+from crop_gym.baselines._common import own_comm_times
+from crop_gym.baselines.crop import crop_greedy
+from crop_gym.baselines.exact import OptimumPolicy, branch_and_bound, optimum
+from crop_gym.baselines.exact_space import EXACT_LIMITS, gpu_groups, search_space
+from crop_gym.baselines.instances import small_instance
+from crop_gym.baselines.milp import milp_min_comm, milp_variables
+from crop_gym.baselines.policy import apply, check_placements
 from crop_gym.errors import ConfigError
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState

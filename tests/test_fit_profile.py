@@ -13,9 +13,9 @@ import pytest
 from crop_gym.calibration.fit import fit_profile, measurement_facts, predict_step_time
 from crop_gym.calibration.measurements import Measurements
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import Health
 from crop_gym.model.facts import placement_facts
 from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import MODEL_ZOO
 
 GB = 1e9

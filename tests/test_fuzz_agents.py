@@ -27,8 +27,8 @@ pytest.importorskip("sb3_contrib")
 
 from helpers import no_hang  # noqa: E402
 
-from agents.checkpoint import default_checkpoint, load_checkpoint  # noqa: E402
-from agents.config import config_path, load_config, parse_hyperparams  # noqa: E402
+from crop_gym.agents.checkpoint import default_checkpoint, load_checkpoint  # noqa: E402
+from crop_gym.agents.config import config_path, load_config, parse_hyperparams  # noqa: E402
 from crop_gym.cli import main  # noqa: E402
 from crop_gym.errors import ConfigError  # noqa: E402
 from crop_gym.io import read_mapping  # noqa: E402

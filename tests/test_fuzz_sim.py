@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import get_profile
+from crop_gym.model.health import get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.sim import SimConfig, SimulationError, Simulator

@@ -21,8 +21,8 @@ pytest.importorskip("stable_baselines3")
 pytest.importorskip("sb3_contrib")
 import cloudpickle  # noqa: E402
 
-from agents.checkpoint import default_checkpoint, load_checkpoint  # noqa: E402
-from agents.config import load_config  # noqa: E402
+from crop_gym.agents.checkpoint import default_checkpoint, load_checkpoint  # noqa: E402
+from crop_gym.agents.config import load_config  # noqa: E402
 from crop_gym.cli import main  # noqa: E402
 from crop_gym.errors import ConfigError  # noqa: E402
 
@@ -234,7 +234,7 @@ def test_eval_json_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
 
 # ------------------------------------------------------------------------------ configs
 def test_bundled_configs_have_no_aliases_and_resolve() -> None:
-    from agents.config import ALGOS, config_path
+    from crop_gym.agents.config import ALGOS, config_path
 
     for algo in ALGOS:
         text = config_path(algo).read_text()
@@ -403,7 +403,7 @@ def test_interrupted_training_marks_run_json(
 def test_failed_training_marks_run_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from sb3_contrib import MaskablePPO
 
-    from agents.training import train
+    from crop_gym.agents.training import train
 
     def learn(self: Any, *a: Any, **k: Any) -> None:
         raise RuntimeError("boom\nsecond line")
@@ -416,7 +416,7 @@ def test_failed_training_marks_run_json(tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_resume_refuses_another_env(tmp_path: Path) -> None:
-    from agents.training import train
+    from crop_gym.agents.training import train
 
     common: dict[str, Any] = dict(out=tmp_path, hyperparams=TINY, progress=False, eval_freq=10**6)
     train(env_id=TESTBED, steps=64, **common)
@@ -427,12 +427,12 @@ def test_resume_refuses_another_env(tmp_path: Path) -> None:
 def test_interrupted_eval_writes_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agents.evaluation
+    import crop_gym.agents.evaluation
 
     def evaluate(*a: Any, **k: Any) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(agents.evaluation, "evaluate", evaluate)
+    monkeypatch.setattr(crop_gym.agents.evaluation, "evaluate", evaluate)
     out = tmp_path / "e.json"
     rc, _, err = cli(["eval", "--episodes", "1", "--json", str(out)], capsys)
     assert rc == 130 and "interrupted" in one_line(err)

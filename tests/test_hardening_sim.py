@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import get_profile
+from crop_gym.model.health import get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.sim import SimConfig, SimulationError, Simulator

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from baselines.crop import crop_greedy
-from baselines.exact import optimum, upper_bound
-from baselines.headroom import main
+from crop_gym.baselines.crop import crop_greedy
+from crop_gym.baselines.exact import optimum, upper_bound
+from crop_gym.baselines.headroom import main
 from crop_gym.scenario import ScenarioSampler
 
 

@@ -4,7 +4,7 @@ N instances of a scenario, each with its own health and background jobs, held as
 copies of the cluster under a new root (no job crosses copies), give, copy by copy, the same
 candidates (offset by the copy's first GPU), the same placement facts, the same job constants and
 row gains, and F is the sum of the copies' F: nothing outside the subtree of a placement enters its
-value. The batched environment (crop_gym/envs/placement_vector.py) relies on the same property when
+value. The batched environment (crop_gym/envs/vector.py) relies on the same property when
 it lays many states side by side in one candidate generation and one facts evaluation
 (tests/test_batching.py checks those against the per-state calls).
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from helpers import joined_health, union_topology
 
-from crop_gym.candidates import candidate_sets
+from crop_gym.model.candidates import candidate_sets
 from crop_gym.model.facts import placement_facts
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import job_constants

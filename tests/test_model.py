@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from crop_gym.candidates import candidate_placements
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import Health, get_profile
+from crop_gym.model.candidates import candidate_placements
+from crop_gym.model.health import Health, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import evaluate_from_scratch
 from crop_gym.model.state import ClusterState

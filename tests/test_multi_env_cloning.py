@@ -14,8 +14,8 @@ pytest.importorskip("sb3_contrib")
 import gymnasium as gym  # noqa: E402
 
 import crop_gym  # noqa: E402, F401
-from agents.config import train_seed  # noqa: E402
-from agents.imitation import (  # noqa: E402
+from crop_gym.agents.config import train_seed  # noqa: E402
+from crop_gym.agents.imitation import (  # noqa: E402
     BCConfig,
     Demonstrations,
     agreement,
@@ -23,9 +23,9 @@ from agents.imitation import (  # noqa: E402
     dagger,
     record_demonstrations,
 )
-from agents.networks import ObsSpec  # noqa: E402
-from agents.policies import MaskableScorerPolicy  # noqa: E402
-from agents.training import train  # noqa: E402
+from crop_gym.agents.networks import ObsSpec  # noqa: E402
+from crop_gym.agents.policies import MaskableScorerPolicy  # noqa: E402
+from crop_gym.agents.training import train  # noqa: E402
 from crop_gym.envs.observation import JOB_FEATURES  # noqa: E402
 from crop_gym.errors import ConfigError  # noqa: E402
 
@@ -177,8 +177,8 @@ def test_a_run_clones_on_its_environment_and_also_on(tmp_path: Path) -> None:
 
 
 def test_scorer_observation_is_what_the_policy_agent_reads() -> None:
-    from agents.envs import ScorerObservation
-    from agents.networks import adapt_observation
+    from crop_gym.agents.envs import ScorerObservation
+    from crop_gym.agents.networks import adapt_observation
 
     spec = ObsSpec.from_env(gym.make(HEALTHY))
     raw, wrapped = gym.make(TESTBED), ScorerObservation(gym.make(TESTBED), spec)

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from obs_fixture_replay import Case, builder_for, load_cases, rebuild, replay, table_for
 
+from crop_gym.envs.actions import ActionTable, build_action_table
 from crop_gym.envs.observation import (
     CANDIDATE_FEATURES,
     GPU_FEATURES,
@@ -29,9 +30,8 @@ from crop_gym.envs.observation import (
     SUMMARY_FEATURES,
     ObservationBuilder,
 )
-from crop_gym.envs.view import ActionTable, build_action_table
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import Health
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig

@@ -16,11 +16,11 @@ pytest.importorskip("sb3_contrib")
 import gymnasium as gym  # noqa: E402
 
 import crop_gym  # noqa: E402, F401
-from agents.checkpoint import default_checkpoint, load_checkpoint, read_metadata  # noqa: E402
-from agents.evaluation import PolicyAgent, evaluate_online  # noqa: E402
-from agents.networks import CandidateScorer, ObsSpec, ScorerConfig, obs_to_tensors  # noqa: E402
-from agents.training import train  # noqa: E402
-from baselines.online import make_online_policy  # noqa: E402
+from crop_gym.agents.checkpoint import default_checkpoint, load_checkpoint, read_metadata  # noqa: E402
+from crop_gym.agents.evaluation import PolicyAgent, evaluate_online  # noqa: E402
+from crop_gym.agents.networks import CandidateScorer, ObsSpec, ScorerConfig, obs_to_tensors  # noqa: E402
+from crop_gym.agents.training import train  # noqa: E402
+from crop_gym.baselines.online import make_online_policy  # noqa: E402
 from crop_gym.cli import main  # noqa: E402
 from crop_gym.errors import ConfigError  # noqa: E402
 

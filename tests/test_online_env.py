@@ -166,7 +166,7 @@ def test_vector_env() -> None:
 def test_sjf_crop_plays_the_v0_env_whose_table_has_no_interference() -> None:
     """v0 observes no interference, so its table's gains lack it; the sjf-crop rule then adds it
     from the state (the row of the largest ΔF in full), rather than failing."""
-    from baselines.online import make_online_policy, play
+    from crop_gym.baselines.online import make_online_policy, play
 
     env = gym.make("crop_gym/OnlinePlacement-v0")
     env.reset(seed=10**9)

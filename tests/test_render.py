@@ -21,7 +21,7 @@ from crop_gym.envs.picture import (
     draw_placement,
     placement_layout,
 )
-from crop_gym.model.devices import Health
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crop_gym.candidates import candidate_placements
-from crop_gym.model.devices import get_profile
+from crop_gym.model.candidates import candidate_placements
+from crop_gym.model.health import get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology

@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from baselines.crop import crop_greedy
-from baselines.instances import small_instance
-from crop_gym.candidates import candidate_placements
-from crop_gym.model.devices import get_profile
+from crop_gym.baselines.crop import crop_greedy
+from crop_gym.baselines.instances import small_instance
+from crop_gym.model.candidates import candidate_placements
+from crop_gym.model.health import get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import PROFILES, get_profile
 from crop_gym.model.facts import memo_facts, placement_facts
+from crop_gym.model.health import PROFILES, get_profile
 from crop_gym.model.jobs import MODEL_ZOO, Job, ModelSpec, get_model, register_model
 from crop_gym.model.objective import evaluate_from_scratch
 from crop_gym.model.state import ClusterState

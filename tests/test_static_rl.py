@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import crop_gym  # noqa: F401
-from agents.stats import iqm, ratio_bootstrap
-from baselines.policy import apply, make_policy
-from baselines.rollout_expert import CropRolloutExpert
+from crop_gym.agents.stats import iqm, ratio_bootstrap
+from crop_gym.baselines.policy import apply, make_policy
+from crop_gym.baselines.rollout_expert import CropRolloutExpert
 
 ROOT = Path(__file__).resolve().parents[1]
 SEVERE = "crop_gym/Placement-Severe-v0"
@@ -71,7 +71,7 @@ def test_lookahead_teacher_stops_when_nothing_gains() -> None:
 
 
 def test_crop_rollout_is_a_static_teacher_only() -> None:
-    from agents.teachers import teacher_of
+    from crop_gym.agents.teachers import teacher_of
 
     env = gym.make("crop_gym/Placement-Testbed8-v0")
     env.reset(seed=0)
@@ -108,8 +108,8 @@ def test_eval_refuses_safe_stop_on_an_online_env(capsys: pytest.CaptureFixture[s
 
 def test_shipped_severe_policy_reproduces_its_published_evaluation() -> None:
     pytest.importorskip("sb3_contrib")
-    from agents.checkpoint import default_checkpoint, load_checkpoint, read_metadata
-    from agents.evaluation import PolicyAgent, evaluate_static
+    from crop_gym.agents.checkpoint import default_checkpoint, load_checkpoint, read_metadata
+    from crop_gym.agents.evaluation import PolicyAgent, evaluate_static
 
     path = default_checkpoint("default-severe")
     assert path.exists() and path.stat().st_size < 1_000_000
@@ -143,8 +143,8 @@ def test_shipped_default_reproduces_its_published_per_id_figures(env_id: str) ->
     does: its mean F on the published held-out seeds, under the published SafeStop, to 1e-9, and
     the 0.99 x CROP bar holds on every static ID."""
     pytest.importorskip("sb3_contrib")
-    from agents.checkpoint import load_checkpoint
-    from agents.evaluation import PolicyAgent, evaluate_static
+    from crop_gym.agents.checkpoint import load_checkpoint
+    from crop_gym.agents.evaluation import PolicyAgent, evaluate_static
 
     published = json.loads(STATIC_POLICY.read_text())
     assert published["model"] == "default"

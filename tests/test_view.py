@@ -1,4 +1,4 @@
-"""The queue view and the action table (:mod:`crop_gym.envs.view`) against plain references."""
+"""The queue view and the action table (:mod:`crop_gym.envs.actions`) against plain references."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crop_gym.envs.view import action_index, build_action_table, select_view
-from crop_gym.model.devices import PROFILES
+from crop_gym.envs.actions import action_index, build_action_table, select_view
+from crop_gym.model.health import PROFILES
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology

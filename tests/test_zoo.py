@@ -80,7 +80,7 @@ def test_zoo_maskable_ppo_through_agents_zoo(tmp_path: Path) -> None:
     from sb3_contrib import MaskablePPO
 
     res = _zoo(
-        "agents.zoo",
+        "crop_gym.agents.zoo",
         "ppo_mask",
         "ppo_mask.yml",
         tmp_path,
@@ -99,7 +99,7 @@ def test_project_config_is_not_a_zoo_file() -> None:
     carry none of them (so the two are not confused)."""
     import yaml
 
-    from agents.config import RUN_KEYS
+    from crop_gym.agents.config import RUN_KEYS
 
     zoo_keys = {"policy", "n_timesteps", "n_envs", "env_kwargs"}
     for conf in ("ppo.yml", "ppo_mask.yml"):

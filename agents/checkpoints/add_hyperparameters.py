@@ -33,9 +33,9 @@ def _constant(key: str, value: Any) -> Any:
 
 def main() -> None:
     """Convert the checkpoint in place (atomically) and check its evaluation is unchanged."""
-    from agents.checkpoint import load_checkpoint, read_metadata, update_metadata
-    from agents.config import EVAL_SEED_BASE, algo_parameters
-    from agents.evaluation import PolicyAgent, evaluate_static
+    from crop_gym.agents.checkpoint import load_checkpoint, read_metadata, update_metadata
+    from crop_gym.agents.config import EVAL_SEED_BASE, algo_parameters
+    from crop_gym.agents.evaluation import PolicyAgent, evaluate_static
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("path", type=Path)

@@ -34,7 +34,7 @@ from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
 from crop_gym.model.jobs import MODEL_ZOO
-from crop_gym.workloads._table import Table, number_column, read_table, string_column
+from crop_gym.workloads.csv_columns import Table, number_column, read_table, string_column
 
 __all__ = [
     "KINDS",

@@ -16,6 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from crop_gym.envs.actions import ActionTable, build_action_table
     from crop_gym.envs.gpu_placement import GPUPlacementEnv
     from crop_gym.envs.observation import (
         CANDIDATE_FEATURES,
@@ -29,7 +30,6 @@ if TYPE_CHECKING:
     from crop_gym.envs.placement import PlacementEnv
     from crop_gym.envs.registration import ENV_IDS, register_envs
     from crop_gym.envs.render import ClusterRenderer, draw_placement
-    from crop_gym.envs.view import ActionTable, build_action_table
 
 __all__ = [
     "CANDIDATE_FEATURES",

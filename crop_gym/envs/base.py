@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
+from crop_gym.envs.actions import ActionTable, PendingQueue, build_action_table
 from crop_gym.envs.checks import (
     DEFAULT_QUEUE_VIEW,
     RENDER_MODES,
@@ -29,9 +30,8 @@ from crop_gym.envs.checks import (
 )
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
-from crop_gym.envs.view import ActionTable, PendingQueue, build_action_table
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import Health
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
@@ -176,7 +176,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
 
     @property
     def table_options(self) -> dict[str, Any]:
-        """The keyword arguments of :func:`~crop_gym.envs.view.build_action_tables` for this
+        """The keyword arguments of :func:`~crop_gym.envs.actions.build_action_tables` for this
         environment's tables (view size, candidates, robustness, grouping, interference)."""
         return {
             "num_slots": self.queue_view,

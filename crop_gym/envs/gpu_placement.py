@@ -10,10 +10,10 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
+from crop_gym.envs.actions import action_index
 from crop_gym.envs.base import Obs, StaticPlacementBase
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.rewards import NO_TERMS, placement_terms, total
-from crop_gym.envs.view import action_index
 from crop_gym.model.jobs import Job
 from crop_gym.scenario import Scenario, with_hardware
 

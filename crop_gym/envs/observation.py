@@ -2,14 +2,14 @@
 summary tables, computed vectorised from the state and its action table.
 
 :class:`ObservationBuilder` returns a ``Dict`` of bounded ``float32`` boxes. The candidate rows
-describe the rows of an :class:`~crop_gym.envs.view.ActionTable` (action ``q * C + c`` is row
+describe the rows of an :class:`~crop_gym.envs.actions.ActionTable` (action ``q * C + c`` is row
 ``q * C + c``), so every environment exposes the same interface. Columns are listed, in order, in
 :data:`GPU_FEATURES`, :data:`CANDIDATE_FEATURES`, :data:`JOB_FEATURES` and
 :data:`SUMMARY_FEATURES`; every value is in ``[0, 1]``, except the privileged ``gain`` key, which
 is in ``[-1, 1]``. docs/ENVS.md explains each column.
 
 What the agent sees of the devices is the *observed* health (a noisy reading drawn once per
-episode, :meth:`~crop_gym.model.devices.Health.observe`, or the true health): the per-GPU health
+episode, :meth:`~crop_gym.model.health.Health.observe`, or the true health): the per-GPU health
 columns, the health-dependent candidate columns (slowdown, survival, η, bandwidth) and the
 abnormal-GPU shares use it. What the agent sees of the jobs (free and busy GPUs, link loads, the
 placed jobs' η, F) is the true state. The privileged ``gain`` is the true ΔF of each row.
@@ -28,10 +28,10 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.envs.view import ActionTable
+from crop_gym.envs.actions import ActionTable
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import Health
 from crop_gym.model.facts import placement_facts
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics
 from crop_gym.model.state import ClusterState
@@ -302,7 +302,7 @@ class ObservationBuilder:
             state: The cluster state.
             observed: The health the agent observes (``state.health`` or a noisy reading of it).
             pending: Pending jobs in queue order.
-            table: :func:`~crop_gym.envs.view.build_action_table` of this state and ``pending``.
+            table: :func:`~crop_gym.envs.actions.build_action_table` of this state and ``pending``.
             step: Steps taken in the episode (for the ``steps`` summary feature).
             max_steps: The episode's step cap.
             extra: ``float[G, len(gpu_extra)]`` values of the extra per-GPU columns (``None``:

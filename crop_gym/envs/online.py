@@ -10,6 +10,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
+from crop_gym.envs.actions import ActionTable, action_space, build_action_table
 from crop_gym.envs.base import EpisodeGuard
 from crop_gym.envs.checks import RENDER_MODES, check_count, check_render_mode
 from crop_gym.envs.observation import ObservationBuilder
@@ -23,9 +24,8 @@ from crop_gym.envs.online_common import (
 )
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.envs.rewards import HOUR, online_reward
-from crop_gym.envs.view import ActionTable, action_space, build_action_table
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.model.devices import AbnormalityProfile, get_profile
+from crop_gym.model.health import AbnormalityProfile, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.timing import PerfConfig
 from crop_gym.model.topology import Topology

@@ -13,6 +13,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
+from crop_gym.envs.actions import ActionTable, action_space, build_action_table
 from crop_gym.envs.base import EpisodeGuard
 from crop_gym.envs.checks import RENDER_MODES, check_count, check_render_mode
 from crop_gym.envs.observation import ObservationBuilder
@@ -26,9 +27,8 @@ from crop_gym.envs.online_common import (
 )
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.envs.rewards import HOUR, ONLINE_WEIGHTS, online_terms, weighted
-from crop_gym.envs.view import ActionTable, action_space, build_action_table
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.model.devices import AbnormalityProfile, get_profile
+from crop_gym.model.health import AbnormalityProfile, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.topology import Topology
 from crop_gym.sim import SimConfig, SimulationError, Simulator
@@ -97,7 +97,7 @@ class OnlinePlacementV1Env(OnlineRendering, gym.Env[Obs, np.int64]):
     **Actions** ``Discrete(Q * C + 1)``. The view is the first ``Q`` queued jobs, oldest first, that
     fit in the free GPUs now — every job its own slot (two jobs of one model and size differ in
     their remaining work). Action ``q * C + c`` starts view job ``q`` on its candidate ``c`` (the
-    compact GPU sets CROP considers, :func:`~crop_gym.candidates.candidate_sets`) at once: the
+    compact GPU sets CROP considers, :func:`~crop_gym.model.candidates.candidate_sets`) at once: the
     clock does not move, the table is rebuilt, and the agent may start another job. The last
     action, **wait**, leaves every queued job queued and advances the simulation to the next event
     (an arrival, a completion, a health event, the horizon); if nothing can be placed then, it keeps

@@ -9,10 +9,10 @@ from typing import Any, Literal, SupportsFloat
 import numpy as np
 from numpy.typing import NDArray
 
+from crop_gym.envs.actions import ActionTable, action_space
 from crop_gym.envs.base import Obs, StaticPlacementBase
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.rewards import NO_TERMS, placement_terms, total
-from crop_gym.envs.view import ActionTable, action_space
 from crop_gym.scenario import Scenario, with_hardware
 
 __all__ = ["PlacementEnv", "StepStart"]
@@ -42,7 +42,7 @@ class PlacementEnv(StaticPlacementBase):
     Each episode is one static placement problem drawn from a scenario: a cluster (topology, abnormal
     devices, background jobs already running) and a queue of ``K`` pending jobs. At every step the
     agent places one pending job on one of its candidate placements — the compact GPU sets CROP
-    considers, from :func:`crop_gym.candidates.candidate_sets` — or stops. The reward is the
+    considers, from :func:`crop_gym.model.candidates.candidate_sets` — or stops. The reward is the
     change of the objective F (expected effective GPUs, docs/MODEL.md §1.7), so the undiscounted return is
     ``F(end) - F(start)``, the same number CROP, the baselines and the exact optimum report.
 
@@ -55,7 +55,7 @@ class PlacementEnv(StaticPlacementBase):
     places view job ``q`` on its candidate ``c``; action ``Q * C`` is **stop**.
     ``Q = min(K, queue_view)``, ``C = max_candidates``. After a placement the job leaves the queue
     and the view and candidates are rebuilt for the new state (:attr:`table`, an
-    :class:`~crop_gym.envs.view.ActionTable` per state; :meth:`action_for` finds the action of a
+    :class:`~crop_gym.envs.actions.ActionTable` per state; :meth:`action_for` finds the action of a
     given job and GPU set).
 
     **Action mask** ``action_masks()`` (used by sb3-contrib's ``MaskablePPO``) and

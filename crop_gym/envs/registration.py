@@ -20,7 +20,7 @@ _STATIC = "crop_gym.envs.placement:PlacementEnv"
 _GPU = "crop_gym.envs.gpu_placement:GPUPlacementEnv"
 _ONLINE_V1 = "crop_gym.envs.online_v1:OnlinePlacementV1Env"
 #: The batched environment of every candidate-mode ID (``gymnasium.make_vec``).
-_STATIC_VECTOR = "crop_gym.envs.placement_vector:PlacementVectorEnv"
+_STATIC_VECTOR = "crop_gym.envs.vector:PlacementVectorEnv"
 
 #: ID → (entry point, default kwargs, one-line description).
 ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {

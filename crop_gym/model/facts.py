@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.model.devices import Health
+from crop_gym.model.health import Health
 from crop_gym.model.topology import Topology
 
 __all__ = ["FACT_COLUMNS", "PlacementFacts", "memo_facts", "memo_facts_many", "placement_facts"]

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.model.devices import Health
 from crop_gym.model.facts import placement_facts
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.timing import (
     JobTimes,

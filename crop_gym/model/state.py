@@ -19,8 +19,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import Health
 from crop_gym.model.facts import PlacementFacts, memo_facts
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
 from crop_gym.model.placed import CONST, FACTS, OUTPUTS, VALUE, WEIGHT, Gains, JobRecord, PlacedJobs

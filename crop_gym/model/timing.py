@@ -54,8 +54,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.model.devices import Health
 from crop_gym.model.facts import PlacementFacts, placement_facts
+from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job, ModelSpec, calibration_data, get_model
 from crop_gym.model.topology import Topology
 

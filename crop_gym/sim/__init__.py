@@ -5,7 +5,7 @@
 >>> sim = Simulator(load_workload("elasticflow:cluster10"), "n32g8", profile="mild", seed=0)
 
 then ``sim.run(policy)`` with any object that has the :class:`PlacementPolicy` interface (CROP and
-the baselines in ``baselines.policy``). See docs/SIMULATOR.md.
+the baselines in ``crop_gym.baselines.policy``). See docs/SIMULATOR.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from crop_gym.errors import ConfigError, CropGymError, check_bool, check_int, check_real
-from crop_gym.model.devices import AbnormalityProfile
+from crop_gym.model.health import AbnormalityProfile
 from crop_gym.model.timing import PerfConfig
 from crop_gym.model.topology import Topology
 

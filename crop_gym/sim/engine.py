@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.devices import AbnormalityProfile, get_profile
+from crop_gym.model.health import AbnormalityProfile, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import ideal_time
@@ -65,7 +65,7 @@ class Simulator:
         jobs: A :class:`~crop_gym.workloads.Workload` or a sequence of jobs (sorted by arrival here,
             stably; job ids must be unique).
         topology: A :class:`~crop_gym.model.topology.Topology` or a preset name.
-        profile: Abnormality profile (a name from :data:`crop_gym.model.devices.PROFILES` or an object).
+        profile: Abnormality profile (a name from :data:`crop_gym.model.health.PROFILES` or an object).
         config: Simulator options.
         seed: Seed of every random draw (health timeline, policy's ``rng``); ``None`` = fresh entropy.
         scripted_failures: Extra GPU failures ``(time_s, gpu[, repair_s])``.

@@ -8,7 +8,7 @@ stragglers and the same failures).
 The model (docs/SIMULATOR.md explains it at length):
 
 * **Chronic abnormalities.** At time 0 the profile's snapshot is drawn
-  (:meth:`~crop_gym.model.devices.AbnormalityProfile.sample`): slow GPUs (σ), failure-prone GPUs and links
+  (:meth:`~crop_gym.model.health.AbnormalityProfile.sample`): slow GPUs (σ), failure-prone GPUs and links
   (π), degraded links (ρ), failed GPUs. With ``chronic_abnormalities`` (the default) σ, π and ρ of
   the snapshot last for the whole run; otherwise they are the initial episodes and recover after
   exponential durations. GPUs the snapshot marks failed are under repair at time 0.
@@ -43,7 +43,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError, check_int, check_real
-from crop_gym.model.devices import AbnormalityProfile, Health
+from crop_gym.model.health import AbnormalityProfile, Health
 from crop_gym.model.topology import Topology
 from crop_gym.sim.config import MAX_SECONDS, SimConfig
 
@@ -90,7 +90,7 @@ class HealthChange:
 
     @property
     def health_changed(self) -> bool:
-        """Whether the :class:`~crop_gym.model.devices.Health` differs from before."""
+        """Whether the :class:`~crop_gym.model.health.Health` differs from before."""
         return bool(self.changed_gpus or self.changed_links)
 
 
@@ -280,7 +280,7 @@ class HealthProcess:
         return heap[0][0] if heap else math.inf
 
     def health(self) -> Health:
-        """The current :class:`~crop_gym.model.devices.Health` (cached until the next change)."""
+        """The current :class:`~crop_gym.model.health.Health` (cached until the next change)."""
         if self._health is None:
             self._health = Health(self.sigma, self.failed, self.pi_gpu, self.rho, self.pi_link)
         return self._health

@@ -1,7 +1,7 @@
 """The placement-policy interface the simulator drives, as structural :class:`~typing.Protocol` types.
 
 ``crop_gym`` never imports ``baselines``: any object with a matching ``place`` method works, and the
-CROP and baseline policies of ``baselines.policy`` satisfy these protocols structurally.
+CROP and baseline policies of ``crop_gym.baselines.policy`` satisfy these protocols structurally.
 """
 
 from __future__ import annotations

@@ -149,7 +149,7 @@ class StudySpec:
     sim: tuple[tuple[str, Any], ...] = field(default=())
 
     def __post_init__(self) -> None:
-        from crop_gym.model.devices import PROFILES
+        from crop_gym.model.health import PROFILES
         from crop_gym.model.topology import PRESETS
         from crop_gym.policies import policy_names
 

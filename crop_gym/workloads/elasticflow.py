@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from crop_gym.model.jobs import MODEL_ZOO
-from crop_gym.workloads._table import (
+from crop_gym.workloads.csv_columns import (
     MAX_BATCH,
     MAX_GPUS,
     MAX_ITERATIONS,

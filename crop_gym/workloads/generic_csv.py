@@ -29,7 +29,7 @@ import numpy as np
 
 from crop_gym.io import atomic_write_text
 from crop_gym.model.jobs import MODEL_ZOO
-from crop_gym.workloads._table import (
+from crop_gym.workloads.csv_columns import (
     MAX_BATCH,
     MAX_GPUS,
     MAX_ITERATIONS,

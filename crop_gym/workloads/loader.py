@@ -9,7 +9,7 @@ from importlib import resources
 
 from crop_gym.errors import ConfigError, TraceFormatError
 from crop_gym.io import check_regular_input
-from crop_gym.workloads._table import check_max_jobs, read_header
+from crop_gym.workloads.csv_columns import check_max_jobs, read_header
 from crop_gym.workloads.elasticflow import ELASTICFLOW_COLUMNS, load_elasticflow
 from crop_gym.workloads.generic_csv import GENERIC_COLUMNS, load_generic_csv
 from crop_gym.workloads.pollux import POLLUX_COLUMNS, load_pollux

@@ -37,7 +37,7 @@ import numpy as np
 
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.jobs import get_model
-from crop_gym.workloads._table import (
+from crop_gym.workloads.csv_columns import (
     MAX_BATCH,
     MAX_GPUS,
     MAX_TIME_S,

@@ -10,7 +10,7 @@ flattened into one vector for an MLP. The reward is the change of F (GPUs, weigh
 health); with gamma = 1 the return of an episode is exactly the F it gained.
 
 At the end the greedy policy plays held-out seeds beside CROP (its expert wrapper,
-baselines.expert.CropExpert) and the script prints both mean F gains and their ratio.
+crop_gym.baselines.expert.CropExpert) and the script prints both mean F gains and their ratio.
 Needs torch (``pip install 'crop-gym[rl]'``); run from the repository root or with crop_gym
 installed.
 """
@@ -92,7 +92,7 @@ def masks(envs: gym.vector.VectorEnv) -> torch.Tensor:
 
 def evaluate(agent: Agent, env_id: str, episodes: int, first_seed: int) -> tuple[float, float]:
     """Mean F gain of the greedy policy and of CROP on the same held-out seeds."""
-    from baselines.expert import CropExpert
+    from crop_gym.baselines.expert import CropExpert
 
     gains: dict[str, list[float]] = {"policy": [], "crop": []}
     env = gym.make(env_id)

@@ -8,7 +8,7 @@ candidates and gains, so one slot expresses every choice and the view reaches fu
 queue.
 
 Each slot has ``C`` rows, one per candidate of its job (from
-:func:`~crop_gym.candidates.candidate_sets`, the generator CROP uses), padded. Action
+:func:`~crop_gym.model.candidates.candidate_sets`, the generator CROP uses), padded. Action
 ``a = q * C + c`` places view job ``q`` on its candidate ``c``; action ``Q * C`` is *stop*, which is
 always valid. :func:`build_action_table` makes one immutable :class:`ActionTable` per state; it also
 evaluates every valid row once (its placement facts and its marginal gain), which the observation,
@@ -25,7 +25,7 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.candidates import CandidateSet, candidate_sets_many
+from crop_gym.model.candidates import CandidateSet, candidate_sets_many
 from crop_gym.model.facts import PlacementFacts, memo_facts_many
 from crop_gym.model.jobs import Job
 from crop_gym.model.placed import Gains
@@ -284,7 +284,7 @@ def build_action_tables(
 ) -> list[ActionTable]:
     """:func:`build_action_table` of several states of one topology (``pending[i]`` on
     ``states[i]``), with one candidate generation for all of them
-    (:func:`~crop_gym.candidates.candidate_sets_many`) and one facts evaluation of the candidate
+    (:func:`~crop_gym.model.candidates.candidate_sets_many`) and one facts evaluation of the candidate
     sets not yet evaluated (:func:`~crop_gym.model.facts.memo_facts_many`)."""
     Q, C = num_slots, max_candidates
     views = [

@@ -10,10 +10,10 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space, create_empty_array
 from numpy.typing import NDArray
 
+from crop_gym.envs.actions import build_action_tables
 from crop_gym.envs.base import Obs
 from crop_gym.envs.checks import check_count
 from crop_gym.envs.placement import PlacementEnv, StepStart
-from crop_gym.envs.view import build_action_tables
 from crop_gym.errors import ConfigError
 from crop_gym.scenario import Scenario
 
@@ -29,7 +29,7 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
     observations, rewards, terminations, truncations and infos as
     ``gymnasium.make_vec(id, N, vectorization_mode="sync")`` (tests/test_batching.py checks this bit
     for bit, autoresets included). What is shared is the work: after every step the action tables
-    of all environments that changed are built together (:func:`~crop_gym.envs.view.build_action_tables`:
+    of all environments that changed are built together (:func:`~crop_gym.envs.actions.build_action_tables`:
     one candidate generation and one placement-facts evaluation for all of them) instead of one
     environment at a time.
 

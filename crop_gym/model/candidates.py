@@ -32,7 +32,7 @@ The generator is vectorised over servers, subtrees and job sizes: :func:`candida
 what every size shares (each server's GPU order and free count, the compact server order of
 every subtree, the health ranking) once. Only pure functions of immutable inputs are cached: the
 tree arrays of a :class:`~crop_gym.model.topology.Topology` and the badness order of a
-:class:`~crop_gym.model.devices.Health`.
+:class:`~crop_gym.model.health.Health`.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError, check_range
-from crop_gym.model.devices import Health
+from crop_gym.model.health import Health
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import SWITCH, Topology
 
