@@ -1,45 +1,23 @@
-"""Helpers shared by the baselines: health-blind views, free GPUs per server, all-reduce time, atomic writes."""
+"""Helpers shared by the baselines: health-blind views, free GPUs per server, all-reduce time."""
 
 from __future__ import annotations
-
-import weakref
 
 import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.model.facts import placement_facts
-from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 
-__all__ = ["blind_health", "blind_state", "free_per_server", "own_comm_times"]
-
-
-#: Per health (immutable, compared by identity) its blind view; dropped with the health.
-_BLIND: weakref.WeakKeyDictionary[Health, Health] = weakref.WeakKeyDictionary()
-
-
-def blind_health(health: Health) -> Health:
-    """What a health-blind scheduler believes: every device healthy, but failed GPUs still failed.
-
-    A dead GPU is not ambiguous (the node agent reports it), so even the non-robust policies never
-    use one; stragglers (σ), failure-prone devices (π) and degraded links (ρ) are invisible.
-    The same ``health`` object always gives the same blind object (a pure function of an
-    immutable input, kept while ``health`` lives), so what is memoised per health (placement
-    facts, CROP's candidate pool) carries over between the decisions of a health-blind policy.
-    """
-    blind = _BLIND.get(health)
-    if blind is None:
-        g, n = len(health.gpu_slowdown), len(health.link_degradation)
-        blind = Health(np.ones(g), health.gpu_failed, np.zeros(g), np.ones(n), np.zeros(n))
-        _BLIND[health] = blind
-    return blind
+__all__ = ["blind_state", "free_per_server", "own_comm_times"]
 
 
 def blind_state(state: ClusterState) -> ClusterState:
-    """A copy of ``state`` re-evaluated under :func:`blind_health` (the input is not changed)."""
+    """A copy of ``state`` re-evaluated under the blind conditions of its health
+    (:attr:`Conditions.blind <crop_gym.model.conditions.Conditions>`: what a health-blind scheduler
+    believes; the input is not changed)."""
     view = state.copy()
-    view.set_health(blind_health(state.health))
+    view.set_health(state.conditions.blind)
     return view
 
 

@@ -9,7 +9,7 @@ The algorithm (a reconstruction; docs/CROP.md has the pseudo-code and the measur
    the top of the heap), so the answer is exactly as if every list were regenerated after every
    acceptance while only the lists and candidates that changed cost work.
 2. **Greedy on the true ΔF.** Repeatedly place the (job, candidate) pair that ranks first, where the
-   rank is the marginal gain ``ΔF = state.gain(job, candidate)`` (the job's own value plus the change it
+   rank is the marginal gain ``ΔF`` (:meth:`ClusterState.gains <crop_gym.model.state.ClusterState.gains>`) (the job's own value plus the change it
    causes to the placed jobs that share its links), or ΔF per GPU. Stop when nothing ranks above
    ``min_gain``.
 3. **Lazy evaluation (Minoux).** A max-heap holds (upper bound of the rank, job, candidate). The top is
@@ -207,7 +207,7 @@ class _Greedy:
         if self.candidate_fn is not candidate_placements:  # any generator: called every time
             ws = self._ws()
             cs = self.candidate_fn(ws, k, robust=self.robust, max_candidates=self.cap)
-            return pool.ids(ws.health, cs)
+            return pool.ids(ws.conditions, cs)
         # The default generator reads the topology, the health and the free GPUs only.
         ids = self.memo.lists.get((self.node, k))
         if ids is None:
@@ -216,7 +216,7 @@ class _Greedy:
             ids = pool.lists.get(key)
             if ids is None:
                 cs = candidate_placements(ws, k, robust=self.robust, max_candidates=self.cap)
-                ids = pool.lists[key] = pool.ids(ws.health, cs)
+                ids = pool.lists[key] = pool.ids(ws.conditions, cs)
             self.memo.lists[(self.node, k)] = ids
         return ids
 
@@ -235,7 +235,9 @@ class _Greedy:
         if gain is None:
             self.st.gain_evals += 1
             job = self.jobs[self.cls_members[c][0]]
-            gain = self.memo.gains[key] = self._ws().gain(job, facts=self.pool.facts[cid])
+            gain = self.memo.gains[key] = float(
+                self._ws().gains(job, self.pool.facts[cid]).total[0]
+            )
         return gain
 
     def _rank(self, c: int, value: float) -> float:
@@ -463,7 +465,7 @@ def crop_greedy(
         "cap": max_candidates,
         "min_gain": min_gain,
         "candidate_fn": candidate_fn,
-        "pool": candidate_pool(view.topology, view.health),
+        "pool": candidate_pool(view.conditions),
         "memo": PrefixMemo(),
     }
     if rule == "best":

@@ -3,16 +3,16 @@
 Two memos make CROP cheap enough to run at every event of a long trace (docs/SIMULATOR.md, *Speed*)
 without changing a single placement:
 
-* :class:`CandidatePool`, one per (topology, health): every candidate GPU set CROP has met gets an
-  id, its placement facts, its lazy bound ``(k, survival, slowdown)`` and its sorted inter-server
-  links (also a row of a root-padded matrix, so that the candidates a placement touches are found
-  with one gather). Facts depend on the topology, the health and the GPU set only. The pool also
-  keeps each candidate *list* of the default generator
-  (:func:`crop_gym.model.candidates.candidate_placements`), keyed by the free GPUs (the mask's bytes), the
-  size, the robust flag and the cap: with the topology and the health these are all the generator
-  reads, so a list never goes stale. Health objects are immutable and compared by identity; a pool
-  is dropped with its health and starts afresh when it grows past its bound (checked when a call
-  starts, so the ids a call holds stay valid).
+* :class:`CandidatePool`, one per :class:`~crop_gym.model.conditions.Conditions` (a topology under
+  one health), kept in the conditions' :attr:`~crop_gym.model.conditions.Conditions.cache`: every
+  candidate GPU set CROP has met gets an id, its placement facts, its lazy bound ``(k, survival,
+  slowdown)`` and its sorted inter-server links (also a row of a root-padded matrix, so that the
+  candidates a placement touches are found with one gather). Facts depend on the topology, the
+  health and the GPU set only. The pool also keeps each candidate *list* of the default generator
+  (:func:`crop_gym.model.candidates.candidate_placements`), keyed by the free GPUs (the mask's
+  bytes), the size, the robust flag and the cap: with the conditions these are all the generator
+  reads, so a list never goes stale. The pool lives as long as its conditions and starts afresh
+  when it grows past its bound (checked when a call starts, so the ids a call holds stay valid).
 * :class:`PrefixMemo`, one per :func:`~crop_gym.baselines.crop.crop_greedy` call: ΔF by (prefix of accepted
   placements, job class, candidate), and the candidate lists, the links an acceptance touches and F
   by prefix. Both greedy passes (``rule="best"``) start from the same state,
@@ -25,15 +25,14 @@ without changing a single placement:
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.model.candidates import CandidateSet
-from crop_gym.model.facts import PlacementFacts, memo_facts
-from crop_gym.model.health import Health
+from crop_gym.model.conditions import Conditions
+from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.topology import Topology
 
 __all__ = ["CandidatePool", "PrefixMemo", "candidate_pool"]
@@ -48,7 +47,8 @@ ListKey = tuple[bytes, int, bool, int]
 
 @dataclass(eq=False)
 class CandidatePool:
-    """The candidates met on one topology under one health (see the module docstring).
+    """The candidates met under one :class:`~crop_gym.model.conditions.Conditions` (see the
+    module docstring).
 
     Attributes:
         topology: The cluster.
@@ -75,18 +75,18 @@ class CandidatePool:
         """Whether the pool has grown past its bound."""
         return len(self.gpus) > POOL_CANDIDATES or len(self.lists) > POOL_LISTS
 
-    def ids(self, health: Health, cs: CandidateSet) -> list[int]:
+    def ids(self, conditions: Conditions, cs: CandidateSet) -> list[int]:
         """The ids of the candidates of ``cs`` (best first), registering the new ones.
 
         Args:
-            health: The health this pool is for (its facts are evaluated under it).
+            conditions: The conditions this pool is for (its facts are evaluated under them).
             cs: A candidate set on :attr:`topology`.
         """
         keys = cs.keys
         cid_of = self.cid_of
         new = [i for i, key in enumerate(keys) if key not in cid_of]
         if new:
-            facts = memo_facts(self.topology, health, [keys[i] for i in new])
+            facts = conditions.facts([keys[i] for i in new])
             for j, i in enumerate(new):
                 cid = len(self.gpus)
                 cid_of[keys[i]] = cid
@@ -112,15 +112,15 @@ class CandidatePool:
         self.linkmat[cid, : len(links)] = links
 
 
-#: Per health (immutable, compared by identity) its pool; dropped with the health.
-_POOLS: weakref.WeakKeyDictionary[Health, CandidatePool] = weakref.WeakKeyDictionary()
+#: The key of CROP's pool in :attr:`Conditions.cache <crop_gym.model.conditions.Conditions>`.
+POOL_KEY = "crop.candidate_pool"
 
 
-def candidate_pool(topology: Topology, health: Health) -> CandidatePool:
-    """The pool of ``(topology, health)`` (a fresh one if it has none, or its pool is full)."""
-    pool = _POOLS.get(health)
-    if pool is None or pool.topology is not topology or pool.full:
-        pool = _POOLS[health] = CandidatePool(topology)
+def candidate_pool(conditions: Conditions) -> CandidatePool:
+    """The pool of ``conditions`` (a fresh one if it has none, or its pool is full)."""
+    pool: CandidatePool | None = conditions.cache.get(POOL_KEY)
+    if pool is None or pool.full:
+        pool = conditions.cache[POOL_KEY] = CandidatePool(conditions.topology)
     return pool
 
 

@@ -110,7 +110,7 @@ class CropExpert:
         done = env.placed[self._plan_start :]
         keys = self._plan_keys
         on_plan = (
-            self._plan_state is env.state
+            self._plan_state == (id(env.state), env.episode_id)
             and len(done) <= len(self._plan)
             and all(
                 self._key_of(jid) == keys[i] and np.array_equal(g, self._plan[i].gpus)
@@ -120,7 +120,7 @@ class CropExpert:
         if not on_plan:
             self._plan = self._crop(env.pending, None)
             self._plan_keys = [job_key(p.job) for p in self._plan]
-            self._plan_state = env.state
+            self._plan_state = (id(env.state), env.episode_id)
             self._plan_start = len(env.placed)
             done = []
         i = len(done)

@@ -51,7 +51,7 @@ from crop_gym.baselines.exact import optimum, upper_bound
 from crop_gym.baselines.exact_space import EXACT_LIMITS, search_space
 from crop_gym.baselines.online import epsilon, make_online_policy, play
 from crop_gym.baselines.policy import apply, make_policy
-from crop_gym.envs.actions import build_action_table
+from crop_gym.envs.actions import PendingQueue, build_action_tables
 from crop_gym.envs.registration import ENV_IDS
 from crop_gym.errors import ConfigError, CropGymError
 from crop_gym.io import atomic_write
@@ -112,7 +112,10 @@ def _rollout_rows(inst: PlacementInstance, pick: Any, C: int) -> float:
     state: ClusterState = inst.state.copy()
     pending = list(inst.queue)
     while True:
-        table = build_action_table(state, pending, num_slots=len(pending) or 1, max_candidates=C)
+        (table,) = build_action_tables(
+            state, [PendingQueue.of(state, pending)], num_slots=len(pending) or 1, max_candidates=C
+        )
+        assert table is not None
         if not table.has_placement:
             return float(state.F)
         r = pick(table)

@@ -34,7 +34,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +43,8 @@ from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
 from crop_gym.io import read_mapping
-from crop_gym.model.candidates import candidate_sets_many
+from crop_gym.model.candidates import generate
+from crop_gym.model.conditions import Conditions
 from crop_gym.model.hardware import bundled_hardware
 from crop_gym.model.hardware_topology import (
     DEFAULT_HARDWARE,
@@ -51,7 +52,7 @@ from crop_gym.model.hardware_topology import (
     resolve_hardware,
     spec_parts,
 )
-from crop_gym.model.health import PROFILES, AbnormalityProfile, get_profile
+from crop_gym.model.health import PROFILES, AbnormalityProfile, Health, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import PerfConfig
@@ -432,18 +433,8 @@ def _workload_jobs(spec: str, fmt: str | None) -> tuple[Job, ...]:
 
 
 def _static_copy(job: Job, job_id: str) -> Job:
-    """``dataclasses.replace(job, job_id=job_id, arrival=0.0, deadline=None)`` without re-running
-    the validation (``job`` is valid, and so are the new values), which is much cheaper."""
-    new = object.__new__(Job)
-    for name in _JOB_FIELDS:
-        object.__setattr__(new, name, getattr(job, name))
-    object.__setattr__(new, "job_id", job_id)
-    object.__setattr__(new, "arrival", 0.0)
-    object.__setattr__(new, "deadline", None)
-    return new
-
-
-_JOB_FIELDS = tuple(f.name for f in dataclasses.fields(Job))
+    """``job`` as a static job: id ``job_id``, arrival 0, no deadline (no validation run again)."""
+    return job.unchecked(job_id=job_id, arrival=0.0, deadline=None)
 
 
 @dataclass(eq=False)
@@ -466,10 +457,34 @@ class PlacementInstance:
         return self.state.F
 
 
+@dataclass(frozen=True, eq=False)
+class Draw:
+    """One drawn instance before it is placed anywhere: what :meth:`ScenarioSampler.draw` gives.
+
+    Attributes:
+        health: The cluster's device health.
+        background: The background jobs.
+        placements: Their GPUs (sorted ``int32``, in the cluster's own numbering).
+        queue: The pending jobs, in queue order.
+    """
+
+    health: Health
+    background: tuple[Job, ...]
+    placements: tuple[NDArray[np.int32], ...]
+    queue: tuple[Job, ...]
+
+
+@lru_cache(maxsize=16)
+def _blind_layout(layout: Topology) -> Conditions:
+    """Every device of ``layout`` healthy: the background placements are drawn health-blind, so
+    the generator reads nothing but the free GPUs."""
+    return Conditions(layout)
+
+
 class ScenarioSampler:
     """Seeded generator of :class:`PlacementInstance` for a :class:`Scenario`.
 
-    The topology and workload are loaded once; each :meth:`sample` draws health, background jobs
+    The topology and workload are loaded once; each draw picks the health, background jobs
     (placed on random compact candidates) and a queue of pending jobs.
 
     Args:
@@ -512,27 +527,55 @@ class ScenarioSampler:
         Args:
             rng: Random generator (e.g. the environment's ``np_random``).
         """
-        return self.sample_many([rng])[0]
+        return self.instance(self.draw([rng])[0])
 
-    def sample_many(self, rngs: Sequence[np.random.Generator]) -> list[PlacementInstance]:
-        """Draw one instance from each generator: exactly what :meth:`sample` draws from it alone
-        (the same numbers in the same order), with the background placements of all instances
-        chosen in lockstep, one candidate generation per round for all of them.
+    def instance(self, draw: Draw) -> PlacementInstance:
+        """The :class:`PlacementInstance` of a draw: a new state with its background placed."""
+        state = ClusterState(self.topology, draw.health, self.scenario.perf)
+        state.place(draw.background, draw.placements, checked=True)
+        return PlacementInstance(state=state, queue=draw.queue, scenario=self.scenario)
+
+    def draw(
+        self,
+        rngs: Sequence[np.random.Generator],
+        *,
+        layout: Topology | None = None,
+        regions: Sequence[int] | None = None,
+    ) -> list[Draw]:
+        """Draw one instance from each generator: exactly what each would draw alone (the same
+        numbers in the same order), with the background placements of all of them chosen in
+        lockstep, one candidate generation per round for all of them.
 
         An instance's health comes first, then its background jobs: each drawn from the workload
         and, if it fits, placed on one of its candidates (robustness off) chosen at random, until
         the background load is reached or 20 draws missed; then its queue.
+
+        Args:
+            rngs: One generator per instance.
+            layout: Where the instances are drawn side by side: a replication of the scenario's
+                topology (:meth:`~crop_gym.model.topology.Topology.replicated`); default: the
+                scenario's topology itself (then one generator only).
+            regions: The region of ``layout`` each instance is drawn in (default ``0, 1, ...``).
         """
         sc, n = self.scenario, len(rngs)
-        healths = [sc.abnormal.sample(self.topology, rng) for rng in rngs]
-        states = [ClusterState(self.topology, health, sc.perf) for health in healths]
-        target = round(sc.background_load * self.topology.num_gpus)
+        topo = self.topology
+        layout = topo if layout is None else layout
+        where = list(range(n)) if regions is None else [int(r) for r in regions]
+        if layout.region_topology is not topo or len(where) != n:
+            raise ConfigError("draw: the layout must replicate the scenario's topology")
+        G = topo.num_gpus
+        healths = [sc.abnormal.sample(topo, rng) for rng in rngs]
+        target = round(sc.background_load * G)
         busy, drawn, misses = [0] * n, [0] * n, [0] * n
-        free = [state.free_mask for state in states]
+        free = np.zeros(layout.num_gpus, dtype=bool)
+        for r, h in zip(where, healths, strict=True):
+            free[r * G : (r + 1) * G] = h.usable
         jobs: list[list[Job]] = [[] for _ in range(n)]
         placements: list[list[NDArray[np.int32]]] = [[] for _ in range(n)]
         active = [i for i in range(n) if target > 0]
+        cond = _blind_layout(layout)
         while active:
+            sizes: list[list[int]] = [[] for _ in range(layout.regions)]
             asks: list[tuple[int, Job]] = []  # this round's draws that fit the load left
             for i in active:
                 (b,) = rngs[i].integers(0, len(self._background), size=1).tolist()
@@ -542,26 +585,26 @@ class ScenarioSampler:
                     misses[i] += 1
                 else:
                     asks.append((i, job))
-            cands = candidate_sets_many(
-                [states[i] for i, _ in asks],
-                [(job.num_gpus,) for _, job in asks],
-                robust=False,
-                max_candidates=sc.max_candidates,
-                frees=[free[i] for i, _ in asks],
-            )
-            for (i, job), (cs,) in zip(asks, cands, strict=True):
+                    sizes[where[i]] = [job.num_gpus]
+            cands = generate(cond, free, sizes, sc.max_candidates, robust=False)
+            for i, job in asks:
+                r = where[i]
+                (cs,) = cands[r]
                 if len(cs) == 0:
                     misses[i] += 1
                     continue
                 gpus = cs.gpus[rngs[i].integers(len(cs))]
-                free[i][gpus] = False
+                free[gpus] = False
                 jobs[i].append(job)
-                placements[i].append(gpus)
+                placements[i].append(gpus - np.int32(r * G))
                 busy[i] += job.num_gpus
             active = [i for i in active if busy[i] < target and misses[i] < 20]
-        out = []
-        for i, rng in enumerate(rngs):
-            states[i].add_many(jobs[i], placements[i])  # placed, and evaluated, together
-            queue = tuple(self._draw(rng, sc.queue_size, "q"))
-            out.append(PlacementInstance(state=states[i], queue=queue, scenario=sc))
-        return out
+        return [
+            Draw(
+                health=healths[i],
+                background=tuple(jobs[i]),
+                placements=tuple(placements[i]),
+                queue=tuple(self._draw(rng, sc.queue_size, "q")),
+            )
+            for i, rng in enumerate(rngs)
+        ]

@@ -1,8 +1,8 @@
 """Helpers shared by several test files: a hang becomes a failure (:func:`no_hang`), outputs that
 must be special files never touch the machine's own /dev/null (:func:`null_device`), exact
 equality of nested observations (:func:`assert_same`), and ``n`` copies of a cluster as one
-(:func:`union_topology`, :func:`joined_health`: tests/test_locality.py checks that each copy
-behaves as its cluster alone; benchmarks/bench_env_axis.py times the state over them)."""
+(:func:`union_topology`, built as a graph: tests/test_locality.py checks
+:meth:`Topology.replicated` against it)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from crop_gym.model.health import Health
+from crop_gym.envs.actions import PendingQueue, build_action_tables
+from crop_gym.envs.observation import ObservedHealth
+from crop_gym.model.conditions import Conditions
 from crop_gym.model.topology import Topology
 
 
@@ -89,15 +91,35 @@ def union_topology(topology: Topology, n: int) -> Topology:
     return Topology.from_graph(union, name=f"{n}x{topology.name}")
 
 
-def joined_health(parts: list[Health]) -> Health:
-    """Per-GPU arrays concatenated; per-node arrays after the new root's entry (a root carries no
-    link, so its value is never read)."""
-    gpu = [
-        np.concatenate([getattr(h, f) for h in parts])
-        for f in ("gpu_slowdown", "gpu_failed", "gpu_fail_prob")
-    ]
-    link = [
-        np.concatenate([getattr(parts[0], f)[:1]] + [getattr(h, f) for h in parts])
-        for f in ("link_degradation", "link_fail_prob")
-    ]
-    return Health(*gpu, *link)
+def table_of(state: Any, pending: Any, **options: Any) -> Any:
+    """The action table of a single cluster ``state`` with ``pending`` jobs (a list of jobs or a
+    :class:`~crop_gym.envs.actions.PendingQueue`): the batch of one of
+    :func:`~crop_gym.envs.actions.build_action_tables`."""
+    queue = pending if isinstance(pending, PendingQueue) else PendingQueue.of(state, pending)
+    (table,) = build_action_tables(state, [queue], **options)
+    return table
+
+
+def observe(
+    builder: Any,
+    state: Any,
+    observed: Any,
+    pending: Any,
+    table: Any,
+    step: int = 0,
+    max_steps: int = 1,
+    *,
+    extra: Any = None,
+) -> dict[str, Any]:
+    """One cluster's observation from ``builder`` (the batch of one of
+    :meth:`~crop_gym.envs.observation.ObservationBuilder.build`); ``observed`` is the health the
+    agent sees."""
+    cond = state.conditions
+    seen = (
+        ObservedHealth.of(cond)
+        if observed is state.health
+        else ObservedHealth.of(Conditions(state.topology, observed), true=cond)
+    )
+    x = None if extra is None else np.asarray(extra)[None]
+    obs = builder.build(state, seen, [table], [len(pending)], [step], max_steps, extra=x)
+    return {key: value[0] for key, value in obs.items()}

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from helpers import observe, table_of
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import ActionTable, build_action_table
+from crop_gym.envs.actions import ActionTable
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
@@ -86,7 +87,7 @@ def builder_for(case: Case, **overrides: Any) -> ObservationBuilder:
 
 def table_for(state: ClusterState, pending: list[Job], meta: dict[str, Any]) -> ActionTable:
     """The action table of a rebuilt case, with the case's view options."""
-    return build_action_table(
+    return table_of(
         state,
         pending,
         num_slots=meta["Q"],
@@ -103,8 +104,15 @@ def replay(
     m = case.meta
     state, observed, pending = rebuild(case)
     table = table_for(state, pending, m)
-    obs = builder_for(case).build(
-        state, observed, pending, table, m["step"], m["max_steps"], extra=case.arrays.get("extra")
+    obs = observe(
+        builder_for(case),
+        state,
+        observed,
+        pending,
+        table,
+        m["step"],
+        m["max_steps"],
+        extra=case.arrays.get("extra"),
     )
     old = {k: case.arrays[f"o_{k}"] for k in m["keys"]}
     return obs, old, case.arrays["mask"], np.asarray(table.mask)

@@ -1,11 +1,12 @@
 """Batched computations equal the same computations one state at a time.
 
-The vector environment (:class:`crop_gym.envs.vector.PlacementVectorEnv`) builds the
-action tables of many environments with one candidate generation for all of them. The generator
-over many states is checked against the per-state call, bit for bit, on instances of several
-scenarios (their own health and background jobs) and on states with nothing free; the vector
-environment against Gymnasium's ``SyncVectorEnv`` of single environments, for every candidate-mode
-ID.
+The batched environment (:class:`crop_gym.envs.vector.PlacementVectorEnv`) holds ``N`` episodes
+as one state over ``N`` regions (copies of the cluster, :meth:`Topology.replicated`) and builds
+the action tables of all of them with one candidate generation. The generator, the facts and the
+action tables over regions are checked against the same calls on each cluster alone, bit for bit,
+on instances of several scenarios (their own health and background jobs) and on regions with
+nothing free; the vector environment against Gymnasium's ``SyncVectorEnv`` of single environments,
+for every candidate-mode ID.
 """
 
 from __future__ import annotations
@@ -15,66 +16,125 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as hs
 
+from crop_gym.envs.actions import PendingQueue, build_action_tables
+from crop_gym.envs.episodes import joined_health
 from crop_gym.errors import ConfigError
-from crop_gym.model.candidates import CandidateSet, candidate_sets, candidate_sets_many
-from crop_gym.model.facts import memo_facts, memo_facts_many, placement_facts
+from crop_gym.model.candidates import CandidateSet, candidate_sets, generate
+from crop_gym.model.facts import placement_facts
+from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.scenario import ScenarioSampler
+from crop_gym.scenario import PlacementInstance, ScenarioSampler
 
 SCENARIOS = ("default", "default-severe", "pollux-16x4", "fragmented", "testbed-8")
 
 
-def _states(scenario: str, n: int, seed: int) -> list[ClusterState]:
+def _instances(scenario: str, n: int, seed: int) -> list[PlacementInstance]:
     sampler = ScenarioSampler(scenario)
     rng = np.random.default_rng(seed)
-    return [sampler.sample(rng).state for _ in range(n)]
+    return [sampler.sample(rng) for _ in range(n)]
 
 
-def _same_set(a: CandidateSet, b: CandidateSet) -> None:
-    assert a.keys == b.keys
-    np.testing.assert_array_equal(a.gpus, b.gpus)
+def _states(scenario: str, n: int, seed: int) -> list[ClusterState]:
+    return [inst.state for inst in _instances(scenario, n, seed)]
+
+
+def _joined(states: list[ClusterState]) -> ClusterState:
+    """The states as the regions of one state (their jobs renamed ``r:id``)."""
+    topo = states[0].topology
+    union = ClusterState(
+        topo.replicated(len(states)), joined_health([s.health for s in states]), states[0].perf
+    )
+    G = topo.num_gpus
+    jobs: list[Job] = []
+    gpus = []
+    for r, st in enumerate(states):
+        for job in st.placed_jobs():
+            jobs.append(
+                Job(f"{r}:{job.job_id}", job.model, job.num_gpus, job.batch_size, weight=job.weight)
+            )
+            gpus.append(st.placement(job.job_id) + r * G)
+    union.place(jobs, gpus)
+    return union
+
+
+def _same_set(a: CandidateSet, b: CandidateSet, offset: int = 0) -> None:
+    assert len(a) == len(b)
+    np.testing.assert_array_equal(a.gpus + offset, b.gpus)
     np.testing.assert_array_equal(a.num_servers, b.num_servers)
-    np.testing.assert_array_equal(a.subtree, b.subtree)
     assert a.quality.tobytes() == b.quality.tobytes()
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 @pytest.mark.parametrize("robust", [True, False])
-def test_generator_over_many_states_equals_one_at_a_time(scenario: str, robust: bool) -> None:
+def test_generator_over_regions_equals_one_cluster_at_a_time(scenario: str, robust: bool) -> None:
     states = _states(scenario, 7, seed=3)
     G = states[0].topology.num_gpus
     rng = np.random.default_rng(11)
     sizes = [sorted(set(rng.integers(1, G + 1, size=5).tolist()) | {1, 2}) for _ in states]
-    sizes[2] = []  # a state that asks for nothing
-    many = candidate_sets_many(states, sizes, robust=robust, max_candidates=6)
+    sizes[2] = []  # a region that asks for nothing
+    union = _joined(states)
+    many = generate(union.conditions, union.free_mask, sizes, 6, robust=robust)
     assert len(many) == len(states)
-    for st, ks, got in zip(states, sizes, many, strict=True):
+    for r, (st, ks, got) in enumerate(zip(states, sizes, many, strict=True)):
         alone = candidate_sets(st, ks, robust=robust, max_candidates=6)
         assert len(got) == len(alone) == len(ks)
-        for a, b in zip(got, alone, strict=True):
-            _same_set(a, b)
+        for a, b in zip(alone, got, strict=True):
+            _same_set(a, b, r * G)
 
 
-def test_generator_many_with_full_and_given_free_masks() -> None:
+def test_generator_over_regions_with_full_and_given_free_masks() -> None:
     states = _states("default-severe", 4, seed=5)
     G = states[0].topology.num_gpus
     frees = [st.free_mask.copy() for st in states]
     frees[1][:] = False  # nothing free
     frees[3][: G // 2] = False
-    sizes = [[1, 4, 8]] * 4
-    many = candidate_sets_many(states, sizes, max_candidates=8, frees=frees)
+    union = _joined(states)
+    many = generate(union.conditions, np.concatenate(frees), [[1, 4, 8]] * 4, 8)
     assert all(len(cs) == 0 for cs in many[1])
-    for st, f, got in zip(states, frees, many, strict=True):
-        for a, b in zip(got, candidate_sets(st, [1, 4, 8], free=f), strict=True):
-            _same_set(a, b)
+    for r, (st, f, got) in enumerate(zip(states, frees, many, strict=True)):
+        for a, b in zip(candidate_sets(st, [1, 4, 8], free=f), got, strict=True):
+            _same_set(a, b, r * G)
 
 
-def test_generator_many_refuses_mixed_topologies() -> None:
-    a = _states("default", 1, 0)[0]
-    b = _states("testbed-8", 1, 0)[0]
-    with pytest.raises(ConfigError, match="one topology"):
-        candidate_sets_many([a, b], [[1], [1]])
-    assert candidate_sets_many([], []) == []
+def test_generator_checks_its_arguments() -> None:
+    union = _joined(_states("testbed-8", 2, 0))
+    with pytest.raises(ConfigError, match="regions"):
+        generate(union.conditions, union.free_mask, [[1]])
+    with pytest.raises(ConfigError, match="several regions"):
+        candidate_sets(union, [1])
+    with pytest.raises(ConfigError, match="k="):
+        generate(union.conditions, union.free_mask, [[9], []])
+
+
+@pytest.mark.parametrize("scenario", ["default-severe", "pollux-16x4", "fragmented"])
+def test_action_tables_over_regions_equal_each_alone(scenario: str) -> None:
+    insts = _instances(scenario, 4, seed=6)
+    states = [inst.state for inst in insts]
+    union = _joined(states)
+    G = states[0].topology.num_gpus
+    opts = {"num_slots": 8, "max_candidates": 8, "interference": True}
+    queues = [PendingQueue.of(union, inst.queue) for inst in insts]
+    queues[2] = None  # a region whose table is not wanted
+    got = build_action_tables(union, queues, **opts)
+    assert got[2] is None
+    for r, (inst, table) in enumerate(zip(insts, got, strict=True)):
+        if table is None:
+            continue
+        (alone,) = build_action_tables(
+            inst.state, [PendingQueue.of(inst.state, inst.queue)], **opts
+        )
+        assert alone is not None
+        assert table.region == r and alone.region == 0
+        assert [j.job_id for j in table.jobs] == [j.job_id for j in alone.jobs]
+        np.testing.assert_array_equal(table.mask, alone.mask)
+        np.testing.assert_array_equal(table.row_index, alone.row_index)
+        for a, b in zip(alone.sets, table.sets, strict=True):
+            _same_set(a, b, r * G)
+        assert table.facts.values.tobytes() == alone.facts.values.tobytes()
+        for name in ("own", "interference", "eta", "comm", "b_inter"):
+            x, y = getattr(alone.gains, name), getattr(table.gains, name)
+            assert x.tobytes() == y.tobytes(), name
+        assert union.region_F[r] == inst.state.F
 
 
 # ------------------------------------------------------------------------ the vector environment
@@ -218,30 +278,40 @@ def test_vector_env_reset_mask_and_bad_input() -> None:
 
 
 @pytest.mark.parametrize("scenario", ["default-severe", "pollux-16x4", "testbed-8"])
-def test_facts_of_many_states_equal_each_alone(scenario: str) -> None:
+def test_facts_over_regions_equal_each_alone(scenario: str) -> None:
     states = _states(scenario, 5, seed=8)
     topo = states[0].topology
-    sets = candidate_sets_many(states, [[1, 2, 3, 4, 6]] * len(states), max_candidates=8)
+    G = topo.num_gpus
+    union = _joined(states)
+    sets = generate(union.conditions, union.free_mask, [[1, 2, 3, 4, 6]] * len(states), 8)
     keys = [[key for cs in per for key in cs.keys] for per in sets]
     keys[1] = keys[1] + keys[1][:2]  # repeats
-    keys[3] = []
-    # Some of state 0's sets are in its memo already: the rest are evaluated with the others'.
-    memo_facts(topo, states[0].health, keys[0][::2])
-    got = memo_facts_many(topo, [st.health for st in states], keys)
-    for st, ks, f in zip(states, keys, got, strict=True):
-        want = placement_facts(topo, st.health, [np.array(k) for k in ks])
-        assert f.values.tobytes() == want.values.tobytes()
-        np.testing.assert_array_equal(f.inter_links, want.inter_links)
+    # Some sets are in the memo already: the rest are evaluated with the others.
+    union.conditions.facts(keys[0][::2])
+    got = union.conditions.facts([k for ks in keys for k in ks])
+    start = 0
+    for r, (st, ks) in enumerate(zip(states, keys, strict=True)):
+        want = placement_facts(topo, st.health, [np.array(k) - r * G for k in ks])
+        part = got.take(slice(start, start + len(ks)))
+        start += len(ks)
+        assert part.values.tobytes() == want.values.tobytes()
+        node_lo = union.topology.region_node_lo(r)
+        local = np.where(part.inter_links > 0, part.inter_links - node_lo, 0)
+        W = want.inter_links.shape[1]
+        np.testing.assert_array_equal(local[:, :W], want.inter_links)
+        assert not local[:, W:].any()  # (root padding of the widest row of all regions)
 
 
 @pytest.mark.parametrize("scenario", ["default-severe", "fragmented", "n64g8"])
-def test_sample_many_draws_what_each_generator_draws_alone(scenario: str) -> None:
+def test_lockstep_draws_are_what_each_generator_draws_alone(scenario: str) -> None:
     sampler = ScenarioSampler(scenario)
+    layout = sampler.topology.replicated(5)
     rngs = [np.random.default_rng(s) for s in range(4)]
-    together = sampler.sample_many(rngs)
-    for s, inst in enumerate(together):
+    together = sampler.draw(rngs, layout=layout, regions=[3, 0, 4, 1])
+    for s, draw in enumerate(together):
         rng = np.random.default_rng(s)
         alone = sampler.sample(rng)
+        inst = sampler.instance(draw)
         assert inst.queue == alone.queue
         assert inst.state.jobs.keys() == alone.state.jobs.keys()
         for job_id in alone.state.jobs:
@@ -265,21 +335,23 @@ def test_sample_many_draws_what_each_generator_draws_alone(scenario: str) -> Non
     robust=hs.booleans(),
     cap=hs.integers(1, 10),
 )
-def test_generator_many_property(seed: int, n: int, busy: float, robust: bool, cap: int) -> None:
-    """Random health (severe profile) and random busy GPUs on pollux-16x4 and default: the batch
-    gives each state exactly its own candidate sets."""
+def test_generator_over_regions_property(
+    seed: int, n: int, busy: float, robust: bool, cap: int
+) -> None:
+    """Random health (severe profile) and random busy GPUs on pollux-16x4 and default: the
+    regions give each cluster exactly its own candidate sets."""
     rng = np.random.default_rng(seed)
     scenario = ("pollux-16x4", "default-severe")[seed % 2]
-    sampler = ScenarioSampler(scenario)
-    states = [sampler.sample(rng).state for _ in range(n)]
+    states = _states(scenario, n, seed)
     G = states[0].topology.num_gpus
     frees = [state.free_mask & (rng.random(G) >= busy) for state in states]
     sizes = [rng.integers(1, G + 1, size=rng.integers(0, 5)).tolist() for _ in states]
-    many = candidate_sets_many(states, sizes, robust=robust, max_candidates=cap, frees=frees)
-    for state, f, ks, got in zip(states, frees, sizes, many, strict=True):
+    union = _joined(states)
+    many = generate(union.conditions, np.concatenate(frees), sizes, cap, robust=robust)
+    for r, (state, f, ks, got) in enumerate(zip(states, frees, sizes, many, strict=True)):
         alone = candidate_sets(state, ks, robust=robust, max_candidates=cap, free=f)
-        for a, b in zip(got, alone, strict=True):
-            _same_set(a, b)
+        for a, b in zip(alone, got, strict=True):
+            _same_set(a, b, r * G)
 
 
 def test_vector_env_first_reset_with_a_mask() -> None:

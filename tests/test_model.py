@@ -191,7 +191,7 @@ def test_gain_matches_add_and_does_not_mutate() -> None:
     st = ClusterState(cluster())
     st.add(job("a", 2), [0, 4])
     F0, version = st.F, st.version
-    g = st.gain(job("b", 2), np.array([1, 5]))
+    g = float(st.gains(job("b", 2), st.facts_for(np.array([1, 5]))).total[0])
     assert st.F == F0 and st.version == version
     delta = st.add(job("b", 2), [1, 5])
     assert g == pytest.approx(delta, rel=1e-12)

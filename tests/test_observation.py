@@ -18,11 +18,12 @@ from typing import Any
 import networkx as nx
 import numpy as np
 import pytest
+from helpers import observe, table_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from obs_fixture_replay import Case, builder_for, load_cases, rebuild, replay, table_for
 
-from crop_gym.envs.actions import ActionTable, build_action_table
+from crop_gym.envs.actions import ActionTable
 from crop_gym.envs.observation import (
     CANDIDATE_FEATURES,
     GPU_FEATURES,
@@ -86,8 +87,8 @@ def test_an_equal_observed_health_object_gives_the_same_observation() -> None:
             h.gpu_slowdown, h.gpu_failed, h.gpu_fail_prob, h.link_degradation, h.link_fail_prob
         )
         extra = case.arrays.get("extra")
-        a = b.build(state, h, pending, table, 1, 3, extra=extra)
-        c = b.build(state, twin, pending, table, 1, 3, extra=extra)
+        a = observe(b, state, h, pending, table, 1, 3, extra=extra)
+        c = observe(b, state, twin, pending, table, 1, 3, extra=extra)
         for key in a:
             np.testing.assert_allclose(a[key], c[key], rtol=1e-12, atol=1e-12, err_msg=key)
 
@@ -124,8 +125,8 @@ def _obs(
     **kw: Any,
 ) -> tuple[dict[str, Any], ActionTable, ObservationBuilder]:
     b = _builder(table_layout=True, **kw)
-    table = build_action_table(state, pending, num_slots=4, max_candidates=8, robust=robust)
-    obs = b.build(state, observed or state.health, pending, table, 3, 6)
+    table = table_of(state, pending, num_slots=4, max_candidates=8, robust=robust)
+    obs = observe(b, state, observed or state.health, pending, table, 3, 6)
     return obs, table, b
 
 
@@ -240,13 +241,13 @@ def test_empty_view() -> None:
 def test_extra_gpu_columns_layout_and_fresh_arrays() -> None:
     state = ClusterState(TOPO)
     pending = [Job("b", "resnet50", 2, 64)]
-    table = build_action_table(state, pending, num_slots=4, max_candidates=8)
+    table = table_of(state, pending, num_slots=4, max_candidates=8)
     flat = _builder(gpu_extra=("chosen",))
     tab = _builder(gpu_extra=("chosen",), table_layout=True)
     extra = np.zeros((8, 1))
     extra[3] = 1.0
-    a = flat.build(state, state.health, pending, table, extra=extra)
-    b = tab.build(state, state.health, pending, table, extra=extra)
+    a = observe(flat, state, state.health, pending, table, extra=extra)
+    b = observe(tab, state, state.health, pending, table, extra=extra)
     assert flat.gpu_features == (*GPU_FEATURES, "chosen")
     assert b["gpus"].shape == (8, 11) and a["gpus"].shape == (88,)
     assert b["gpus"][:, -1].tolist() == extra[:, 0].tolist()
@@ -254,16 +255,16 @@ def test_extra_gpu_columns_layout_and_fresh_arrays() -> None:
         assert np.array_equal(flat.rows(a, key), tab.rows(b, key)), key
         assert flat.observation_space[key].shape == a[key].shape
         assert tab.observation_space[key].shape == b[key].shape
-    assert flat.last_metrics == state.metrics()
+    # (info reads the state: the builder keeps nothing of the last state)
     # Fresh arrays: changing one observation changes neither the next nor the cached health.
     for key in a:
         a[key][...] = 0.5
-    again = flat.build(state, state.health, pending, table, extra=extra)
+    again = observe(flat, state, state.health, pending, table, extra=extra)
     assert np.array_equal(flat.rows(again, "gpus"), b["gpus"])
     with pytest.raises(ConfigError, match="extra GPU columns"):
-        flat.build(state, state.health, pending, table, extra=np.zeros((8, 2)))
+        observe(flat, state, state.health, pending, table, extra=np.zeros((8, 2)))
     with pytest.raises(ConfigError, match="action table"):
-        _builder(num_slots=2).build(state, state.health, pending, table)
+        observe(_builder(num_slots=2), state, state.health, pending, table)
 
 
 # --------------------------------------------------------------------------- bounds
@@ -297,9 +298,9 @@ def test_every_value_is_within_its_box(
     )
     observed = state.health.observe(rng, noise)
     for _ in range(placements + 1):
-        table = build_action_table(state, pending, num_slots=8, max_candidates=sc.max_candidates)
+        table = table_of(state, pending, num_slots=8, max_candidates=sc.max_candidates)
         extra = rng.random((state.topology.num_gpus, 1))
-        obs = b.build(state, observed, pending, table, len(pending), 10, extra=extra)
+        obs = observe(b, state, observed, pending, table, len(pending), 10, extra=extra)
         assert b.observation_space.contains(obs)
         if not table.jobs:
             break
@@ -319,13 +320,13 @@ def test_builders_share_nothing_but_pure_caches() -> None:
     builders = [builder_for(c) for c in cases]
     builders[0] = pickle.loads(pickle.dumps(builders[0]))
     first = [
-        b.build(s, o, p, t, extra=c.arrays.get("extra"))
+        observe(b, s, o, p, t, extra=c.arrays.get("extra"))
         for b, (c, s, o, p), t in zip(builders, built, tables, strict=True)
     ]
     for (c, s, o, p), t, obs in zip(
         reversed(built), reversed(tables), reversed(first), strict=True
     ):
-        again = builder_for(c).build(s, o, p, t, extra=c.arrays.get("extra"))
+        again = observe(builder_for(c), s, o, p, t, extra=c.arrays.get("extra"))
         for key in obs:
             assert np.array_equal(obs[key], again[key]), key
 
@@ -358,7 +359,7 @@ def test_switches_column_counts_the_switches_above_the_servers(cluster: str) -> 
     state.add(Job("bg", "resnet50", len(busy), 64), busy)
     sizes = [1, 2, 3, 4, 5, 7, 8]
     pending = [Job(f"j{k}", "resnet50", k, 8 * k) for k in sizes if k <= state.num_free]
-    table = build_action_table(state, pending, num_slots=len(pending), max_candidates=16)
+    table = table_of(state, pending, num_slots=len(pending), max_candidates=16)
     b = ObservationBuilder(
         topo,
         PerfConfig(),
@@ -368,7 +369,7 @@ def test_switches_column_counts_the_switches_above_the_servers(cluster: str) -> 
         max_job_gpus=8,
         table_layout=True,
     )
-    cand = b.build(state, state.health, pending, table)["candidates"]
+    cand = observe(b, state, state.health, pending, table)["candidates"]
     switch_of_gpu = topo.parent[topo.server_node[topo.gpu_server]]
     multi = 0
     for q, c, a in zip(table.row_slot, table.row_cand, table.row_action, strict=True):

@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.facts import memo_facts, placement_facts
+from crop_gym.model.conditions import Conditions
+from crop_gym.model.facts import placement_facts
 from crop_gym.model.health import PROFILES, get_profile
 from crop_gym.model.jobs import MODEL_ZOO, Job, ModelSpec, get_model, register_model
 from crop_gym.model.objective import evaluate_from_scratch
@@ -143,13 +144,14 @@ def test_memoised_facts_equal_computed_facts(seed: int, topo_name: str) -> None:
     rng = np.random.default_rng(seed)
     topo = make_topology(topo_name)
     health = get_profile("severe").sample(topo, rng)
+    cond = Conditions(topo, health)
     for _ in range(3):  # later rounds find some sets in the memo
         rows = [
             tuple(sorted(rng.choice(topo.num_gpus, int(k), replace=False).tolist()))
             for k in rng.choice([1, 2, 5, 8], 5)
         ]
         rows += rows[:2]  # repeated sets
-        memo = memo_facts(topo, health, rows)
+        memo = cond.facts(rows)
         for r, key in enumerate(rows):
             alone = placement_facts(topo, health, [np.array(key)])
             assert (memo.values[r] == alone.values[0]).all()
@@ -161,7 +163,7 @@ def test_memoised_facts_equal_computed_facts(seed: int, topo_name: str) -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(**CASES)
-def test_add_many_equals_adding_one_by_one(seed, topo_name, profile, algo, overlap) -> None:
+def test_placing_together_equals_adding_one_by_one(seed, topo_name, profile, algo, overlap) -> None:
     rng, _topo, state = _random_state(seed, topo_name, profile, algo, overlap)
     one_by_one = state.copy()
     free = np.flatnonzero(state.free_mask)
@@ -175,7 +177,7 @@ def test_add_many_equals_adding_one_by_one(seed, topo_name, profile, algo, overl
         jobs.append(job)
         placements.append(gpus)
         one_by_one.add(job, gpus)
-    delta = state.add_many(jobs, placements)
+    delta = float(state.place(jobs, placements).sum())
     assert _close(delta, one_by_one.F) and _close(state.F, one_by_one.F)
     for job in jobs:
         assert _close(state.job_value(job.job_id), one_by_one.job_value(job.job_id))
@@ -184,7 +186,7 @@ def test_add_many_equals_adding_one_by_one(seed, topo_name, profile, algo, overl
         twice = Job("twice", jobs[0].model, jobs[0].num_gpus, jobs[0].batch_size)
         fresh = ClusterState(state.topology, state.health, state.perf)
         with pytest.raises(ConfigError):
-            fresh.add_many([jobs[0], twice], [placements[0], placements[0]])
+            fresh.place([jobs[0], twice], [placements[0], placements[0]])
         assert fresh.F == 0.0 and fresh.num_free == state.topology.num_gpus - int(
             (~state.health.usable).sum()
         )

@@ -6,8 +6,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import table_of
 
-from crop_gym.envs.actions import action_index, build_action_table, select_view
+from crop_gym.envs.actions import action_index, select_view
 from crop_gym.model.health import PROFILES
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
@@ -107,7 +108,7 @@ def test_action_table_rows_masks_and_gains(grouping: bool) -> None:
     stop; each row's gains are the ΔF that adding it gives."""
     Q, C = 5, 4
     for st, pending in _states(12):
-        t = build_action_table(st, pending, num_slots=Q, max_candidates=C, group_identical=grouping)
+        t = table_of(st, pending, num_slots=Q, max_candidates=C, group_identical=grouping)
         assert t.mask[-1] and t.mask.sum() == len(t.row_slot) + 1
         assert t.has_placement == (len(t.row_slot) > 0)
         np.testing.assert_array_equal(np.flatnonzero(t.mask[:-1]), np.sort(t.row_action))

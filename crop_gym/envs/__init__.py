@@ -16,7 +16,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from crop_gym.envs.actions import ActionTable, build_action_table
+    from crop_gym.envs.actions import ActionTable, build_action_tables
     from crop_gym.envs.gpu_placement import GPUPlacementEnv
     from crop_gym.envs.observation import (
         CANDIDATE_FEATURES,
@@ -44,7 +44,7 @@ __all__ = [
     "OnlinePlacementEnv",
     "OnlinePlacementV1Env",
     "PlacementEnv",
-    "build_action_table",
+    "build_action_tables",
     "draw_placement",
     "register_envs",
 ]
@@ -54,8 +54,8 @@ _WHERE = {
     "GPU_FEATURES": "observation",
     "JOB_FEATURES": "observation",
     "SUMMARY_FEATURES": "observation",
-    "ActionTable": "view",
-    "build_action_table": "view",
+    "ActionTable": "actions",
+    "build_action_tables": "actions",
     "ObservationBuilder": "observation",
     "ClusterRenderer": "render",
     "draw_placement": "render",

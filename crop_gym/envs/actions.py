@@ -8,11 +8,15 @@ candidates and gains, so one slot expresses every choice and the view reaches fu
 queue.
 
 Each slot has ``C`` rows, one per candidate of its job (from
-:func:`~crop_gym.model.candidates.candidate_sets`, the generator CROP uses), padded. Action
+:func:`~crop_gym.model.candidates.generate`, the generator CROP uses), padded. Action
 ``a = q * C + c`` places view job ``q`` on its candidate ``c``; action ``Q * C`` is *stop*, which is
-always valid. :func:`build_action_table` makes one immutable :class:`ActionTable` per state; it also
-evaluates every valid row once (its placement facts and its marginal gain), which the observation,
-the reward and the privileged features read.
+always valid. :func:`build_action_tables` makes one immutable :class:`ActionTable` per episode of a
+state (one per region: a single environment is the batch of one); it also evaluates every valid row
+once (its placement facts and its marginal gain), which the observation, the reward and the
+privileged features read.
+
+Masks are predicates over the rows: action ``q * C + c`` is valid ⇔ slot ``q`` holds a view job ∧
+that job has at least ``c + 1`` candidates; stop is always valid.
 """
 
 from __future__ import annotations
@@ -25,11 +29,10 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.model.candidates import CandidateSet, candidate_sets_many
-from crop_gym.model.facts import PlacementFacts, memo_facts_many
+from crop_gym.model.candidates import CandidateSet, generate
+from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.jobs import Job
-from crop_gym.model.placed import Gains
-from crop_gym.model.state import ClusterState
+from crop_gym.model.state import ClusterState, Gains
 from crop_gym.model.timing import job_constants
 
 __all__ = [
@@ -37,9 +40,9 @@ __all__ = [
     "PendingQueue",
     "action_index",
     "action_space",
-    "build_action_table",
     "build_action_tables",
     "job_key",
+    "select_view",
 ]
 
 
@@ -87,10 +90,14 @@ class PendingQueue:
         """The pending jobs, in queue order."""
         return [self.queue[i] for i in self.index.tolist()]
 
+    @property
+    def pending_gpus(self) -> int:
+        """GPUs requested by all pending jobs."""
+        return int(self.num_gpus[self.index].sum())
+
     def without(self, position: int) -> PendingQueue:
         """The same queue less its ``position``-th pending job."""
-        index = self.index
-        return replace(self, index=np.concatenate((index[:position], index[position + 1 :])))
+        return replace(self, index=np.delete(self.index, position))
 
 
 def action_space(num_slots: int, max_candidates: int) -> spaces.Discrete:
@@ -129,6 +136,7 @@ class ActionTable:
     Attributes:
         num_slots: ``Q``.
         max_candidates: ``C``.
+        region: The region (episode) of the state the table is of (0 for a single cluster).
         jobs: The view job of each filled slot, in queue order.
         positions: Index in the pending queue of each view job.
         copies: ``int64[Q]`` pending jobs each slot stands for (0 for an empty slot).
@@ -139,6 +147,7 @@ class ActionTable:
         row_slot: ``int64[M]`` slot of each valid row (``M`` candidates in all).
         row_cand: ``int64[M]`` candidate index of each valid row in its slot's set.
         row_src: ``int64[M]`` row of each valid row among the rows of :attr:`distinct`, in order.
+        row_index: ``int64[Q * C]`` the valid row of each placement action (-1 if masked).
         facts: Placement facts of the ``M`` valid rows (under the true health).
         gains: ΔF of each valid row (its job's own value and, if evaluated, the interference it
             causes).
@@ -149,6 +158,7 @@ class ActionTable:
 
     num_slots: int
     max_candidates: int
+    region: int
     jobs: tuple[Job, ...]
     positions: tuple[int, ...]
     copies: NDArray[np.int64]
@@ -158,6 +168,7 @@ class ActionTable:
     row_slot: NDArray[np.int64]
     row_cand: NDArray[np.int64]
     row_src: NDArray[np.int64]
+    row_index: NDArray[np.int64]
     facts: PlacementFacts
     gains: Gains
     mask: NDArray[np.bool_]
@@ -188,13 +199,25 @@ class ActionTable:
             return None
         return divmod(a, self.max_candidates)
 
+    def row(self, action: Any) -> int | None:
+        """The valid row placed by ``action``, else ``None`` (stop, out of range, masked, or not
+        an integer)."""
+        a = action_index(action)
+        if a is None or not 0 <= a < self.stop_action:
+            return None
+        r = int(self.row_index[a])
+        return r if r >= 0 else None
+
     def is_stop(self, action: Any) -> bool:
         """Whether ``action`` is the stop action."""
         return action_index(action) == self.stop_action
 
     def row_of(self, q: int, c: int) -> int:
         """Index among the valid rows of candidate ``c`` of slot ``q`` (which must be valid)."""
-        return int(np.flatnonzero((self.row_slot == q) & (self.row_cand == c))[0])
+        r = int(self.row_index[q * self.max_candidates + c])
+        if r < 0:
+            raise IndexError(f"slot {q} has no candidate {c}")
+        return r
 
     def gpus(self, q: int, c: int) -> NDArray[np.int32]:
         """GPU indices of candidate ``c`` of view slot ``q``."""
@@ -241,151 +264,190 @@ def select_view(
     return positions, np.bincount(job_class)[job_class[positions]]
 
 
-def build_action_table(
-    state: ClusterState,
-    pending: Sequence[Job] | PendingQueue,
-    *,
-    num_slots: int,
-    max_candidates: int,
-    robust: bool = True,
-    group_identical: bool = True,
-    interference: bool = True,
-) -> ActionTable:
-    """The action table of ``state`` with ``pending`` jobs (in queue order; a
-    :class:`PendingQueue` saves compiling them).
-
-    One candidate generation for the view's distinct sizes, one placement-facts evaluation over
-    the distinct candidate sets, and one vectorised gains evaluation over every valid row
-    (without the interference of each row unless ``interference``: a step needs it only for the
-    chosen row, the privileged features for all).
-    """
-    if not isinstance(pending, PendingQueue):
-        pending = PendingQueue.of(state, pending)
-    return build_action_tables(
-        [state],
-        [pending],
-        num_slots=num_slots,
-        max_candidates=max_candidates,
-        robust=robust,
-        group_identical=group_identical,
-        interference=interference,
-    )[0]
-
-
-def build_action_tables(
-    states: Sequence[ClusterState],
-    pending: Sequence[PendingQueue],
-    *,
-    num_slots: int,
-    max_candidates: int,
-    robust: bool = True,
-    group_identical: bool = True,
-    interference: bool = True,
-) -> list[ActionTable]:
-    """:func:`build_action_table` of several states of one topology (``pending[i]`` on
-    ``states[i]``), with one candidate generation for all of them
-    (:func:`~crop_gym.model.candidates.candidate_sets_many`) and one facts evaluation of the candidate
-    sets not yet evaluated (:func:`~crop_gym.model.facts.memo_facts_many`)."""
-    Q, C = num_slots, max_candidates
-    views = [
-        _View.of(state, queue, Q, group_identical)
-        for state, queue in zip(states, pending, strict=True)
-    ]
-    sizes = [list(dict.fromkeys(v.ks)) for v in views]
-    distinct_all = candidate_sets_many(states, sizes, robust=robust, max_candidates=C)
-    # The facts of each distinct candidate once (the sets new to their memo: of all states
-    # together), then of each row.
-    keys = [[key for cs in distinct for key in cs.keys] for distinct in distinct_all]
-    healths = [st.health for st in states]
-    facts_all = memo_facts_many(states[0].topology, healths, keys) if states else []
-    return [
-        _table(state, queue, view, ks, tuple(distinct), facts, Q, C, interference)
-        for state, queue, view, ks, distinct, facts in zip(
-            states, pending, views, sizes, distinct_all, facts_all, strict=True
-        )
-    ]
-
-
 @dataclass(frozen=True)
 class _View:
-    """One state's view of its pending jobs (:func:`select_view`).
+    """One episode's view of its pending jobs (:func:`select_view`).
 
     Attributes:
         queue_index: ``int64[V]`` each slot's job, as a position in the queue.
         positions: ``int64[V]`` each slot's job, as a position among the pending jobs.
         copies: ``int64[V]`` pending jobs each slot stands for.
         ks: GPUs of each slot's job.
-        pending_gpus: GPUs requested by all pending jobs.
+        sizes: The distinct sizes of ``ks``, in order of first appearance.
     """
 
     queue_index: NDArray[np.int64]
     positions: NDArray[np.int64]
     copies: NDArray[np.int64]
     ks: list[int]
-    pending_gpus: int
+    sizes: list[int]
 
     @classmethod
-    def of(cls, state: ClusterState, queue: PendingQueue, Q: int, group_identical: bool) -> _View:
+    def of(cls, queue: PendingQueue, num_free: int, Q: int, group_identical: bool) -> _View:
         index = queue.index
         num_gpus = queue.num_gpus[index]
         group = queue.job_class[index] if group_identical else np.arange(len(index))
-        positions, copies = select_view(group, num_gpus, state.num_free, Q)
+        positions, copies = select_view(group, num_gpus, num_free, Q)
         ks = num_gpus[positions].tolist()
-        return cls(index[positions], positions, copies, ks, int(num_gpus.sum()))
+        return cls(index[positions], positions, copies, ks, list(dict.fromkeys(ks)))
+
+
+_EMPTY_VIEW = _View(
+    np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), [], []
+)
+
+
+def build_action_tables(
+    state: ClusterState,
+    pending: Sequence[PendingQueue | None],
+    *,
+    num_slots: int,
+    max_candidates: int,
+    robust: bool = True,
+    group_identical: bool = True,
+    interference: bool = True,
+) -> list[ActionTable | None]:
+    """The action table of every episode of ``state`` with its ``pending`` jobs.
+
+    ``pending[r]`` is the queue of the episode in region ``r`` (a single cluster has one region),
+    or ``None`` for a region whose table is not wanted. One candidate generation for the views'
+    distinct sizes in every region (:func:`~crop_gym.model.candidates.generate`), one facts look-up
+    of their candidates (:meth:`Conditions.facts <crop_gym.model.conditions.Conditions.facts>`),
+    and one vectorised gains evaluation over every valid row of every table (without the
+    interference of each row unless ``interference``: a step needs it only for the chosen row, the
+    privileged features for all).
+
+    Returns:
+        One table per region (``None`` where ``pending`` is ``None``).
+    """
+    Q, C = num_slots, max_candidates
+    topo = state.topology
+    R, Gr = topo.regions, topo.region_gpus
+    if len(pending) != R:
+        raise ValueError(f"build_action_tables: {len(pending)} queues for {R} regions")
+    free = state.free_mask
+    n_free = (
+        [int(np.count_nonzero(free))]
+        if R == 1
+        else np.count_nonzero(free.reshape(R, Gr), axis=1).tolist()
+    )
+    views = [
+        _EMPTY_VIEW if queue is None else _View.of(queue, n_free[r], Q, group_identical)
+        for r, queue in enumerate(pending)
+    ]
+    distinct_all = generate(state.conditions, free, [v.sizes for v in views], C, robust=robust)
+    # The facts of each distinct candidate once, then of each row; the gains of every row of
+    # every table in one call (each row alone against the state).
+    keys = [key for distinct in distinct_all for cs in distinct for key in cs.keys]
+    facts = state.conditions.facts(keys)
+    layouts: list[_Layout | None] = []
+    src_off = 0
+    row_src, consts = [], []
+    for queue, view, distinct in zip(pending, views, distinct_all, strict=True):
+        n_distinct = sum(len(cs) for cs in distinct)
+        if queue is None:
+            layouts.append(None)
+            src_off += n_distinct
+            continue
+        lay = _Layout.of(view, distinct, C)
+        layouts.append(lay)
+        row_src.append(lay.row_src + src_off)
+        consts.append(queue.const[view.queue_index][lay.row_slot])
+        src_off += n_distinct
+    all_src = np.concatenate(row_src) if row_src else np.zeros(0, dtype=np.int64)
+    row_facts = facts.take(all_src)
+    const = np.concatenate(consts) if consts else np.zeros((0, 5))
+    gains = state.gains(const, row_facts, interference=interference)
+    out: list[ActionTable | None] = []
+    start = 0
+    for r, (queue, view, layout) in enumerate(zip(pending, views, layouts, strict=True)):
+        if queue is None or layout is None:
+            out.append(None)
+            continue
+        lay = layout
+        rows = slice(start, start + len(lay.row_slot))
+        start = rows.stop
+        out.append(_table(r, queue, view, lay, row_facts.take(rows), _gains_of(gains, rows), Q, C))
+    return out
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a table's rows come from: per valid row its slot, its candidate and its row among the
+    table's distinct candidate sets, and the set of each slot."""
+
+    sets: tuple[CandidateSet, ...]
+    distinct: tuple[CandidateSet, ...]
+    row_slot: NDArray[np.int64]
+    row_cand: NDArray[np.int64]
+    row_src: NDArray[np.int64]
+
+    @classmethod
+    def of(cls, v: _View, distinct: list[CandidateSet], C: int) -> _Layout:
+        by_size = dict(zip(v.sizes, distinct, strict=True))
+        first, n = {}, 0  # size -> its first row among the distinct sets' rows
+        for k, cs in by_size.items():
+            first[k], n = n, n + len(cs)
+        sets = tuple(by_size[k] for k in v.ks)
+        counts = np.array([len(s) for s in sets], dtype=np.int64)
+        row_slot = np.repeat(np.arange(len(sets), dtype=np.int64), counts)
+        starts = np.cumsum(counts) - counts
+        row_cand = np.arange(len(row_slot), dtype=np.int64) - np.repeat(starts, counts)
+        row_src = np.repeat(np.array([first[k] for k in v.ks], dtype=np.int64), counts)
+        row_src += row_cand
+        return cls(sets, tuple(distinct), row_slot, row_cand, row_src)
+
+
+def _gains_of(g: Gains, rows: slice) -> Gains:
+    return Gains(
+        own=g.own[rows],
+        interference=None if g.interference is None else g.interference[rows],
+        eta=g.eta[rows],
+        comm=g.comm[rows],
+        b_inter=g.b_inter[rows],
+    )
 
 
 def _table(
-    state: ClusterState,
+    region: int,
     pending: PendingQueue,
     v: _View,
-    sizes: list[int],
-    distinct: tuple[CandidateSet, ...],
-    distinct_facts: PlacementFacts,
+    lay: _Layout,
+    facts: PlacementFacts,
+    gains: Gains,
     Q: int,
     C: int,
-    interference: bool,
 ) -> ActionTable:
-    """One state's table from its view and the candidate sets of its distinct sizes with their
-    facts."""
-    view, positions, copies, ks = v.queue_index, v.positions, v.copies, v.ks
-    jobs = tuple(pending.queue[i] for i in view.tolist())
-    by_size = dict(zip(sizes, distinct, strict=True))
-    first, n = {}, 0  # size -> its first row among the distinct sets' rows
-    for k, cs in by_size.items():
-        first[k], n = n, n + len(cs)
-    sets = tuple(by_size[k] for k in ks)
-    counts = np.array([len(s) for s in sets], dtype=np.int64)
-    row_slot = np.repeat(np.arange(len(jobs), dtype=np.int64), counts)
-    starts = np.cumsum(counts) - counts
-    row_cand = np.arange(len(row_slot), dtype=np.int64) - np.repeat(starts, counts)
-    row_src = np.repeat(np.array([first[k] for k in ks], dtype=np.int64), counts)
-    row_src += row_cand
-    facts = distinct_facts.take(row_src)
-    # Gains of every row in one vectorised call (each row alone against the state).
-    const = pending.const[view]
-    gains = state.row_gains(const[row_slot], facts, interference=interference)
+    """One episode's table from its view, the layout of its rows and their facts and gains."""
+    jobs = tuple(pending.queue[i] for i in v.queue_index.tolist())
+    actions = lay.row_slot * C + lay.row_cand
+    row_index = np.full(Q * C, -1, dtype=np.int64)
+    row_index[actions] = np.arange(len(actions))
+    row_index.setflags(write=False)
     mask = np.zeros(Q * C + 1, dtype=bool)
-    mask[row_slot * C + row_cand] = True
+    mask[actions] = True
     mask[-1] = True
     mask.setflags(write=False)
-    copies_arr = np.zeros(Q, dtype=np.int64)
-    copies_arr[: len(copies)] = copies
-    copies_arr.setflags(write=False)
+    copies = np.zeros(Q, dtype=np.int64)
+    copies[: len(v.copies)] = v.copies
+    copies.setflags(write=False)
     return ActionTable(
         num_slots=Q,
         max_candidates=C,
+        region=region,
         jobs=jobs,
-        positions=tuple(positions.tolist()),
-        copies=copies_arr,
-        const=const,
-        sets=sets,
-        distinct=distinct,
-        row_slot=row_slot,
-        row_cand=row_cand,
-        row_src=row_src,
+        positions=tuple(v.positions.tolist()),
+        copies=copies,
+        const=pending.const[v.queue_index],
+        sets=lay.sets,
+        distinct=lay.distinct,
+        row_slot=lay.row_slot,
+        row_cand=lay.row_cand,
+        row_src=lay.row_src,
+        row_index=row_index,
         facts=facts,
         gains=gains,
         mask=mask,
-        pending_gpus=v.pending_gpus,
-        in_view=int(copies.sum()),
+        pending_gpus=pending.pending_gpus,
+        in_view=int(v.copies.sum()),
     )

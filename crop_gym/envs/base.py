@@ -1,18 +1,22 @@
-"""What the placement environments share: the episode guard, and the static envs' episode start,
-observation, info and rendering (argument checks: :mod:`crop_gym.envs.checks`).
+"""What the placement environments share: argument checks, the episode guard, and the single
+static environment's shell around its episode engine.
 
-:class:`EpisodeGuard` makes ``step`` raise :class:`gymnasium.error.ResetNeeded` before the first
-``reset`` and after an episode ended. :class:`StaticPlacementBase` holds the parts of
-:class:`~crop_gym.envs.placement.PlacementEnv` (candidate mode) and
-:class:`~crop_gym.envs.gpu_placement.GPUPlacementEnv` (GPU mode) that do not depend on the action
-space: the scenario and its sampler, the start of an episode (a sampled or given instance and the
-observed health), the action table of the current state, the observation, the common ``info``
-entries and rendering.
+* Argument checks (:func:`check_count`, :func:`check_options`, :func:`check_render_mode`) validate
+  constructor arguments and reset options the same way in every environment: one
+  :class:`~crop_gym.errors.ConfigError` naming the parameter and what is allowed.
+* :class:`EpisodeGuard` makes ``step`` raise :class:`gymnasium.error.ResetNeeded` before the first
+  ``reset`` and after an episode ended.
+* :class:`StaticPlacementBase` holds the parts of :class:`~crop_gym.envs.placement.PlacementEnv`
+  (candidate mode) and :class:`~crop_gym.envs.gpu_placement.GPUPlacementEnv` (GPU mode) that do not
+  depend on the action space: the scenario, the start of an episode (a sampled or given instance
+  and the observed health), the action table of the current state, the observation, the common
+  ``info`` entries and rendering. Each is a batch of one :class:`~crop_gym.envs.episodes.StaticEpisodes`
+  (the engine the batched environment runs on ``N`` episodes).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +24,8 @@ import gymnasium as gym
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import ActionTable, PendingQueue, build_action_table
-from crop_gym.envs.checks import (
-    DEFAULT_QUEUE_VIEW,
-    RENDER_MODES,
-    check_count,
-    check_options,
-    check_render_mode,
-)
+from crop_gym.envs.actions import ActionTable, PendingQueue
+from crop_gym.envs.episodes import StaticEpisodes
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.render import ClusterRenderer
 from crop_gym.errors import ConfigError
@@ -36,9 +34,59 @@ from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
 
-__all__ = ["EpisodeGuard", "StaticPlacementBase"]
+__all__ = [
+    "DEFAULT_QUEUE_VIEW",
+    "RENDER_MODES",
+    "EpisodeGuard",
+    "StaticPlacementBase",
+    "check_count",
+    "check_options",
+    "check_render_mode",
+]
 
 Obs = dict[str, NDArray[np.float32]]
+
+
+#: Default largest queue view (capped at the scenario's queue size).
+DEFAULT_QUEUE_VIEW = 64
+#: Render modes of every placement environment.
+RENDER_MODES = ("ansi", "rgb_array")
+
+
+def check_render_mode(render_mode: str | None) -> str | None:
+    """``render_mode`` if it is ``None`` or one of :data:`RENDER_MODES`, else a :class:`ConfigError`."""
+    if render_mode is not None and render_mode not in RENDER_MODES:
+        raise ConfigError(f"render_mode={render_mode!r} is not one of {list(RENDER_MODES)}")
+    return render_mode
+
+
+def check_count(name: str, value: Any, low: int = 1) -> int:
+    """``value`` as an ``int`` if it is an integer ``>= low`` (not a bool, not a float).
+
+    Raises:
+        ConfigError: Naming ``name`` and the allowed range otherwise.
+    """
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
+    if value < low:
+        raise ConfigError(f"{name}={value!r} is outside its allowed range [{low}, inf)")
+    return int(value)
+
+
+def check_options(options: Mapping[str, Any] | None, allowed: Collection[str]) -> dict[str, Any]:
+    """``options`` as a dict (empty for ``None``), refusing keys outside ``allowed``.
+
+    Raises:
+        ConfigError: Naming the unknown key and the allowed ones.
+    """
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"options must be a dict, got {type(options).__name__}")
+    for key in options:
+        if key not in allowed:
+            raise ConfigError(f"unknown reset option {key!r}; allowed: {sorted(allowed) or 'none'}")
+    return dict(options)
 
 
 class EpisodeGuard:
@@ -46,6 +94,11 @@ class EpisodeGuard:
 
     def __init__(self) -> None:
         self._running = False
+
+    @property
+    def running(self) -> bool:
+        """Whether an episode is running."""
+        return self._running
 
     def start(self) -> None:
         """A new episode has begun."""
@@ -64,6 +117,19 @@ class EpisodeGuard:
             self._running = False
 
 
+def check_instance(inst: Any, sampler: ScenarioSampler) -> PlacementInstance:
+    """``options["instance"]`` checked: a :class:`~crop_gym.scenario.PlacementInstance` on the
+    scenario's cluster."""
+    if not isinstance(inst, PlacementInstance):
+        raise ConfigError(
+            f"options['instance'] must be a PlacementInstance, got {type(inst).__name__}"
+        )
+    topo = sampler.topology
+    if inst.state.topology is not topo and inst.state.topology.num_gpus != topo.num_gpus:
+        raise ConfigError("options['instance'] is on a different cluster than this environment")
+    return inst
+
+
 class StaticPlacementBase(gym.Env[Obs, np.int64]):
     """Base class of the static placement environments (one instance per episode).
 
@@ -76,12 +142,7 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         topology: The cluster.
         queue_view: The view size ``Q`` after capping.
         max_candidates: ``C``.
-        state: The cluster state of the current episode.
-        pending_queue: The episode's queue and which of its jobs are pending.
-        pending: Pending jobs, in queue order (a list made from :attr:`pending_queue`).
-        table: The action table of the current state and pending jobs.
-        placed: ``(job id, GPUs)`` of the jobs placed in this episode, in order.
-        initial_F: F at the start of the episode.
+        episodes: The episode engine (a batch of one).
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}  # noqa: RUF012
@@ -123,56 +184,16 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         self.queue_view = min(sc.queue_size, view)
         self._renderer = ClusterRenderer(self.topology)
         self._guard = EpisodeGuard()
-        self.state: ClusterState = ClusterState(self.topology, perf=sc.perf)
-        self.observed_health: Health = self.state.health
-        self.pending_queue = PendingQueue.of(self.state, ())
-        self.placed: list[tuple[str, NDArray[np.int32]]] = []
-        self.initial_F = 0.0
-        self._queue_index: dict[str, int] = {}
-        self._steps = 0
-        self.table = self._build_table()
+
+    def _start_engine(self) -> None:
+        """Make the episode engine (the subclass's constructor calls it once ``features`` and
+        ``privileged`` are set)."""
+        self.episodes = StaticEpisodes(self.sampler, 1, self.features, self.table_options)
+        self.episodes.rebuild([0])
 
     @staticmethod
     def _check_max_steps(max_steps: int | None, default: int) -> int:
         return check_count("max_steps", default if max_steps is None else max_steps)
-
-    # ---------------------------------------------------------------- episodes
-    def _start_episode(self, seed: int | None, options: dict[str, Any] | None) -> None:
-        """Seed, then take ``options["instance"]`` (copied) or sample one; reset the episode's
-        bookkeeping, draw the observed health and build the action table."""
-        self.begin_episode(seed, options)
-        self.table = self._build_table()
-
-    def begin_episode(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        """:meth:`reset` up to the action table, which the caller sets (a vector environment
-        builds the tables of all its environments together; :meth:`table_options`)."""
-        opts = check_options(options, self.RESET_OPTIONS)
-        gym.Env.reset(self, seed=seed)
-        inst = opts.get("instance")
-        if inst is None:
-            inst = self.sampler.sample(self.np_random)
-        elif not isinstance(inst, PlacementInstance):
-            raise ConfigError(
-                f"options['instance'] must be a PlacementInstance, got {type(inst).__name__}"
-            )
-        elif (
-            inst.state.topology is not self.topology
-            and inst.state.topology.num_gpus != self.topology.num_gpus
-        ):
-            raise ConfigError("options['instance'] is on a different cluster than this environment")
-        else:
-            inst = PlacementInstance(inst.state.copy(), tuple(inst.queue), inst.scenario)
-        self.instance = inst
-        self.state = inst.state
-        self.pending_queue = PendingQueue.of(self.state, inst.queue)
-        self._queue_index = {j.job_id: i for i, j in enumerate(inst.queue)}
-        self.placed = []
-        self.initial_F = self.state.F
-        self._steps = 0
-        self.observed_health = self.state.health.observe(
-            self.np_random, self.scenario.observation_noise
-        )
-        self._guard.start()
 
     @property
     def table_options(self) -> dict[str, Any]:
@@ -186,59 +207,104 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
             "interference": self.privileged,
         }
 
-    def _build_table(self) -> ActionTable:
-        """The action table of the current state and pending jobs."""
-        return build_action_table(self.state, self.pending_queue, **self.table_options)
+    # ---------------------------------------------------------------- the episode
+    @property
+    def state(self) -> ClusterState:
+        """The cluster state of the current episode."""
+        return self.episodes.state
 
-    def _observe(self, extra: NDArray[np.float64] | None = None) -> Obs:
-        """The observation of the current state (the one place that calls the builder)."""
-        return self.features.build(
-            self.state,
-            self.observed_health,
-            self.pending_queue,
-            self.table,
-            self._steps,
-            self.max_steps,
-            extra=extra,
-        )
+    @property
+    def table(self) -> ActionTable:
+        """The action table of the current state and pending jobs."""
+        table = self.episodes.tables[0]
+        assert table is not None
+        return table
+
+    @property
+    def pending_queue(self) -> PendingQueue:
+        """The episode's queue and which of its jobs are pending."""
+        return self.episodes.queues[0]
 
     @property
     def pending(self) -> list[Job]:
         """The pending jobs, in queue order."""
         return self.pending_queue.jobs
 
-    def _remove_pending(self, position: int) -> None:
-        """The ``position``-th pending job leaves the queue (placed or dropped)."""
-        self.pending_queue = self.pending_queue.without(position)
+    @property
+    def placed(self) -> list[tuple[str, NDArray[np.int32]]]:
+        """``(job id, GPUs)`` of the jobs placed in this episode, in order."""
+        return self.episodes.placed[0]
+
+    @property
+    def initial_F(self) -> float:
+        """F at the start of the episode."""
+        return float(self.episodes.initial_F[0])
+
+    @property
+    def observed_health(self) -> Health:
+        """The device health the agent observes this episode."""
+        return self.episodes.observed[0]
+
+    @property
+    def instance(self) -> PlacementInstance:
+        """The episode's instance as it started (a new state each time it is read)."""
+        return self.episodes.instance(0)
+
+    @property
+    def episode_id(self) -> int:
+        """The number of the current episode (1 for the first; the state object itself is reused
+        from one episode to the next)."""
+        return int(self.episodes.started[0])
+
+    @property
+    def steps(self) -> int:
+        """Steps taken in the episode."""
+        return int(self.episodes.steps[0])
 
     @property
     def episode_return(self) -> float:
         """``F(now) - F(start)``: the return so far."""
         return self.state.F - self.initial_F
 
+    def begin_episode(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """:meth:`reset` up to the action table: seed, then take ``options["instance"]`` or draw
+        one, and the observed health."""
+        opts = check_options(options, self.RESET_OPTIONS)
+        gym.Env.reset(self, seed=seed)
+        inst = opts.get("instance")
+        given = [None if inst is None else check_instance(inst, self.sampler)]
+        self.episodes.start([0], [self.np_random], given)
+        self._guard.start()
+
+    def _start_episode(self, seed: int | None, options: dict[str, Any] | None) -> None:
+        """Seed, start the episode and build its action table."""
+        self.begin_episode(seed, options)
+        self.episodes.rebuild([0])
+
+    def _remove_pending(self, position: int) -> None:
+        """The ``position``-th pending job leaves the queue (dropped)."""
+        self.episodes.queues[0] = self.pending_queue.without(position)
+
+    def _count_step(self) -> None:
+        self._guard.check()
+        self.episodes.steps[0] += 1
+
+    def _observe(self, extra: NDArray[np.float64] | None = None) -> Obs:
+        """The observation of the current state (the one place that calls the builder)."""
+        x = None if extra is None else extra[None]
+        obs = self.episodes.observe([0], max_steps=self.max_steps, extra=x)
+        return {key: value[0] for key, value in obs.items()}
+
     def _base_info(self, mask: NDArray[np.bool_]) -> dict[str, Any]:
         """The ``info`` entries every static environment gives (``mask`` is copied)."""
-        m = self.features.last_metrics  # computed by the observation builder for this state
-        assert m is not None
-        return {
-            "action_mask": mask.copy(),
-            "F": m.F,
-            "F_start": self.initial_F,
-            "pending": len(self.pending_queue),
-            "metrics": {
-                "jobs_placed": m.jobs_placed,
-                "gpus_busy": m.gpus_busy,
-                "utilization": m.utilization,
-                "comm_overhead": m.comm_overhead,
-            },
-        }
+        return self.episodes.info(0, mask, self.state.region_metrics())
 
     # ------------------------------------------------------------------ render
     def _status_line(self, mode: str = "") -> str:
         """The first header line: scenario, step, F, return and free GPUs."""
         topo = self.topology
         return (
-            f"{self.scenario.name} ({topo.name}){mode}  step {self._steps}/{self.max_steps}  "
+            f"{self.scenario.name} ({topo.name}){mode}  step {self.steps}/{self.max_steps}  "
             f"F={self.state.F:.3f}  return={self.episode_return:+.3f}  "
             f"free={self.state.num_free}/{topo.num_gpus}"
         )
@@ -256,7 +322,9 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         if self.render_mode == "ansi":
             return self._renderer.ansi(self.state, header=self._header(), chosen=self._chosen())
         if self.render_mode == "rgb_array":
-            jobs = {jid: self._queue_index.get(jid, i) for i, (jid, _) in enumerate(self.placed)}
+            d = self.episodes.draws[0]
+            order = {} if d is None else {j.job_id: i for i, j in enumerate(d.queue)}
+            jobs = {jid: order.get(jid, i) for i, (jid, _) in enumerate(self.placed)}
             return self._renderer.rgb(
                 self.state,
                 title="\n".join(self._header()),

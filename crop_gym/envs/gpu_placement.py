@@ -138,6 +138,7 @@ class GPUPlacementEnv(StaticPlacementBase):
         self._mask = np.zeros(G + 1, dtype=bool)
         self.chosen: list[int] = []
         self.dropped: list[str] = []
+        self._start_engine()
 
     # ------------------------------------------------------------------ API
     @property
@@ -157,8 +158,7 @@ class GPUPlacementEnv(StaticPlacementBase):
 
     def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
         """Pick one GPU for the head job, or defer it."""
-        self._guard.check()
-        self._steps += 1
+        self._count_step()
         a = action_index(action)
         terms = dict(NO_TERMS)
         invalid = False
@@ -181,7 +181,7 @@ class GPUPlacementEnv(StaticPlacementBase):
         else:
             invalid = True
             terminated = self.invalid_action == "stop" or self.head is None
-        truncated = not terminated and self._steps >= self.max_steps
+        truncated = not terminated and self.steps >= self.max_steps
         self._guard.end_if(terminated, truncated)
         obs = self._obs()
         info = self._info()
@@ -200,7 +200,8 @@ class GPUPlacementEnv(StaticPlacementBase):
         gpus = np.sort(np.asarray(self.chosen, dtype=np.int32))
         facts = self.state.facts_for(gpus)
         own = self.state.gains(head, facts, interference=False).own
-        terms = placement_terms(float(own[0]), self.state.add(head, gpus, facts=facts))
+        delta = self.state.place([head], [gpus], facts, checked=True)  # (free GPUs only: masked)
+        terms = placement_terms(float(own[0]), float(delta[0]))
         self._remove_pending(self.table.positions[0])
         self.placed.append((head.job_id, self.state.placement(head.job_id)))
         self._new_head()
@@ -209,7 +210,7 @@ class GPUPlacementEnv(StaticPlacementBase):
     def _new_head(self, rebuild: bool = True) -> None:
         """Rebuild the table after the queue or the state changed; reset the picks and the mask."""
         if rebuild:
-            self.table = self._build_table()
+            self.episodes.rebuild([0])
         self.chosen = []
         mask = self._mask
         mask[:-1] = self.state.free_mask if self.head is not None else False
@@ -229,7 +230,7 @@ class GPUPlacementEnv(StaticPlacementBase):
 
     def _obs(self) -> Obs:
         chosen = np.zeros((self.topology.num_gpus, 1))
-        chosen[self.chosen, 0] = 1.0
+        chosen[self.chosen, 0] = 1.0  # (the extra "chosen" column)
         obs = self._observe(extra=chosen)
         head = self.head
         h = np.zeros(len(HEAD_FEATURES), dtype=np.float32)

@@ -9,19 +9,22 @@ describe the rows of an :class:`~crop_gym.envs.actions.ActionTable` (action ``q 
 is in ``[-1, 1]``. docs/ENVS.md explains each column.
 
 What the agent sees of the devices is the *observed* health (a noisy reading drawn once per
-episode, :meth:`~crop_gym.model.health.Health.observe`, or the true health): the per-GPU health
-columns, the health-dependent candidate columns (slowdown, survival, η, bandwidth) and the
-abnormal-GPU shares use it. What the agent sees of the jobs (free and busy GPUs, link loads, the
-placed jobs' η, F) is the true state. The privileged ``gain`` is the true ΔF of each row.
+episode, :meth:`~crop_gym.model.health.Health.observe`, or the true health; :class:`ObservedHealth`
+holds its columns, computed once per episode): the per-GPU health columns, the health-dependent
+candidate columns (slowdown, survival, η, bandwidth) and the abnormal-GPU shares use it. What the
+agent sees of the jobs (free and busy GPUs, link loads, the placed jobs' η, F) is the true state.
+The privileged ``gain`` is the true ΔF of each row.
+
+:meth:`ObservationBuilder.build` observes any number of episodes of one state at once (its regions,
+:meth:`~crop_gym.model.topology.Topology.replicated`), every table computed for all of them
+together; a single environment is the batch of one.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Sequence, Sized
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -30,11 +33,10 @@ from numpy.typing import NDArray
 
 from crop_gym.envs.actions import ActionTable
 from crop_gym.errors import ConfigError
-from crop_gym.model.facts import placement_facts
-from crop_gym.model.health import Health
+from crop_gym.model.conditions import Conditions
+from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.jobs import Job
-from crop_gym.model.objective import ClusterMetrics
-from crop_gym.model.state import ClusterState
+from crop_gym.model.state import ClusterState, RegionMetrics
 from crop_gym.model.timing import PerfConfig, inter_bandwidth, times_of
 from crop_gym.model.topology import Topology
 
@@ -44,6 +46,8 @@ __all__ = [
     "JOB_FEATURES",
     "SUMMARY_FEATURES",
     "ObservationBuilder",
+    "ObservedHealth",
+    "job_columns",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -138,8 +142,8 @@ def _job_columns(
 
 
 @dataclass(frozen=True, eq=False)
-class _Columns:
-    """What the features read of one observed health on one topology (both immutable).
+class _TreeColumns:
+    """What the features read of a topology (a pure function of it, kept per topology).
 
     ``switch_weight`` counts the switches above a multi-server placement's servers as a sum over
     its spanned inter-server links: when every server hangs from a switch at one depth (not the
@@ -149,63 +153,96 @@ class _Columns:
     ``server_switch``.
     """
 
-    topology: Topology
     uplink: NDArray[np.intp]  # the link above each GPU's server
     bw_ref: float  # fastest intra-server (GPU) link
     switch_weight: FloatArray | None  # per link: 1 for a switch above servers (see above)
     server_switch: NDArray[np.int64]  # per link: the parent of a server link, -1 otherwise
-    gpu: NDArray[np.float32]  # [G, 10]: the health columns of GPU_FEATURES, zeros elsewhere
-    flags: FloatArray | None  # [G, 2]: 1 where σ > 1, 1 where π > 0 (None if neither anywhere)
-    failed: NDArray[np.int32] | None  # [G]: 1 where failed (None if none)
-    failed_frac: float
-    abnormal_frac: float
+    speed: NDArray[np.float32]  # per GPU: relative speed / fastest GPU
+
+
+@lru_cache(maxsize=64)
+def _tree_columns(topology: Topology) -> _TreeColumns:
+    parents = np.unique(topology.parent[topology.server_node])
+    weight: FloatArray | None = None
+    if len(np.unique(topology.depth[parents])) == 1:
+        weight = np.zeros(topology.num_nodes)
+        weight[parents] = 1.0
+        weight[0] = 0.0  # the root is never spanned; all servers under it -> max(0, 1) = 1
+    return _TreeColumns(
+        uplink=topology.server_node[topology.gpu_server].astype(np.intp),
+        bw_ref=float(topology.link_bw[topology.gpu_node].max()),
+        switch_weight=weight,
+        server_switch=np.where(topology.kind == 1, topology.parent, -1).astype(np.int64),
+        speed=(topology.gpu_speed / float(topology.gpu_speed.max())).astype(np.float32),
+    )
+
+
+#: Where :meth:`ObservedHealth.of` keeps the true health's columns in the conditions' cache.
+_OBSERVED_KEY = "observation.observed_health"
+
+
+@dataclass(frozen=True, eq=False)
+class ObservedHealth:
+    """What the agent observes of the devices of every region of a state, computed once per
+    episode (:meth:`of`) and read by every observation of it.
+
+    Attributes:
+        conditions: The observed health on the state's topology (the true conditions when the
+            reading has no noise).
+        noisy: Whether it differs from the true health (the candidate columns are then
+            re-evaluated under it).
+        gpu: ``float32[G, 10]`` the health columns of :data:`GPU_FEATURES` (failed, slowness,
+            failure probability, speed, uplink degradation), zeros elsewhere.
+        flags: ``float64[G, 2]`` 1 where σ > 1, 1 where π > 0 (``None`` if neither anywhere).
+        failed_frac: ``float64[R]`` share of failed GPUs of each region.
+        abnormal_frac: ``float64[R]`` share of slow, failed or failure-prone GPUs of each region.
+    """
+
+    conditions: Conditions
+    noisy: bool
+    gpu: NDArray[np.float32]
+    flags: FloatArray | None
+    failed_frac: FloatArray
+    abnormal_frac: FloatArray
 
     @classmethod
-    def of(cls, topology: Topology, health: Health) -> _Columns:
-        parents = np.unique(topology.parent[topology.server_node])
-        weight: FloatArray | None = None
-        if len(np.unique(topology.depth[parents])) == 1:
-            weight = np.zeros(topology.num_nodes)
-            weight[parents] = 1.0
-            weight[0] = 0.0  # the root is never spanned; all servers under it -> max(0, 1) = 1
-        uplink = topology.server_node[topology.gpu_server].astype(np.intp)
+    def of(cls, conditions: Conditions, true: Conditions | None = None) -> ObservedHealth:
+        """The columns of the observed ``conditions`` (``true``: the state's, if different).
+
+        Without ``true`` (the agent sees the true health) they are kept in the conditions'
+        :attr:`~crop_gym.model.conditions.Conditions.cache`: a pure function of them."""
+        if true is None or true is conditions:
+            hit: ObservedHealth | None = conditions.cache.get(_OBSERVED_KEY)
+            if hit is None:
+                hit = conditions.cache[_OBSERVED_KEY] = cls._of(conditions, None)
+            return hit
+        return cls._of(conditions, true)
+
+    @classmethod
+    def _of(cls, conditions: Conditions, true: Conditions | None) -> ObservedHealth:
+        topology, health = conditions.topology, conditions.health
+        tc = _tree_columns(topology)
         gpu = np.zeros((topology.num_gpus, len(GPU_FEATURES)), dtype=np.float32)
         gpu[:, 2] = health.gpu_failed
         gpu[:, 3] = 1.0 - 1.0 / health.gpu_slowdown
         gpu[:, 4] = np.clip(health.gpu_fail_prob, 0.0, 1.0)
-        gpu[:, 5] = topology.gpu_speed / float(topology.gpu_speed.max())
-        gpu[:, 7] = 1.0 - health.link_degradation[uplink]
+        gpu[:, 5] = tc.speed
+        gpu[:, 7] = 1.0 - health.link_degradation[tc.uplink]
         gpu.setflags(write=False)
         flags = np.stack([health.gpu_slowdown > 1.0, health.gpu_fail_prob > 0.0], axis=1)
+        R = topology.regions
         return cls(
-            topology=topology,
-            uplink=uplink,
-            bw_ref=float(topology.link_bw[topology.gpu_node].max()),
-            switch_weight=weight,
-            server_switch=np.where(topology.kind == 1, topology.parent, -1).astype(np.int64),
+            conditions=conditions,
+            noisy=true is not None and true is not conditions,
             gpu=gpu,
             flags=flags.astype(np.float64) if flags.any() else None,
-            failed=health.gpu_failed.astype(np.int32) if health.gpu_failed.any() else None,
-            failed_frac=float(health.gpu_failed.mean()),
-            abnormal_frac=float(health.is_abnormal_gpu.mean()),
+            failed_frac=health.gpu_failed.reshape(R, -1).mean(axis=1),
+            abnormal_frac=health.is_abnormal_gpu.reshape(R, -1).mean(axis=1),
         )
 
 
-# Per Health object (immutable, hashed by identity), kept while the object lives: a pure
-# function of immutable inputs. Weak keys, so that many environments in one process never evict
-# each other's entries and a finished episode's health is forgotten with it.
-_COLUMNS: weakref.WeakKeyDictionary[Health, _Columns] = weakref.WeakKeyDictionary()
-
-
-def _columns(topology: Topology, health: Health) -> _Columns:
-    hit = _COLUMNS.get(health)
-    if hit is None or hit.topology is not topology:
-        hit = _COLUMNS[health] = _Columns.of(topology, health)
-    return hit
-
-
 class ObservationBuilder:
-    """Builds the observation dict of a placement environment.
+    """Builds the observation dicts of a placement environment.
 
     Keys (all ``float32``): tables ``"gpus"`` ``(G, len(gpu_features))``, ``"candidates"``
     ``(Q * C, 17)``, ``"queue"`` ``(Q, 8)`` — flattened row-major to 1-D unless
@@ -214,7 +251,7 @@ class ObservationBuilder:
     of each row divided by ``max_job_gpus`` (clipped to ``[-1, 1]``; 0 on padding).
 
     Args:
-        topology: The cluster.
+        topology: The cluster of one episode (``G`` is its GPUs).
         perf: The iteration-time options (for the η estimate under a noisy health).
         num_slots: View slots ``Q`` of the action tables.
         max_candidates: Rows per slot ``C``.
@@ -229,10 +266,8 @@ class ObservationBuilder:
             values (in ``[0, 1]``) are passed to :meth:`build`.
 
     Attributes:
-        observation_space: The ``spaces.Dict`` of the keys above.
+        observation_space: The ``spaces.Dict`` of one episode's observation.
         gpu_features: ``(*GPU_FEATURES, *gpu_extra)``.
-        last_metrics: The :class:`~crop_gym.model.objective.ClusterMetrics` of the state of the
-            last :meth:`build` (``None`` before).
     """
 
     def __init__(
@@ -263,7 +298,6 @@ class ObservationBuilder:
         self.with_candidates = bool(with_candidates)
         self.table_layout = bool(table_layout)
         self.gpu_features: tuple[str, ...] = (*GPU_FEATURES, *gpu_extra)
-        self.last_metrics: ClusterMetrics | None = None
         G, Q, C = topology.num_gpus, self.num_slots, self.max_candidates
         self._shapes: dict[str, tuple[int, ...]] = {"gpus": (G, len(self.gpu_features))}
         if self.with_candidates:
@@ -281,91 +315,114 @@ class ObservationBuilder:
         self.observation_space = spaces.Dict({key: box(key) for key in self._shapes})
 
     def rows(self, obs: dict[str, NDArray[np.float32]], key: str) -> NDArray[np.float32]:
-        """The ``(rows, columns)`` view of table ``key`` of ``obs``, in either layout."""
+        """The ``(rows, columns)`` view of table ``key`` of one episode's ``obs``, in either
+        layout."""
         return obs[key].reshape(self._shapes[key])
 
     # ------------------------------------------------------------------ build
     def build(
         self,
         state: ClusterState,
-        observed: Health,
-        pending: Sized,
-        table: ActionTable,
-        step: int = 0,
-        max_steps: int = 1,
+        observed: ObservedHealth,
+        tables: Sequence[ActionTable],
+        pending: Sequence[int],
+        steps: Sequence[int],
+        max_steps: int,
+        metrics: RegionMetrics | None = None,
         *,
         extra: NDArray[Any] | None = None,
     ) -> dict[str, NDArray[np.float32]]:
-        """The observation of ``state`` with ``pending`` jobs and their action table.
+        """The observations of the episodes of ``tables`` (one per region of ``state``).
 
         Args:
-            state: The cluster state.
-            observed: The health the agent observes (``state.health`` or a noisy reading of it).
-            pending: Pending jobs in queue order.
-            table: :func:`~crop_gym.envs.actions.build_action_table` of this state and ``pending``.
-            step: Steps taken in the episode (for the ``steps`` summary feature).
-            max_steps: The episode's step cap.
-            extra: ``float[G, len(gpu_extra)]`` values of the extra per-GPU columns (``None``:
+            state: The cluster state (every region of it).
+            observed: The health the agent observes (:meth:`ObservedHealth.of`).
+            tables: The action table of each episode to observe (its region is
+                :attr:`ActionTable.region`).
+            pending: Pending jobs of each of those episodes.
+            steps: Steps taken in each episode (for the ``steps`` summary feature).
+            max_steps: The episodes' step cap.
+            metrics: :meth:`ClusterState.region_metrics` of ``state`` if the caller has it.
+            extra: ``float[n, G, len(gpu_extra)]`` values of the extra per-GPU columns (``None``:
                 zeros).
 
         Returns:
-            A fresh dict of fresh arrays (safe to keep).
+            A fresh dict of fresh arrays, each with a leading axis of one row per table.
 
         Raises:
-            ConfigError: If the table's shape is not the builder's, or ``extra`` has the wrong
+            ConfigError: If a table's shape is not the builder's, or ``extra`` has the wrong
                 shape.
         """
-        if (table.num_slots, table.max_candidates) != (self.num_slots, self.max_candidates):
-            raise ConfigError(
-                f"action table of {table.num_slots}x{table.max_candidates} rows; the builder "
-                f"expects {self.num_slots}x{self.max_candidates}"
-            )
-        health = _columns(self.topology, observed)
-        gpu, free = self._gpus(state, health, extra)
+        n = len(tables)
+        for table in tables:
+            if (table.num_slots, table.max_candidates) != (self.num_slots, self.max_candidates):
+                raise ConfigError(
+                    f"action table of {table.num_slots}x{table.max_candidates} rows; the builder "
+                    f"expects {self.num_slots}x{self.max_candidates}"
+                )
+        m = state.region_metrics() if metrics is None else metrics
+        regions = np.array([t.region for t in tables], dtype=np.int64)
+        gpu, free = self._gpus(state, observed, regions, extra)
         out: dict[str, NDArray[np.float32]] = {"gpus": gpu}
-        slots = self._slot_columns(table)
+        slots = self._slot_columns(tables)
         cand: NDArray[np.float32] | None = None
         if self.with_candidates:
-            cand = self._candidates(state, observed, health, table, slots)
+            cand = self._candidates(state, observed, tables, slots)
             out["candidates"] = cand
-        out["queue"] = self._queue(table, slots, cand)
-        out["summary"] = self._summary(state, health, free, pending, table, step, max_steps)
+        out["queue"] = self._queue(tables, slots, cand)
+        out["summary"] = self._summary(
+            observed, m, regions, free, tables, np.asarray(pending), np.asarray(steps), max_steps
+        )
         if self.privileged and self.with_candidates:
-            gain = np.zeros(self.num_slots * self.max_candidates, dtype=np.float32)
-            gain[table.row_action] = np.clip(table.gains.total / self.max_job_gpus, -1.0, 1.0)
+            QC = self.num_slots * self.max_candidates
+            gain = np.zeros((n, QC), dtype=np.float32)
+            for i, table in enumerate(tables):
+                gain[i, table.row_action] = np.clip(
+                    table.gains.total / self.max_job_gpus, -1.0, 1.0
+                )
             out["gain"] = gain
         if not self.table_layout:
             for key in ("gpus", "candidates", "queue"):
                 if key in out:
-                    out[key] = out[key].reshape(-1)
+                    out[key] = out[key].reshape(n, -1)
         return out
 
-    def _slot_columns(self, table: ActionTable) -> FloatArray:
-        """``float64[n, 17]`` per filled slot, the candidate columns that follow from its job and
-        position (valid, job_gpus, grad_size, compute_time, queue_pos, weight; the others 0).
-        Its columns 1-3 and 16 are also the queue table's."""
-        n = len(table.jobs)
-        cols = np.zeros((n, len(CANDIDATE_FEATURES)))
-        if n:
-            jobs = [job_columns(j, self.max_job_gpus) for j in table.jobs]
-            jc = np.fromiter(chain.from_iterable(jobs), np.float64, 4 * n).reshape(n, 4)
-            cols[:, 0] = 1.0
-            cols[:, 1:4] = jc[:, :3]
-            cols[:, 15] = np.arange(n) / max(self.num_slots - 1, 1)
-            cols[:, 16] = jc[:, 3]
-        return cols
+    def _slot_columns(self, tables: Sequence[ActionTable]) -> list[FloatArray]:
+        """Per table ``float64[n_q, 17]``: per filled slot, the candidate columns that follow
+        from its job and position (valid, job_gpus, grad_size, compute_time, queue_pos, weight;
+        the others 0). Its columns 1-3 and 16 are also the queue table's."""
+        out = []
+        scale = max(self.num_slots - 1, 1)
+        for table in tables:
+            n = len(table.jobs)
+            cols = np.zeros((n, len(CANDIDATE_FEATURES)))
+            if n:
+                jc = np.array([job_columns(j, self.max_job_gpus) for j in table.jobs])
+                cols[:, 0] = 1.0
+                cols[:, 1:4] = jc[:, :3]
+                cols[:, 15] = np.arange(n) / scale
+                cols[:, 16] = jc[:, 3]
+            out.append(cols)
+        return out
 
     def _gpus(
-        self, state: ClusterState, health: _Columns, extra: NDArray[Any] | None
-    ) -> tuple[NDArray[np.float32], int]:
-        """The per-GPU table (the observed health columns, then what holds each GPU) and the
-        number of free GPUs."""
+        self,
+        state: ClusterState,
+        observed: ObservedHealth,
+        regions: NDArray[np.int64],
+        extra: NDArray[Any] | None,
+    ) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
+        """The per-GPU tables ``float32[n, G, F]`` (the observed health columns, then what holds
+        each GPU) and the free GPUs of each."""
         n_extra = len(self.gpu_features) - len(GPU_FEATURES)
-        G = self.topology.num_gpus
-        if extra is not None and np.shape(extra) != (G, n_extra):
+        n, G = len(regions), self.topology.num_gpus
+        if extra is not None and np.shape(extra) != (n, G, n_extra):
             raise ConfigError(
-                f"extra GPU columns of shape {np.shape(extra)}; expected {(G, n_extra)}"
+                f"extra GPU columns of shape {np.shape(extra)}; expected {(n, G, n_extra)}"
             )
+        topo = state.topology
+        every = n == topo.regions and (n == 1 or bool((regions == np.arange(n)).all()))
+        gidx: Any = slice(None) if every else (regions[:, None] * G + np.arange(G)).ravel()
         # Each GPU's row is its observed-health row plus the row of what holds it (a placed
         # job's slot: busy, η, size; or the free row, last; or the failed row, before it): the
         # two have disjoint non-zero columns.
@@ -378,55 +435,78 @@ class ObservationBuilder:
         held[S + 1, 0] = 1.0
         # (Unused slots hold stale values; no GPU points at them.) Owner -1: free; failed GPUs
         # (never held) point one row lower.
-        owner = state.gpu_owner
-        failed = _columns(self.topology, state.health).failed
-        row = owner if failed is None else owner - failed
+        row = state.gpu_owner[gidx] - ~state.conditions.usable[gidx]
         base = held.take(row, axis=0)
-        base += health.gpu
-        n = state.link_load[health.uplink]
-        base[:, 6] = n / (n + 1.0)
-        free = int(np.count_nonzero(row == -1))
+        base += observed.gpu[gidx]
+        load = state.link_load[_tree_columns(topo).uplink[gidx]]
+        base[:, 6] = load / (load + 1.0)
+        free = np.count_nonzero((row == -1).reshape(n, G), axis=1)
         if not n_extra:
-            return base, free
-        gpu = np.empty((G, len(self.gpu_features)), dtype=np.float32)
-        gpu[:, : len(GPU_FEATURES)] = base
-        gpu[:, len(GPU_FEATURES) :] = 0.0 if extra is None else extra
+            return base.reshape(n, G, -1), free
+        gpu = np.empty((n, G, len(self.gpu_features)), dtype=np.float32)
+        gpu[:, :, : len(GPU_FEATURES)] = base.reshape(n, G, -1)
+        gpu[:, :, len(GPU_FEATURES) :] = 0.0 if extra is None else extra
         return gpu, free
 
     def _candidates(
         self,
         state: ClusterState,
-        observed: Health,
-        health: _Columns,
-        table: ActionTable,
-        slots: FloatArray,
+        observed: ObservedHealth,
+        tables: Sequence[ActionTable],
+        slots: list[FloatArray],
     ) -> NDArray[np.float32]:
-        """The candidate table ``(Q * C, 17)``: one row per valid action row, zeros elsewhere."""
-        cand = np.zeros((self.num_slots * self.max_candidates, len(CANDIDATE_FEATURES)), np.float32)
-        if len(table.row_slot) == 0:
+        """The candidate tables ``(n, Q * C, 17)``: one row per valid action row, zeros elsewhere."""
+        QC = self.num_slots * self.max_candidates
+        cand = np.zeros((len(tables), QC, len(CANDIDATE_FEATURES)), np.float32)
+        counts = [len(t.row_slot) for t in tables]
+        if not sum(counts):
             return cand
+        # Every table's rows together.
+        one = len(tables) == 1
+        facts = PlacementFacts.concat([t.facts for t in tables])
+        links = facts.inter_links
         load = state.link_load
-        links = table.facts.inter_links
-        if observed is state.health:
-            facts, eta, b_inter = table.facts, table.gains.eta, table.gains.b_inter
-        else:
+        if observed.noisy:
             # The health-dependent facts and η as the agent can estimate them.
-            facts = placement_facts(self.topology, observed, [s.gpus for s in table.distinct])
-            facts = facts.take(table.row_src)
-            eff = self.topology.link_bw * observed.link_degradation
-            b_inter = inter_bandwidth(eff, load[links] + 1, links)
-            eta = times_of(self.perf, table.const[table.row_slot], facts, b_inter).eta
+            keys = [key for t in tables for cs in t.distinct for key in cs.keys]
+            distinct = observed.conditions.facts(keys)
+            off = np.cumsum([0] + [sum(len(cs) for cs in t.distinct) for t in tables])[:-1]
+            src = np.concatenate([t.row_src + o for t, o in zip(tables, off, strict=True)])
+            facts = distinct.take(src)
+            links = facts.inter_links
+            b_inter = inter_bandwidth(observed.conditions.eff_bw, load[links] + 1, links)
+            const = np.concatenate([t.const[t.row_slot] for t in tables])
+            eta = times_of(self.perf, const, facts, b_inter).eta
+        elif one:
+            eta, b_inter = tables[0].gains.eta, tables[0].gains.b_inter
+        else:
+            eta = np.concatenate([t.gains.eta for t in tables])
+            b_inter = np.concatenate([t.gains.b_inter for t in tables])
         k, s = facts.k, facts.s
+        tc = _tree_columns(state.topology)
         # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,
         # queue_pos, weight), then the placement's.
-        d = slots.take(table.row_slot, axis=0)
+        d = (
+            slots[0].take(tables[0].row_slot, axis=0)
+            if one
+            else np.concatenate(
+                [sl.take(t.row_slot, axis=0) for sl, t in zip(slots, tables, strict=True)]
+            )
+        )
         d[:, 4] = s / _SERVERS_SCALE
         d[:, 5] = (s - 1.0) / np.maximum(k - 1.0, 1.0)
-        d[:, 6] = _switches(health, links) / _SWITCHES_SCALE
-        if health.flags is not None:
+        d[:, 6] = _switches(tc, links) / _SWITCHES_SCALE
+        if observed.flags is not None:
             # Slow and failure-prone GPUs of each distinct candidate, then of each row.
-            flags = [health.flags.take(cs.gpus, axis=0).sum(axis=1) for cs in table.distinct]
-            d[:, 7:9] = np.concatenate(flags).take(table.row_src, axis=0) / k[:, None]
+            flags = observed.flags
+            per = [
+                np.concatenate([flags.take(cs.gpus, axis=0).sum(axis=1) for cs in t.distinct])[
+                    t.row_src
+                ]
+                for t in tables
+                if len(t.row_src)
+            ]
+            d[:, 7:9] = np.concatenate(per) / k[:, None]
         d[:, 9] = 1.0 - 1.0 / facts.slowdown
         d[:, 10] = facts.survival
         d[:, 11] = eta
@@ -434,66 +514,74 @@ class ObservationBuilder:
         if links.shape[1]:
             most = load[links].max(axis=1)
             d[:, 13] = most / (most + 1.0)
-        bw_ref = health.bw_ref
+        bw_ref = tc.bw_ref
         d[:, 14] = np.minimum(np.minimum(facts.b_intra, b_inter), bw_ref) / bw_ref
         np.minimum(np.maximum(d, 0.0, out=d), 1.0, out=d)
-        cand[table.row_action] = d
+        which = np.repeat(np.arange(len(tables)), counts)
+        actions = (
+            np.concatenate([t.row_action for t in tables]) if not one else tables[0].row_action
+        )
+        cand[which, actions] = d
         return cand
 
     def _queue(
-        self, table: ActionTable, slots: FloatArray, cand: NDArray[np.float32] | None
+        self,
+        tables: Sequence[ActionTable],
+        slots: list[FloatArray],
+        cand: NDArray[np.float32] | None,
     ) -> NDArray[np.float32]:
-        """The queue table ``(Q, 8)``: one row per filled view slot, zeros elsewhere."""
+        """The queue tables ``(n, Q, 8)``: one row per filled view slot, zeros elsewhere."""
         C = self.max_candidates
-        queue = np.zeros((self.num_slots, len(JOB_FEATURES)), dtype=np.float32)
-        n = len(table.jobs)
-        if n == 0:
-            return queue
-        queue[:n, 0] = 1.0
-        queue[:n, 1:4] = slots[:, 1:4]
-        queue[:n, 4] = slots[:, 16]
-        queue[:n, 5] = np.bincount(table.row_slot, minlength=n) / C
-        queue[:n, 7] = np.minimum(table.copies[:n] / _COPIES_SCALE, 1.0)
-        if cand is not None:
-            # Best η over the slot's rows (padding rows hold 0 <= every η), from the float32
-            # column: the cast is monotonic, so this is the cast of the float64 maximum.
-            queue[:n, _BEST_ETA] = cand[: n * C, _ETA].reshape(n, C).max(axis=1)
+        queue = np.zeros((len(tables), self.num_slots, len(JOB_FEATURES)), dtype=np.float32)
+        for i, (table, sl) in enumerate(zip(tables, slots, strict=True)):
+            n = len(table.jobs)
+            if n == 0:
+                continue
+            q = queue[i]
+            q[:n, 0] = 1.0
+            q[:n, 1:4] = sl[:, 1:4]
+            q[:n, 4] = sl[:, 16]
+            q[:n, 5] = np.bincount(table.row_slot, minlength=n) / C
+            q[:n, 7] = np.minimum(table.copies[:n] / _COPIES_SCALE, 1.0)
+            if cand is not None:
+                # Best η over the slot's rows (padding rows hold 0 <= every η), from the float32
+                # column: the cast is monotonic, so this is the cast of the float64 maximum.
+                q[:n, _BEST_ETA] = cand[i, : n * C, _ETA].reshape(n, C).max(axis=1)
         return queue
 
     def _summary(
         self,
-        state: ClusterState,
-        health: _Columns,
-        free: int,
-        pending: Sized,
-        table: ActionTable,
-        step: int,
+        observed: ObservedHealth,
+        m: RegionMetrics,
+        regions: NDArray[np.int64],
+        free: NDArray[np.int64],
+        tables: Sequence[ActionTable],
+        pending: NDArray[np.int64],
+        steps: NDArray[np.int64],
         max_steps: int,
     ) -> NDArray[np.float32]:
-        """The summary vector; also sets :attr:`last_metrics`."""
+        """The summary vectors ``(n, 10)``."""
         G = self.topology.num_gpus
-        m = self.last_metrics = state.metrics()
-        n = len(pending)
-        return np.array(
-            (
-                min(n / self.queue_size, 1.0),
-                min(max(n - table.in_view, 0) / self.queue_size, 1.0),
-                min(table.pending_gpus / G, 1.0),
-                free / G,
-                min(max(m.F / G, 0.0), 1.0),
-                m.utilization,
-                min(max(m.comm_overhead, 0.0), 1.0),
-                health.failed_frac,
-                health.abnormal_frac,
-                min(step / max(max_steps, 1), 1.0),
-            ),
-            dtype=np.float32,
-        )
+        K = self.queue_size
+        in_view = np.array([t.in_view for t in tables])
+        pending_gpus = np.array([t.pending_gpus for t in tables])
+        out = np.empty((len(tables), len(SUMMARY_FEATURES)), dtype=np.float32)
+        out[:, 0] = np.minimum(pending / K, 1.0)
+        out[:, 1] = np.minimum(np.maximum(pending - in_view, 0) / K, 1.0)
+        out[:, 2] = np.minimum(pending_gpus / G, 1.0)
+        out[:, 3] = free / G
+        out[:, 4] = np.minimum(np.maximum(m.F[regions] / G, 0.0), 1.0)
+        out[:, 5] = m.utilization[regions]
+        out[:, 6] = np.minimum(np.maximum(m.comm_overhead[regions], 0.0), 1.0)
+        out[:, 7] = observed.failed_frac[regions]
+        out[:, 8] = observed.abnormal_frac[regions]
+        out[:, 9] = np.minimum(steps / max(max_steps, 1), 1.0)
+        return out
 
 
-def _switches(tc: _Columns, links: NDArray[np.int32]) -> FloatArray:
+def _switches(tc: _TreeColumns, links: NDArray[np.int32]) -> FloatArray:
     """Distinct switches above the servers of each row of spanned inter-server ``links`` (1 on
-    one server; see :class:`_Columns`)."""
+    one server; see :class:`_TreeColumns`)."""
     if links.shape[1] == 0:
         return np.ones(len(links))
     if tc.switch_weight is not None:

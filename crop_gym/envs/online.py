@@ -10,10 +10,10 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import ActionTable, action_space, build_action_table
+from crop_gym.envs.actions import ActionTable, PendingQueue, action_space, build_action_tables
 from crop_gym.envs.base import EpisodeGuard
-from crop_gym.envs.checks import RENDER_MODES, check_count, check_render_mode
-from crop_gym.envs.observation import ObservationBuilder
+from crop_gym.envs.base import RENDER_MODES, check_count, check_render_mode
+from crop_gym.envs.observation import ObservationBuilder, ObservedHealth
 from crop_gym.envs.online_common import (
     ONLINE_FEATURES,
     OnlineRendering,
@@ -194,14 +194,14 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
 
     def _rebuild(self) -> None:
         sim = self._sim
-        self.table = build_action_table(
+        self.table = build_action_tables(
             sim.state,
-            sim.queue,
+            [PendingQueue.of(sim.state, sim.queue)],
             num_slots=self.queue_view,
             max_candidates=self.max_candidates,
             robust=self.robust_candidates,
             interference=self.features.privileged,
-        )
+        )[0]
 
     def _observe(self) -> Obs:
         sim = self._sim
@@ -210,9 +210,16 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
         if state.jobs:
             rem = sim.remaining_time_by_gpu()
             extra[:, 0] = rem / (rem + HOUR)
-        obs = self.features.build(
-            state, state.health, sim.queue, self._table, self._steps, self.max_steps, extra=extra
+        batch = self.features.build(
+            state,
+            ObservedHealth.of(state.conditions),
+            [self._table],
+            [sim.queue_length],
+            [self._steps],
+            self.max_steps,
+            extra=extra[None],
         )
+        obs = {key: value[0] for key, value in batch.items()}
         obs["online"] = self._online_features()
         return obs
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.envs.checks import check_options
+from crop_gym.envs.base import check_options
 from crop_gym.envs.rewards import HOUR
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.jobs import Job

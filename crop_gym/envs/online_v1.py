@@ -13,10 +13,10 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import ActionTable, action_space, build_action_table
+from crop_gym.envs.actions import ActionTable, PendingQueue, action_space, build_action_tables
 from crop_gym.envs.base import EpisodeGuard
-from crop_gym.envs.checks import RENDER_MODES, check_count, check_render_mode
-from crop_gym.envs.observation import ObservationBuilder
+from crop_gym.envs.base import RENDER_MODES, check_count, check_render_mode
+from crop_gym.envs.observation import ObservationBuilder, ObservedHealth
 from crop_gym.envs.online_common import (
     ONLINE_FEATURES,
     OnlineRendering,
@@ -270,14 +270,14 @@ class OnlinePlacementV1Env(OnlineRendering, gym.Env[Obs, np.int64]):
         sim = self.sim
         if sim is None:
             raise gym.error.ResetNeeded("call reset() before step()")
-        self.table = build_action_table(
+        self.table = build_action_tables(
             sim.state,
-            sim.queue,
+            [PendingQueue.of(sim.state, sim.queue)],
             num_slots=self.queue_view,
             max_candidates=self.max_candidates,
             robust=self.robust_candidates,
             group_identical=False,
-        )
+        )[0]
 
     def _advance(self) -> tuple[float, float, float, float]:
         """Advance to the next event, then on while nothing can be placed.
@@ -395,9 +395,16 @@ class OnlinePlacementV1Env(OnlineRendering, gym.Env[Obs, np.int64]):
         extra = np.zeros((self.topology.num_gpus, 1))
         if state.jobs:
             extra[:, 0] = _squash(sim.remaining_time_by_gpu())
-        obs = self.features.build(
-            state, state.health, sim.queue, table, self.steps, self.max_steps, extra=extra
+        batch = self.features.build(
+            state,
+            ObservedHealth.of(state.conditions),
+            [table],
+            [sim.queue_length],
+            [self.steps],
+            self.max_steps,
+            extra=extra[None],
         )
+        obs = {key: value[0] for key, value in batch.items()}
         obs["online"] = self._online_features()
         obs["waiting"], obs["slots"] = self._queue_tables()
         return obs

@@ -1,7 +1,11 @@
-"""The static placement environment, candidate mode (the CROP problem as an MDP)."""
+"""The static placement environment, candidate mode (the CROP problem as an MDP), and its step:
+:func:`candidate_steps` steps any number of episodes of a
+:class:`~crop_gym.envs.episodes.StaticEpisodes` engine at once (the single environment is the batch
+of one; the batched environment, :mod:`crop_gym.envs.vector`, runs the same function)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
@@ -9,31 +13,84 @@ from typing import Any, Literal, SupportsFloat
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import ActionTable, action_space
+from crop_gym.envs.actions import action_space
 from crop_gym.envs.base import Obs, StaticPlacementBase
+from crop_gym.envs.episodes import StaticEpisodes
 from crop_gym.envs.observation import ObservationBuilder
-from crop_gym.envs.rewards import NO_TERMS, placement_terms, total
+from crop_gym.envs.rewards import NO_TERMS, total
 from crop_gym.scenario import Scenario, with_hardware
 
-__all__ = ["PlacementEnv", "StepStart"]
+__all__ = ["PlacementEnv", "StepOutcome", "candidate_steps"]
 
 
 @dataclass(frozen=True)
-class StepStart:
-    """What the first half of a step did (:meth:`PlacementEnv.begin_step`).
+class StepOutcome:
+    """What :func:`candidate_steps` did to each episode it stepped (one element each).
 
     Attributes:
-        terms: The reward terms (:func:`~crop_gym.envs.rewards.placement_terms`).
+        terms: The reward terms (:func:`~crop_gym.envs.rewards.placement_terms`; 0 when nothing
+            was placed).
         invalid: Whether the action was invalid.
         placed: The job id placed, or ``None``.
-        stopped: Whether the action ends the episode by itself (stop, or invalid under
-            ``invalid_action="stop"``).
+        terminated: ``bool[n]``.
+        truncated: ``bool[n]``.
     """
 
-    terms: dict[str, float]
-    invalid: bool
-    placed: str | None
-    stopped: bool
+    terms: list[dict[str, float]]
+    invalid: list[bool]
+    placed: list[str | None]
+    terminated: NDArray[np.bool_]
+    truncated: NDArray[np.bool_]
+
+    @property
+    def rewards(self) -> NDArray[np.float64]:
+        """``float64[n]``: each step's reward (the sum of its terms, ΔF)."""
+        return np.array([total(t) for t in self.terms])
+
+
+def candidate_steps(
+    episodes: StaticEpisodes,
+    which: Sequence[int],
+    actions: Sequence[Any],
+    *,
+    invalid_action: str,
+    max_steps: int,
+) -> StepOutcome:
+    """One candidate-mode step of each episode of ``which`` (``actions[j]`` for ``which[j]``): the
+    valid placements are applied together, then the tables of the episodes that changed are
+    rebuilt together (the specification is :class:`PlacementEnv`'s)."""
+    n = len(which)
+    rows: list[tuple[int, int]] = []
+    stopped = np.zeros(n, dtype=bool)
+    invalid = [False] * n
+    at: dict[int, int] = {}
+    for j, (r, action) in enumerate(zip(which, actions, strict=True)):
+        episodes.steps[r] += 1
+        table = episodes.tables[r]
+        assert table is not None
+        row = table.row(action)
+        if row is not None:
+            at[r] = j
+            rows.append((r, row))
+        elif table.is_stop(action):
+            stopped[j] = True
+        else:
+            invalid[j] = True
+            stopped[j] = invalid_action == "stop"
+    terms: list[dict[str, float]] = [dict(NO_TERMS) for _ in range(n)]
+    placed: list[str | None] = [None] * n
+    changed = [r for r, _ in rows]
+    for (r, _), p in zip(rows, episodes.place(rows), strict=True):
+        terms[at[r]], placed[at[r]] = p.terms, p.job_id
+    episodes.rebuild(changed)
+    terminated = stopped.copy()
+    for r in changed:
+        table = episodes.tables[r]
+        assert table is not None
+        terminated[at[r]] = not table.has_placement
+    steps = episodes.steps[np.asarray(which, dtype=np.int64)]
+    truncated = ~terminated & (steps >= max_steps)
+    return StepOutcome(terms, invalid, placed, terminated, truncated)
 
 
 class PlacementEnv(StaticPlacementBase):
@@ -180,65 +237,34 @@ class PlacementEnv(StaticPlacementBase):
         )
         self.action_space = action_space(self.queue_view, self.max_candidates)
         self.observation_space = self.features.observation_space  # type: ignore[assignment]
+        self._start_engine()
 
     # ------------------------------------------------------------------ API
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new instance (or on ``options["instance"]``)."""
-        self.begin_episode(seed, options)
-        return self.finish_reset(self._build_table())
+        self._start_episode(seed, options)
+        return self._observe(), self._info()
 
     def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
         """Place one (job, candidate) pair, or stop."""
-        start = self.begin_step(action)
-        return self.finish_step(start, self._build_table() if start.placed is not None else None)
-
-    # ------------------------------------------------- the two halves (batched by the vector env)
-    def finish_reset(self, table: ActionTable) -> tuple[Obs, dict[str, Any]]:
-        """The end of :meth:`reset` after :meth:`begin_episode`: ``table`` is the action table of
-        the new episode's first state."""
-        self.table = table
-        return self._observe(), self._info()
-
-    def begin_step(self, action: Any) -> StepStart:
-        """The first half of :meth:`step`: apply ``action`` to the state. The caller then builds
-        the new state's action table if a job was placed and passes it to :meth:`finish_step`."""
         self._guard.check()
-        self._steps += 1
-        table = self.table
-        decoded = table.decode(action)
-        if decoded is not None:
-            q, c = decoded
-            job, row = table.jobs[q], table.row_of(q, c)
-            delta = self.state.add(job, table.gpus(q, c), facts=table.facts.take(row))
-            terms = placement_terms(float(table.gains.own[row]), delta)
-            self._remove_pending(table.positions[q])
-            self.placed.append((job.job_id, self.state.placement(job.job_id)))
-            return StepStart(terms, invalid=False, placed=job.job_id, stopped=False)
-        if table.is_stop(action):
-            return StepStart(dict(NO_TERMS), invalid=False, placed=None, stopped=True)
-        stop = self.invalid_action == "stop"
-        return StepStart(dict(NO_TERMS), invalid=True, placed=None, stopped=stop)
-
-    def finish_step(
-        self, start: StepStart, table: ActionTable | None
-    ) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
-        """The second half of :meth:`step`: ``table`` is the new state's action table when
-        ``start.placed`` (else ``None``: the state did not change)."""
-        terminated = start.stopped
-        if start.placed is not None:
-            assert table is not None
-            self.table = table
-            terminated = not table.has_placement
-        truncated = not terminated and self._steps >= self.max_steps
+        out = candidate_steps(
+            self.episodes,
+            [0],
+            [action],
+            invalid_action=self.invalid_action,
+            max_steps=self.max_steps,
+        )
+        terminated, truncated = bool(out.terminated[0]), bool(out.truncated[0])
         self._guard.end_if(terminated, truncated)
         obs = self._observe()
         info = self._info()
-        info["invalid_action"] = start.invalid
-        info["reward_terms"] = start.terms
-        info["placed"] = start.placed
-        return obs, total(start.terms), terminated, truncated, info
+        info["invalid_action"] = out.invalid[0]
+        info["reward_terms"] = out.terms[0]
+        info["placed"] = out.placed[0]
+        return obs, total(out.terms[0]), terminated, truncated, info
 
     def action_masks(self) -> NDArray[np.bool_]:
         """Valid actions, ``bool[Q * C + 1]`` (sb3-contrib's ``MaskablePPO`` calls this)."""

@@ -1,37 +1,41 @@
-"""The batched placement environment: ``N`` candidate-mode environments stepped together."""
+"""The batched placement environment: ``N`` candidate-mode episodes stepped as one state."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
+from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space, create_empty_array
+from gymnasium.vector.utils import batch_space
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import build_action_tables
-from crop_gym.envs.base import Obs
-from crop_gym.envs.checks import check_count
-from crop_gym.envs.placement import PlacementEnv, StepStart
+from crop_gym.envs.base import Obs, check_count, check_instance, check_options
+from crop_gym.envs.episodes import StaticEpisodes
+from crop_gym.envs.placement import PlacementEnv, StepOutcome, candidate_steps
 from crop_gym.errors import ConfigError
+from crop_gym.model.state import RegionMetrics
 from crop_gym.scenario import Scenario
 
 __all__ = ["PlacementVectorEnv"]
 
 
 class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
-    """``num_envs`` copies of :class:`~crop_gym.envs.placement.PlacementEnv` stepped as one batch.
+    """``num_envs`` candidate-mode placement episodes stepped as one batch.
 
     What ``gymnasium.make_vec("crop_gym/Placement-v0", num_envs=N)`` returns (the registered
     ``vector_entry_point`` of every candidate-mode ``Placement-*`` ID). Sub-environment ``i`` is
-    exactly the single environment: with the same seeds and actions it gives the same
-    observations, rewards, terminations, truncations and infos as
+    exactly :class:`~crop_gym.envs.placement.PlacementEnv`: with the same seeds and actions it
+    gives the same observations, rewards, terminations, truncations and infos as
     ``gymnasium.make_vec(id, N, vectorization_mode="sync")`` (tests/test_batching.py checks this bit
-    for bit, autoresets included). What is shared is the work: after every step the action tables
-    of all environments that changed are built together (:func:`~crop_gym.envs.actions.build_action_tables`:
-    one candidate generation and one placement-facts evaluation for all of them) instead of one
-    environment at a time.
+    for bit, autoresets included). It runs the same code as the single environment
+    (:class:`~crop_gym.envs.episodes.StaticEpisodes`, :func:`~crop_gym.envs.placement.candidate_steps`)
+    on ``N`` episodes held as one state over ``N`` copies of the cluster, so that every step of all
+    of them is one candidate generation, one facts look-up, one gains evaluation, one state update
+    and one observation pass, and the instances of the episodes that start are drawn together and
+    written straight into the state.
 
     **Spaces**: ``single_observation_space`` and ``single_action_space`` are the single
     environment's (``Dict`` of ``float32`` boxes, ``Discrete(Q * C + 1)``); ``observation_space`` and
@@ -83,21 +87,21 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
                 f"render_mode={render_mode!r}: the vector environment does not render; "
                 "render a single environment"
             )
-        first = PlacementEnv(scenario, **kwargs)
-        # The others share the first's compiled scenario (and so its topology object).
-        rest = {key: value for key, value in kwargs.items() if key != "hardware"}
-        self.envs = [first] + [PlacementEnv(first.scenario, **rest) for _ in range(n - 1)]
+        # One single environment gives the spaces and the settings (it is not stepped).
+        self.single = PlacementEnv(scenario, **kwargs)
+        one = self.single
         self.num_envs = n
         self.render_mode = None
-        self.single_observation_space = first.observation_space
-        self.single_action_space = first.action_space
-        self.observation_space = batch_space(first.observation_space, n)
-        self.action_space = batch_space(first.action_space, n)
-        self._table_options = first.table_options
-        self._keys = tuple(first.features.observation_space.spaces)
-        empty = create_empty_array(first.observation_space, n, fn=np.zeros)
-        self._obs: Obs = dict(empty)  # type: ignore[arg-type]  # (a Dict space: a dict of arrays)
+        self.single_observation_space = one.observation_space
+        self.single_action_space = one.action_space
+        self.observation_space = batch_space(one.observation_space, n)
+        self.action_space = batch_space(one.action_space, n)
+        self.episodes = StaticEpisodes(one.sampler, n, one.features, one.table_options)
+        self.episodes.rebuild(range(n))  # (before the first reset: only stop is valid)
+        self._rngs: list[np.random.Generator | None] = [None] * n
+        self._running = np.zeros(n, dtype=bool)
         self._autoreset = np.zeros(n, dtype=bool)  # NEXT_STEP: the ones to reset at the next step
+        self._obs: Obs = {}
 
     # ------------------------------------------------------------------ API
     def reset(
@@ -108,16 +112,29 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
         seeds = _seeds(seed, n)
         opts = dict(options or {})
         mask = _reset_mask(opts.pop("reset_mask", None), n)
+        opts = check_options(opts or None, PlacementEnv.RESET_OPTIONS)
+        inst = opts.get("instance")
         which = np.flatnonzero(mask).tolist()
         for i in which:
-            self.envs[i].begin_episode(seeds[i], opts or None)
-        obs: list[Obs | None] = [None] * n
-        infos: dict[str, Any] = {}
-        for i, table in zip(which, self._tables(which), strict=True):
-            obs[i], info = self.envs[i].finish_reset(table)
-            infos = self._add_info(infos, info, i)
-        self._autoreset = self._autoreset & ~mask
-        self._obs = self._stack(obs)
+            if seeds[i] is not None or self._rngs[i] is None:
+                self._rngs[i] = seeding.np_random(seeds[i])[0]
+        given = None if inst is None else [check_instance(inst, self.episodes.sampler)] * len(which)
+        self._start(which, given)
+        self._running[which] = True
+        self._autoreset &= ~mask
+        m = self.episodes.state.region_metrics()
+        fresh = self._observe(m, which)
+        if mask.all():
+            obs = fresh
+        else:
+            obs = {
+                key: self._obs[key].copy() if self._obs else np.zeros((n, *v.shape[1:]), v.dtype)
+                for key, v in fresh.items()
+            }
+            for key, value in fresh.items():
+                obs[key][which] = value
+        self._obs = obs
+        infos = self._infos(m, which)
         return self._obs, infos
 
     def step(
@@ -130,34 +147,50 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
         if acts.shape[:1] != (n,):
             raise ConfigError(f"actions of shape {acts.shape}; expected ({n},)")
         ended = np.flatnonzero(self._autoreset).tolist()
-        starts: list[StepStart | None] = [None] * n
-        for i, env in enumerate(self.envs):
-            if not self._autoreset[i]:
-                starts[i] = env.begin_step(acts[i])
-        self._begin_episodes(ended)
-        rebuild = [i for i, s in enumerate(starts) if s is None or s.placed is not None]
-        tables = dict(zip(rebuild, self._tables(rebuild), strict=True))
-        obs: list[Obs | None] = [None] * n
-        info: list[dict[str, Any]] = [{}] * n
+        stepped = np.flatnonzero(~self._autoreset).tolist()
+        if any(not self._running[i] for i in stepped):
+            raise gym.error.ResetNeeded(
+                "an environment's episode has ended: reset it (options['reset_mask']) first"
+            )
+        ep = self.episodes
+        out = candidate_steps(
+            ep,
+            stepped,
+            [acts[i] for i in stepped],
+            invalid_action=self.single.invalid_action,
+            max_steps=self.single.max_steps,
+        )
+        self._start(ended, None)
         rewards = np.zeros(n)
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
-        for i, (env, start) in enumerate(zip(self.envs, starts, strict=True)):
-            if start is None:
-                obs[i], info[i] = env.finish_reset(tables[i])
-            else:
-                obs[i], r, terminated[i], truncated[i], info[i] = env.finish_step(
-                    start, tables.get(i)
-                )
-                rewards[i] = float(r)
+        idx = np.asarray(stepped, dtype=np.int64)
+        rewards[idx] = out.rewards
+        terminated[idx] = out.terminated
+        truncated[idx] = out.truncated
         done = terminated | truncated
+        self._running = ~done
+        m = ep.state.region_metrics()
+        obs = self._observe(m)
+        info = self._env_infos(m, ended, stepped, out)
         final: dict[int, dict[str, Any]] = {}
         if self.autoreset_mode == AutoresetMode.SAME_STEP and done.any():
             again = np.flatnonzero(done).tolist()
-            final = {i: {"final_obs": obs[i], "final_info": info[i]} for i in again}
-            self._begin_episodes(again)
-            for i, table in zip(again, self._tables(again), strict=True):
-                obs[i], info[i] = self.envs[i].finish_reset(table)
+            final = {
+                i: {
+                    "final_obs": {key: value[i].copy() for key, value in obs.items()},
+                    "final_info": info[i],
+                }
+                for i in again
+            }
+            self._start(again, None)
+            self._running[again] = True
+            m = ep.state.region_metrics()
+            fresh = self._observe(m, again)
+            for key in obs:
+                obs[key][again] = fresh[key]
+            for i in again:
+                info[i] = self._reset_info(m, i)
         infos: dict[str, Any] = {}
         for i in range(n):
             if i in final:
@@ -165,53 +198,69 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
             infos = self._add_info(infos, info[i], i)
         next_step = self.autoreset_mode == AutoresetMode.NEXT_STEP
         self._autoreset = done if next_step else np.zeros(n, dtype=bool)
-        self._obs = self._stack(obs)
+        self._obs = obs
         return self._obs, rewards, terminated, truncated, infos
-
-    def _begin_episodes(self, which: list[int]) -> None:
-        """Environments ``which`` start a new episode (no seed): their instances are drawn
-        together, each from its own generator (what its own reset would draw)."""
-        rngs = [self.envs[i].np_random for i in which]
-        for i, inst in zip(which, self.envs[0].sampler.sample_many(rngs), strict=True):
-            self.envs[i].begin_episode(None, {"instance": inst})
 
     def action_masks(self) -> NDArray[np.bool_]:
         """``bool[N, Q * C + 1]`` the valid actions of every environment."""
-        return np.stack([env.action_masks() for env in self.envs])
+        return np.stack([t.mask for t in self.episodes.tables])  # type: ignore[union-attr]
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
-        """Call method ``name`` of every environment (or read the attribute), as
-        :meth:`gymnasium.vector.SyncVectorEnv.call` does."""
-        out = []
-        for env in self.envs:
-            attr = getattr(env, name)
-            out.append(attr(*args, **kwargs) if callable(attr) else attr)
-        return tuple(out)
+        """``action_masks`` of each environment (as a tuple of rows, as
+        :meth:`gymnasium.vector.SyncVectorEnv.call` gives), or an attribute all environments
+        share (a setting of :class:`~crop_gym.envs.placement.PlacementEnv`)."""
+        if name == "action_masks":
+            return tuple(self.action_masks())
+        attr = getattr(self.single, name)
+        value = attr(*args, **kwargs) if callable(attr) else attr
+        return (value,) * self.num_envs
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Attribute ``name`` of every environment."""
         return self.call(name)
 
-    def close_extras(self, **kwargs: Any) -> None:
-        """Close every environment."""
-        for env in self.envs:
-            env.close()
+    # ------------------------------------------------------------------ internals
+    def _start(self, which: list[int], given: list[Any] | None) -> None:
+        """New episodes in environments ``which`` (drawn together from their generators)."""
+        if not which:
+            return
+        rngs = [self._rngs[i] for i in which]
+        for j, i in enumerate(which):
+            if rngs[j] is None:
+                rngs[j] = self._rngs[i] = seeding.np_random(None)[0]
+        self.episodes.start(which, rngs, given)  # type: ignore[arg-type]
+        self.episodes.rebuild(which)
 
-    # ------------------------------------------------------------------ batching
-    def _tables(self, which: list[int]) -> list[Any]:
-        """The action tables of environments ``which``, built together."""
-        envs = [self.envs[i] for i in which]
-        states = [env.state for env in envs]
-        queues = [env.pending_queue for env in envs]
-        return build_action_tables(states, queues, **self._table_options)
+    def _observe(self, metrics: RegionMetrics, which: list[int] | None = None) -> Obs:
+        rows = list(range(self.num_envs)) if which is None else which
+        return self.episodes.observe(rows, metrics, max_steps=self.single.max_steps)
 
-    def _stack(self, obs: list[Obs | None]) -> Obs:
-        """Each key's arrays stacked (environments not reset keep their last observation)."""
-        out: Obs = {}
-        for key in self._keys:
-            rows = [o[key] if o is not None else self._obs[key][i] for i, o in enumerate(obs)]
-            out[key] = np.stack(rows)
-        return out
+    def _reset_info(self, m: RegionMetrics, i: int) -> dict[str, Any]:
+        table = self.episodes.tables[i]
+        assert table is not None
+        return self.episodes.info(i, table.mask, m)
+
+    def _env_infos(
+        self, m: RegionMetrics, reset: list[int], stepped: list[int], out: StepOutcome
+    ) -> list[dict[str, Any]]:
+        """Each environment's ``info`` (a reset's for those in ``reset``, a step's for the
+        others)."""
+        info: list[dict[str, Any]] = [{}] * self.num_envs
+        for i in reset:
+            info[i] = self._reset_info(m, i)
+        for j, i in enumerate(stepped):
+            d = self._reset_info(m, i)
+            d["invalid_action"] = out.invalid[j]
+            d["reward_terms"] = out.terms[j]
+            d["placed"] = out.placed[j]
+            info[i] = d
+        return info
+
+    def _infos(self, m: RegionMetrics, which: list[int]) -> dict[str, Any]:
+        infos: dict[str, Any] = {}
+        for i in which:
+            infos = self._add_info(infos, self._reset_info(m, i), i)
+        return infos
 
 
 def _seeds(seed: int | list[int | None] | None, n: int) -> list[int | None]:

@@ -8,15 +8,16 @@ holds some but not all of ``P``; a DFS-ordered ring crosses each once per direct
 on the topology and the device health only, never on other jobs: the iteration-time model
 (:mod:`crop_gym.model.timing`) adds the contention.
 
-:func:`placement_facts` computes them for many placements at once; :func:`memo_facts` keeps them
-per (topology, health) by GPU set, a pure function of immutable inputs.
+:func:`placement_facts` computes them for many placements at once, vectorised over the placements,
+from two tables of the health (:func:`device_table`, :func:`link_table`); the conditions of a health
+(:class:`~crop_gym.model.conditions.Conditions`) keep those tables and the facts of every GPU set they
+have evaluated.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -26,7 +27,14 @@ from numpy.typing import NDArray
 from crop_gym.model.health import Health
 from crop_gym.model.topology import Topology
 
-__all__ = ["FACT_COLUMNS", "PlacementFacts", "memo_facts", "memo_facts_many", "placement_facts"]
+__all__ = [
+    "FACT_COLUMNS",
+    "PlacementFacts",
+    "device_table",
+    "facts_of_sets",
+    "link_table",
+    "placement_facts",
+]
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -71,6 +79,20 @@ class PlacementFacts:
     def __len__(self) -> int:
         return len(self.values)
 
+    @classmethod
+    def concat(cls, parts: Sequence[PlacementFacts]) -> PlacementFacts:
+        """The rows of ``parts``, in order (link rows root-padded to the widest)."""
+        if len(parts) == 1:
+            return parts[0]
+        width = max((p.inter_links.shape[1] for p in parts), default=0)
+        links = np.zeros((sum(len(p) for p in parts), width), dtype=np.int32)
+        start = 0
+        for p in parts:
+            links[start : start + len(p), : p.inter_links.shape[1]] = p.inter_links
+            start += len(p)
+        values = np.concatenate([p.values for p in parts]) if parts else np.zeros((0, 8))
+        return cls(values, links)
+
     def take(self, rows: Any) -> PlacementFacts:
         """The facts of ``rows`` (an index array, a slice or an int for one row)."""
         if isinstance(rows, (int, np.integer)):
@@ -85,6 +107,32 @@ class PlacementFacts:
     a_inter = property(lambda self: self.values[:, 5], doc="``float64[R]`` inter-link latency.")
     slowdown = property(lambda self: self.values[:, 6], doc="``float64[R]`` max σ/speed.")
     survival = property(lambda self: self.values[:, 7], doc="``float64[R]`` survival.")
+
+
+def device_table(topology: Topology, health: Health) -> FloatArray:
+    """``float64[G, 5]`` per GPU: minus the ``ρ·B`` and the latency of its own link, σ/speed,
+    1 - π, and (1 - π)(1 - π of its own link): what the kernel gathers per GPU of a placement."""
+    own = topology.gpu_node
+    gpu_ok = 1.0 - health.gpu_fail_prob
+    out = np.column_stack(
+        (
+            -(topology.link_bw * health.link_degradation)[own],
+            topology.link_lat[own],
+            health.gpu_slowdown / topology.gpu_speed,
+            gpu_ok,
+            gpu_ok * (1.0 - health.link_fail_prob[own]),
+        )
+    )
+    out.setflags(write=False)
+    return out
+
+
+def link_table(topology: Topology, health: Health) -> FloatArray:
+    """``float64[N, 2]`` per link: latency and 1 - π (the root, the padding, has 0 and 1)."""
+    out = np.column_stack((topology.link_lat, 1.0 - health.link_fail_prob))
+    out[0] = (0.0, 1.0)
+    out.setflags(write=False)
+    return out
 
 
 def placement_facts(
@@ -112,7 +160,7 @@ def placement_facts(
     blocks = [b for b in blocks if b.shape[0]]
     sizes = [b.shape[1] for b in blocks]
     kmax = max(sizes, default=0)
-    # Narrower blocks are padded by repeating their last GPU (see _facts).
+    # Narrower blocks are padded by repeating their last GPU (see facts_kernel).
     P = (
         np.concatenate(
             [np.sort(b, axis=1)[:, np.minimum(np.arange(kmax), b.shape[1] - 1)] for b in blocks]
@@ -121,20 +169,36 @@ def placement_facts(
         else np.zeros((0, 0), dtype=np.int64)
     )
     k = np.repeat(np.array(sizes, dtype=np.int64), [b.shape[0] for b in blocks])
-    return _facts(topology, [health], P, k)
+    return facts_kernel(
+        topology, device_table(topology, health), link_table(topology, health), P, k
+    )
 
 
-def _facts(
+def facts_of_sets(
+    topology: Topology, devices: FloatArray, links: FloatArray, keys: Sequence[tuple[int, ...]]
+) -> PlacementFacts:
+    """:func:`facts_kernel` of the GPU sets ``keys`` (sorted tuples), given the tables of the
+    health (:func:`device_table`, :func:`link_table`)."""
+    if not keys:
+        return facts_kernel(
+            topology, devices, links, np.zeros((0, 0), np.int64), np.zeros(0, np.int64)
+        )
+    kmax = max(map(len, keys))
+    P = np.array([key + key[-1:] * (kmax - len(key)) for key in keys], dtype=np.int64)
+    k = np.array([len(key) for key in keys], dtype=np.int64)
+    return facts_kernel(topology, devices, links, P, k)
+
+
+def facts_kernel(
     topology: Topology,
-    healths: Sequence[Health],
+    devices: FloatArray,
+    links: FloatArray,
     P: NDArray[np.integer[Any]],
     k: IntArray,
-    copy: IntArray | None = None,
 ) -> PlacementFacts:
     """The facts of the rows of ``P``: row ``r`` holds its ``k[r]`` GPUs sorted, then its last GPU
     repeated up to the width of ``P`` (a repeated GPU adds no server, link or ring step, and the
-    per-GPU products skip it). Row ``r`` is under ``healths[copy[r]]`` (several states of one
-    topology evaluated together; ``copy=None``: all under ``healths[0]``)."""
+    per-GPU products skip it); ``devices`` and ``links`` are the health's tables."""
     R, kmax = P.shape
     if R == 0 or kmax == 0:
         z = np.zeros(R)
@@ -156,7 +220,7 @@ def _facts(
 
     # Per-GPU terms in one gather. A GPU's own (intra-server) link holds only that GPU: a ring of
     # k >= 2 spans every one.
-    X = _per_health(_device_table, topology, healths, P, copy, topology.num_gpus)  # [R, k, 5]
+    X = devices[P]  # [R, k, 5]
     multi = k >= 2
     worst = X[:, :, :3].max(axis=1)  # -bandwidth, latency and slowdown of the GPU links
     ok = np.where(valid[:, :, None], X[:, :, 3:], 1.0).prod(axis=1)  # (GPU, GPU and its link)
@@ -167,7 +231,7 @@ def _facts(
     # Inter-server links: at each depth, the links above the row's GPUs are contiguous runs (GPUs
     # are numbered in DFS order). If a depth holds more than one link, none of them holds all of
     # the placement, so each is spanned; if it holds one, that link holds all of it.
-    a = _upper_links_by_depth(topology)[P]  # [R, k, D]; 0 where a GPU has no link at a depth
+    a = upper_links_by_depth(topology)[P]  # [R, k, D]; 0 where a GPU has no link at a depth
     change = a[:, 1:, :] != a[:, :-1, :]
     inter = np.empty(a.shape, dtype=bool)
     inter[:, 0, :] = True
@@ -175,9 +239,8 @@ def _facts(
     inter &= change.any(axis=1)[:, None, :]
     inter = inter.reshape(R, -1)
     a = np.where(inter, a.reshape(R, -1), 0)
-    # [R, k * D, 2]: latency, 1 - π (root: 0, 1)
-    link = _per_health(_link_table, topology, healths, a, copy, topology.num_nodes)
-    values[:, 5] = link[:, :, 0].max(axis=1)
+    link = links[a]  # [R, k * D, 2]: latency, 1 - π (root: 0, 1)
+    values[:, 5] = link[:, :, 0].max(axis=1, initial=0.0)
     values[:, 7] = np.where(multi, ok[:, 1], ok[:, 0]) * link[:, :, 1].prod(axis=1)
     width = int(np.count_nonzero(a, axis=1).max(initial=0))
     a.sort(axis=1)
@@ -185,27 +248,8 @@ def _facts(
     return PlacementFacts(values, a[:, ::-1][:, :width].astype(np.int32))
 
 
-def _per_health(
-    table: Any,
-    topology: Topology,
-    healths: Sequence[Health],
-    index: NDArray[np.integer[Any]],
-    copy: IntArray | None,
-    size: int,
-) -> FloatArray:
-    """``table(topology, h)[index]`` with ``h`` the health of each row: ``healths[0]``, or with
-    ``copy`` the tables of all ``healths`` stacked (``size`` rows each) and each row's index
-    moved to its own."""
-    if copy is None:
-        out: FloatArray = table(topology, healths[0])[index]
-        return out
-    stacked = np.concatenate([table(topology, h) for h in healths])
-    out = stacked[index + (copy * size).reshape((-1,) + (1,) * (index.ndim - 1))]
-    return out
-
-
 @lru_cache(maxsize=64)
-def _upper_links_by_depth(topology: Topology) -> NDArray[np.int32]:
+def upper_links_by_depth(topology: Topology) -> NDArray[np.int32]:
     """``int32[G, D]``: column ``d`` holds the inter-server link at depth ``d + 1`` above each GPU
     (0 where it has none). A pure function of the immutable topology, kept per topology."""
     G, D = topology.gpu_links.shape
@@ -217,126 +261,4 @@ def _upper_links_by_depth(topology: Topology) -> NDArray[np.int32]:
     used = out.any(axis=0)
     out = np.ascontiguousarray(out[:, used]) if used.any() else out[:, :0]
     out.setflags(write=False)
-    return out
-
-
-@lru_cache(maxsize=256)
-def _device_table(topology: Topology, health: Health) -> FloatArray:
-    """``float64[G, 5]`` per GPU: minus the ρ·B and the latency of its own link, σ/speed, 1 - π,
-    and (1 - π)(1 - π of its own link). A pure function of the immutable topology and health."""
-    own = topology.gpu_node
-    gpu_ok = 1.0 - health.gpu_fail_prob
-    out = np.column_stack(
-        (
-            -(topology.link_bw * health.link_degradation)[own],
-            topology.link_lat[own],
-            health.gpu_slowdown / topology.gpu_speed,
-            gpu_ok,
-            gpu_ok * (1.0 - health.link_fail_prob[own]),
-        )
-    )
-    out.setflags(write=False)
-    return out
-
-
-@lru_cache(maxsize=256)
-def _link_table(topology: Topology, health: Health) -> FloatArray:
-    """``float64[N, 2]`` per link: latency and 1 - π (the root, the padding, has 0 and 1)."""
-    out = np.column_stack((topology.link_lat, 1.0 - health.link_fail_prob))
-    out[0] = (0.0, 1.0)
-    out.setflags(write=False)
-    return out
-
-
-# ----------------------------------------------------------------------------- memoised facts
-#: Rows a :class:`_FactsMemo` holds before it starts afresh (its bound).
-_MEMO_ROWS = 1 << 13
-
-
-@dataclass(eq=False)
-class _FactsMemo:
-    """Facts of the GPU sets already evaluated on one topology under one health (both immutable,
-    so a row never goes stale): row ``row[gpus]`` of ``values``, ``links`` and ``width``."""
-
-    topology: Topology
-    row: dict[tuple[int, ...], int] = field(default_factory=dict)
-    values: FloatArray = field(default_factory=lambda: np.zeros((0, len(FACT_COLUMNS))))
-    links: NDArray[np.int32] = field(default_factory=lambda: np.zeros((0, 0), dtype=np.int32))
-    width: IntArray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-
-    def add(self, keys: list[tuple[int, ...]], facts: PlacementFacts) -> None:
-        """Store ``facts`` (one row per key, in order)."""
-        n, (R, W) = len(self.row), facts.inter_links.shape
-        old_w = self.links.shape[1]
-        if n + R > len(self.values) or old_w < W:
-            cap = max(len(self.values), 2 * (n + R), 64)
-            values, links = (
-                np.zeros((cap, len(FACT_COLUMNS))),
-                np.zeros((cap, max(old_w, W)), np.int32),
-            )
-            width = np.zeros(cap, dtype=np.int64)
-            values[:n], links[:n, :old_w], width[:n] = (
-                self.values[:n],
-                self.links[:n],
-                self.width[:n],
-            )
-            self.values, self.links, self.width = values, links, width
-        self.values[n : n + R] = facts.values
-        self.links[n : n + R, :W] = facts.inter_links
-        self.width[n : n + R] = np.count_nonzero(facts.inter_links, axis=1)
-        self.row.update(zip(keys, range(n, n + R), strict=True))
-
-
-#: Per health (immutable, compared by identity) its memo; dropped with the health.
-_MEMOS: weakref.WeakKeyDictionary[Health, _FactsMemo] = weakref.WeakKeyDictionary()
-
-
-def memo_facts(
-    topology: Topology, health: Health, keys: Sequence[tuple[int, ...]]
-) -> PlacementFacts:
-    """:func:`placement_facts` of the placements ``keys`` (sorted GPU tuples), memoised by GPU set.
-
-    Facts are a pure function of the immutable topology, health and GPU set, so each set is
-    evaluated once per health (in one :func:`placement_facts` call for all the new ones); the
-    memo of a health holds at most 8,192 sets and is dropped with the health.
-    """
-    return memo_facts_many(topology, [health], [keys])[0]
-
-
-def memo_facts_many(
-    topology: Topology, healths: Sequence[Health], keys: Sequence[Sequence[tuple[int, ...]]]
-) -> list[PlacementFacts]:
-    """:func:`memo_facts` of several states of one topology, ``keys[i]`` under ``healths[i]``:
-    the sets new to their health's memo are evaluated together, in one pass."""
-    memos = []
-    for health in healths:
-        memo = _MEMOS.get(health)
-        if memo is None or memo.topology is not topology or len(memo.row) > _MEMO_ROWS:
-            memo = _MEMOS[health] = _FactsMemo(topology)
-        memos.append(memo)
-    rows = [[m.row.get(key, -1) for key in ks] for m, ks in zip(memos, keys, strict=True)]
-    new = [
-        list(dict.fromkeys(key for key, r in zip(ks, rs, strict=True) if r < 0)) if -1 in rs else []
-        for ks, rs in zip(keys, rows, strict=True)
-    ]
-    flat = [key for ks in new for key in ks]
-    if flat:
-        kmax = max(map(len, flat))
-        P = np.array([key + key[-1:] * (kmax - len(key)) for key in flat])
-        k = np.array([len(key) for key in flat])
-        copy = (
-            None if len(healths) == 1 else np.repeat(np.arange(len(healths)), list(map(len, new)))
-        )
-        facts = _facts(topology, healths, P, k, copy)
-        start = 0
-        for i, ks in enumerate(new):
-            if ks:
-                memos[i].add(ks, facts.take(slice(start, start + len(ks))))
-                rows[i] = [memos[i].row[key] for key in keys[i]]
-                start += len(ks)
-    out = []
-    for memo, rs in zip(memos, rows, strict=True):
-        idx = np.array(rs, dtype=np.intp)
-        width = int(memo.width[idx].max(initial=0))
-        out.append(PlacementFacts(memo.values[idx], memo.links[idx, :width]))
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -194,6 +194,15 @@ class Job:
         """The job's :class:`ModelSpec`."""
         return MODEL_ZOO[self.model]
 
+    def unchecked(self, **changes: Any) -> Job:
+        """A copy with some fields changed, *without* running the validation again: for values
+        the caller knows valid (a new id, a static job's arrival 0), where
+        :func:`dataclasses.replace` would repeat every check of a job that passed them."""
+        new = object.__new__(Job)
+        for name in _JOB_FIELDS:
+            object.__setattr__(new, name, changes.get(name, getattr(self, name)))
+        return new
+
     @property
     def grad_bytes(self) -> float:
         """Gradient bytes ``M`` all-reduced every iteration."""
@@ -208,3 +217,7 @@ class Job:
     def compute_time(self) -> float:
         """Per-GPU compute time ``t_c`` on the reference GPU at the job's local batch, seconds."""
         return self.spec.compute_time(self.local_batch)
+
+
+#: The fields of :class:`Job`, in order.
+_JOB_FIELDS = tuple(f.name for f in fields(Job))

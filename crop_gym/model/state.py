@@ -1,30 +1,42 @@
 """The mutable cluster state: device health, placed jobs, link loads, per-job times and values.
 
 :class:`ClusterState` holds one representation of the placed jobs, :class:`PlacedJobs`: one row
-per placed job (its placement facts, constants ``M``, ``t_c``, ``T*``, ``w``, κ, and current ``T``,
-``C``, ``η`` and value). Adding or removing a job changes the loads of its inter-server links, so
-only the jobs sharing one of those links change speed; they are re-evaluated together with
-:func:`~crop_gym.model.timing.times_of`. :meth:`ClusterState.gains` evaluates ΔF of many candidate
-placements at once without changing the state; both are tested against
-:func:`~crop_gym.model.objective.evaluate_from_scratch`.
+(*slot*) per placed job with its placement facts, its constants ``M``, ``t_c``, ``T*``, ``w``, κ,
+and its current ``T``, ``C``, ``η`` and value. Placing or removing a job changes the loads of its
+inter-server links, so only the jobs sharing one of those links change speed; they are
+re-evaluated together with :func:`~crop_gym.model.timing.times_of`. :meth:`ClusterState.gains`
+evaluates ΔF of many candidate placements at once without changing the state; both are tested
+against :func:`~crop_gym.model.objective.evaluate_from_scratch`.
+
+**Regions.** On a replicated topology (:meth:`~crop_gym.model.topology.Topology.replicated`) the
+state holds one cluster per region: no job crosses regions, so a region's jobs, loads and F are
+exactly those of its cluster alone. F is kept per region (:attr:`ClusterState.region_F`) and
+:meth:`ClusterState.region_metrics` summarises every region at once; a single cluster is the state
+of one region. The batched environments step ``N`` episodes as one state over ``N`` regions, and
+:meth:`ClusterState.clear` empties the regions whose episodes start anew.
+
+Every sum over jobs adds them in the order of their first GPUs, so a region's numbers do not
+depend on which slots its jobs happen to hold.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.facts import PlacementFacts, memo_facts
+from crop_gym.model.conditions import Conditions
+from crop_gym.model.facts import FACT_COLUMNS, PlacementFacts
 from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
-from crop_gym.model.objective import ClusterMetrics, comm_share, job_value
-from crop_gym.model.placed import CONST, FACTS, OUTPUTS, VALUE, WEIGHT, Gains, JobRecord, PlacedJobs
+from crop_gym.model.objective import ClusterMetrics, job_value
 from crop_gym.model.timing import (
+    JOB_COLUMNS,
     PerfConfig,
     ideal_time,
     inter_bandwidth,
@@ -33,9 +45,171 @@ from crop_gym.model.timing import (
 )
 from crop_gym.model.topology import Topology
 
-__all__ = ["ClusterState"]
+__all__ = [
+    "CONST",
+    "FACTS",
+    "OUTPUTS",
+    "OUTPUT_COLUMNS",
+    "VALUE",
+    "WEIGHT",
+    "ClusterState",
+    "Gains",
+    "JobRecord",
+    "PlacedJobs",
+    "RegionMetrics",
+]
 
 FloatArray = NDArray[np.float64]
+
+
+# ----------------------------------------------------------------------------------- records
+@dataclass(frozen=True)
+class JobRecord:
+    """Model outputs of one placed job.
+
+    Attributes:
+        T: Iteration time (s).
+        C: All-reduce time (s).
+        eta: Normalised throughput ``min(1, T*/T)``.
+        survival: Probability that none of its GPUs and spanned links fails.
+        value: ``w·k·s·η``.
+        T_star: Ideal time (s).
+    """
+
+    T: float
+    C: float
+    eta: float
+    survival: float
+    value: float
+    T_star: float
+
+
+@dataclass(frozen=True)
+class Gains:
+    """ΔF of placing one job on each of ``R`` candidate placements (the state is not changed).
+
+    Attributes:
+        own: ``float64[R]`` the new job's own value ``w·k·s·η`` (its rings added to the loads).
+        interference: ``float64[R]`` the change of the placed jobs' values (≤ 0: sharing a link
+            only slows them); ``None`` if not evaluated (:meth:`ClusterState.gains`).
+        eta: ``float64[R]`` the new job's η.
+        comm: ``float64[R]`` the new job's all-reduce time ``C`` (s).
+        b_inter: ``float64[R]`` its bottleneck inter-server share (``inf`` on one server).
+    """
+
+    own: FloatArray
+    interference: FloatArray | None
+    eta: FloatArray
+    comm: FloatArray
+    b_inter: FloatArray
+
+    @property
+    def total(self) -> FloatArray:
+        """``own + interference``: the change of F (the interference must have been evaluated)."""
+        if self.interference is None:
+            raise ValueError("these gains were evaluated without the interference")
+        out: FloatArray = self.own + self.interference
+        return out
+
+
+@dataclass(frozen=True)
+class RegionMetrics:
+    """Summary of every region of a state, one element per region.
+
+    Attributes:
+        F: ``float64[R]`` expected effective GPUs.
+        jobs_placed: ``int64[R]`` placed jobs.
+        gpus_busy: ``int64[R]`` GPUs held by jobs.
+        utilization: ``float64[R]`` busy GPUs / GPUs of a region.
+        comm_overhead: ``float64[R]`` GPU-weighted share of iteration time spent communicating,
+            ``Σ k_j C_j / T_j / Σ k_j`` (0 with no job).
+    """
+
+    F: FloatArray
+    jobs_placed: NDArray[np.int64]
+    gpus_busy: NDArray[np.int64]
+    utilization: FloatArray
+    comm_overhead: FloatArray
+
+    def region(self, r: int) -> ClusterMetrics:
+        """The :class:`~crop_gym.model.objective.ClusterMetrics` of region ``r``."""
+        return ClusterMetrics(
+            F=float(self.F[r]),
+            jobs_placed=int(self.jobs_placed[r]),
+            gpus_busy=int(self.gpus_busy[r]),
+            utilization=float(self.utilization[r]),
+            comm_overhead=float(self.comm_overhead[r]),
+        )
+
+
+#: The model outputs, the last columns of :attr:`PlacedJobs.data`.
+OUTPUT_COLUMNS: tuple[str, ...] = ("T", "C", "eta", "value")
+_NF = len(FACT_COLUMNS)
+_OUT = _NF + len(JOB_COLUMNS)  # first output column
+#: Column blocks of :attr:`PlacedJobs.data`: the placement facts, the job constants, the outputs;
+#: and the single columns of the weight ``w`` and of the value.
+FACTS, CONST, OUTPUTS = slice(0, _NF), slice(_NF, _OUT), slice(_OUT, None)
+WEIGHT, VALUE = _NF + 3, _OUT + 3
+
+
+@dataclass
+class PlacedJobs:
+    """The placed jobs as one named array per slot (``active`` marks the used rows).
+
+    Attributes:
+        active: ``bool[S]``.
+        data: ``float64[S, 17]``: placement facts (:data:`~crop_gym.model.facts.FACT_COLUMNS`),
+            the job's constants (:data:`~crop_gym.model.timing.JOB_COLUMNS`: ``M``, ``t_c``,
+            ``T*``, ``w``, κ) and current outputs (:data:`OUTPUT_COLUMNS`: ``T``, ``C``, ``η``,
+            value); free rows are stale but value 0.
+        links: ``int32[S, W]`` each slot's inter-server links, root-padded (all padding when free).
+        first_gpu: ``int64[S]`` the lowest GPU of each slot's job (its order among the jobs, and
+            its region).
+    """
+
+    active: NDArray[np.bool_]
+    data: FloatArray
+    links: NDArray[np.int32]
+    first_gpu: NDArray[np.int64]
+
+    @classmethod
+    def empty(cls, slots: int, width: int) -> PlacedJobs:
+        """A table of ``slots`` free rows whose link rows hold ``width`` links."""
+        data = np.zeros((slots, _OUT + len(OUTPUT_COLUMNS)))
+        return cls(
+            np.zeros(slots, dtype=bool),
+            data,
+            np.zeros((slots, width), dtype=np.int32),
+            np.zeros(slots, dtype=np.int64),
+        )
+
+    @property
+    def slots(self) -> int:
+        return len(self.active)
+
+    T = property(lambda self: self.data[:, _OUT], doc="``float64[S]`` iteration times.")
+    C = property(lambda self: self.data[:, _OUT + 1], doc="``float64[S]`` all-reduce times.")
+    eta = property(lambda self: self.data[:, _OUT + 2], doc="``float64[S]`` η.")
+    value = property(lambda self: self.data[:, _OUT + 3], doc="``float64[S]`` values.")
+    k = property(lambda self: self.data[:, 0], doc="``float64[S]`` GPUs.")
+    survival = property(lambda self: self.data[:, 7], doc="``float64[S]`` survival.")
+    tstar = property(lambda self: self.data[:, _NF + 2], doc="``float64[S]`` ideal times.")
+
+    def resized(self, slots: int, width: int) -> PlacedJobs:
+        """A copy with ``slots`` rows and ``width`` link columns (new rows free)."""
+        new = PlacedJobs.empty(slots, width)
+        n, w = self.links.shape
+        new.active[:n] = self.active
+        new.data[:n] = self.data
+        new.links[:n, :w] = self.links
+        new.first_gpu[:n] = self.first_gpu
+        return new
+
+    def copy(self) -> PlacedJobs:
+        """An independent copy."""
+        return PlacedJobs(
+            self.active.copy(), self.data.copy(), self.links.copy(), self.first_gpu.copy()
+        )
 
 
 def _readonly(a: NDArray[Any]) -> NDArray[Any]:
@@ -44,12 +218,14 @@ def _readonly(a: NDArray[Any]) -> NDArray[Any]:
     return v
 
 
+# ----------------------------------------------------------------------------------- the state
 class ClusterState:
     """The mutable state of a cluster: health, placed jobs, link loads, per-job times and values.
 
     Args:
-        topology: The compiled cluster.
-        health: Device health; healthy if ``None``.
+        topology: The compiled cluster (or a replicated one: a state of several regions).
+        health: Device health (or its :class:`~crop_gym.model.conditions.Conditions`); healthy if
+            ``None``.
         perf: Iteration-time options.
 
     Attributes:
@@ -66,36 +242,50 @@ class ClusterState:
     """
 
     def __init__(
-        self, topology: Topology, health: Health | None = None, perf: PerfConfig | None = None
+        self,
+        topology: Topology,
+        health: Health | Conditions | None = None,
+        perf: PerfConfig | None = None,
     ) -> None:
         self.topology = topology
         self.perf = perf if perf is not None else PerfConfig()
         self.version = 0
         self._owner = np.full(topology.num_gpus, -1, dtype=np.int32)
         self._load = np.zeros(topology.num_nodes, dtype=np.int32)
-        self._table = PlacedJobs.empty(16, 4)
+        self._table = PlacedJobs.empty(16 * topology.regions, 4)
         self._jobs: dict[str, int] = {}
-        self._slot_job: list[Job | None] = [None] * 16
-        self._slot_gpus: list[NDArray[np.int32] | None] = [None] * 16
-        self._F = 0.0
-        self._health = health if health is not None else Health.healthy(topology)
-        self._set_health_arrays()
-
-    def _set_health_arrays(self) -> None:
-        self._usable = self._health.usable
-        self._eff_bw = self.topology.link_bw * self._health.link_degradation
-        self._eff_bw.setflags(write=False)
+        self._slot_job: list[Job | None] = [None] * self._table.slots
+        self._slot_gpus: list[NDArray[np.int32] | None] = [None] * self._table.slots
+        self._F = np.zeros(topology.regions)
+        if isinstance(health, Conditions):
+            if health.topology is not topology:
+                raise ConfigError("ClusterState: the conditions are of another topology")
+            self._cond = health
+        else:
+            self._cond = Conditions(
+                topology, Health.healthy(topology) if health is None else health
+            )
 
     # --------------------------------------------------------------- reading
     @property
+    def conditions(self) -> Conditions:
+        """The cluster under its current health (compiled once per health)."""
+        return self._cond
+
+    @property
     def health(self) -> Health:
         """Current device health."""
-        return self._health
+        return self._cond.health
 
     @property
     def F(self) -> float:
-        """Objective: expected effective GPUs of the placed jobs."""
-        return self._F
+        """Objective: expected effective GPUs of the placed jobs (all regions)."""
+        return float(self._F[0]) if len(self._F) == 1 else float(self._F.sum())
+
+    @property
+    def region_F(self) -> FloatArray:
+        """``float64[R]``: F of each region (read-only)."""
+        return _readonly(self._F)
 
     @property
     def jobs(self) -> Mapping[str, int]:
@@ -115,7 +305,7 @@ class ClusterState:
     @property
     def free_mask(self) -> NDArray[np.bool_]:
         """``bool[G]``: GPUs that are free and usable."""
-        out: NDArray[np.bool_] = (self._owner < 0) & self._usable
+        out: NDArray[np.bool_] = (self._owner < 0) & self._cond.usable
         return out
 
     @property
@@ -126,7 +316,7 @@ class ClusterState:
     @property
     def eff_bandwidth(self) -> FloatArray:
         """``float64[N]``: ``ρ_e · B_e`` per link (root: inf; read-only)."""
-        return self._eff_bw
+        return self._cond.eff_bw
 
     @property
     def placed(self) -> PlacedJobs:
@@ -173,23 +363,46 @@ class ClusterState:
         """``T*`` of ``job`` on this cluster (:func:`~crop_gym.model.timing.ideal_time`)."""
         return ideal_time(self.topology, job, self.perf)
 
-    def metrics(self) -> ClusterMetrics:
-        """Summary metrics of the current state."""
-        t = self._table
+    def region_metrics(self) -> RegionMetrics:
+        """Summary metrics of every region (one element per region)."""
+        t, R = self._table, self.topology.regions
         rows = np.flatnonzero(t.active)
-        busy = int(t.k[rows].sum())
+        # In the order of the jobs' first GPUs: a region's sums then do not depend on slots.
+        rows = rows[np.argsort(t.first_gpu[rows], kind="stable")]
+        d = t.data[rows]
+        k = d[:, 0]
+        region = t.first_gpu[rows] // self.topology.region_gpus
+        jobs = np.bincount(region, minlength=R)
+        busy = np.bincount(region, weights=k, minlength=R)
+        comm = np.bincount(region, weights=k * d[:, _OUT + 1] / d[:, _OUT], minlength=R)
+        return RegionMetrics(
+            F=self._F.copy(),
+            jobs_placed=jobs,
+            gpus_busy=busy.astype(np.int64),
+            utilization=busy / self.topology.region_gpus,
+            comm_overhead=np.where(busy > 0, comm / np.maximum(busy, 1.0), 0.0),
+        )
+
+    def metrics(self) -> ClusterMetrics:
+        """Summary metrics of the current state (of a single cluster; on a replicated topology,
+        of all regions together)."""
+        m = self.region_metrics()
+        if self.topology.regions == 1:
+            return m.region(0)
+        busy = int(m.gpus_busy.sum())
+        comm = float((m.comm_overhead * m.gpus_busy).sum())
         return ClusterMetrics(
-            F=self._F,
-            jobs_placed=len(self._jobs),
+            F=self.F,
+            jobs_placed=int(m.jobs_placed.sum()),
             gpus_busy=busy,
             utilization=busy / self.topology.num_gpus,
-            comm_overhead=comm_share(t.k[rows], t.C[rows], t.T[rows]),
+            comm_overhead=comm / busy if busy else 0.0,
         )
 
     def facts_for(self, gpus: NDArray[np.integer[Any]] | Sequence[int]) -> PlacementFacts:
         """Contention-independent facts of one placement under the current health (one row)."""
         key = tuple(np.sort(np.asarray(gpus)).tolist())
-        return memo_facts(self.topology, self._health, [key])
+        return self._cond.facts([key])
 
     # --------------------------------------------------------------- evaluation
     def _times(self, rows: NDArray[np.intp]) -> None:
@@ -197,16 +410,10 @@ class ClusterState:
         t = self._table
         d = t.data[rows]
         facts = PlacementFacts(d[:, FACTS], t.links[rows])
-        b_inter = inter_bandwidth(self._eff_bw, self._load, facts.inter_links)
+        b_inter = inter_bandwidth(self._cond.eff_bw, self._load, facts.inter_links)
         times = times_of(self.perf, d[:, CONST], facts, b_inter)
         value = job_value(d[:, WEIGHT], facts.k, facts.survival, times.eta)
         t.data[rows, OUTPUTS] = np.column_stack((times.T, times.C, times.eta, value))
-
-    def _reevaluate(self, rows: NDArray[np.intp]) -> float:
-        """Re-evaluate ``rows``; return the change of their summed value."""
-        before = float(self._table.value[rows].sum())
-        self._times(rows)
-        return float(self._table.value[rows].sum()) - before
 
     def sharing_slots(self, links: NDArray[np.int32]) -> NDArray[np.intp]:
         """Active slots whose rings cross one of ``links`` (any shape; root padding ignored)."""
@@ -225,37 +432,42 @@ class ClusterState:
         self._load[:] = load
         if len(rows):
             self._times(rows)
-        self._F = float(t.value[rows].sum())
-        return self._F
+        self._sum_values()
+        return self.F
 
-    def gains(self, job: Job, facts: PlacementFacts, *, interference: bool = True) -> Gains:
-        """ΔF of placing ``job`` on each placement of ``facts``, all at once (nothing changes).
+    def _sum_values(self) -> None:
+        """F of every region: the sum of its jobs' values, added in the order of their first
+        GPUs (so a region's F does not depend on which slots its jobs hold)."""
+        t, R = self._table, self.topology.regions
+        rows = np.flatnonzero(t.active)
+        rows = rows[np.argsort(t.first_gpu[rows], kind="stable")]
+        # (bincount adds one after the other, in order, for one region as for many.)
+        region = t.first_gpu[rows] // self.topology.region_gpus
+        self._F[:] = np.bincount(region, weights=t.value[rows], minlength=R)
+
+    def gains(
+        self, jobs: Job | FloatArray, facts: PlacementFacts, *, interference: bool = True
+    ) -> Gains:
+        """ΔF of placing a job on each placement of ``facts``, all rows at once (nothing changes).
+
+        Each row is evaluated alone against the current state (the rows are alternatives, not a
+        sequence).
 
         Args:
-            job: The job (not validated against the placements).
-            facts: Facts of ``R`` placements of ``job.num_gpus`` GPUs under the current health
-                (:func:`~crop_gym.model.facts.placement_facts`, :meth:`facts_for`).
-            interference: As in :meth:`row_gains`.
+            jobs: The job of every row (a :class:`~crop_gym.model.jobs.Job`, not validated
+                against the placements), or ``float64[R, 5]`` one row of
+                :func:`~crop_gym.model.timing.job_constants` per placement (rows of different jobs
+                evaluated in one call).
+            facts: Facts of ``R`` placements under the current health (:meth:`facts_for`,
+                :meth:`Conditions.facts <crop_gym.model.conditions.Conditions.facts>`).
+            interference: Whether to evaluate the change of the placed jobs' values
+                (:meth:`interference`); without it :attr:`Gains.interference` is ``None``.
         """
-        const = job_constants(self.topology, self.perf, (job,))
-        return self.row_gains(const, facts, interference=interference)
-
-    def row_gains(
-        self, const: FloatArray, facts: PlacementFacts, *, interference: bool = True
-    ) -> Gains:
-        """ΔF of placing, on placement ``r`` of ``facts``, a job of constants ``const[r]``, all rows
-        at once.
-
-        ``const`` holds rows of :func:`~crop_gym.model.timing.job_constants` (one per placement,
-        or one for all). Each row is evaluated alone against the current state (the rows are
-        alternatives, not a sequence). With ``interference=False`` only the new job's side is
-        evaluated and :attr:`Gains.interference` is ``None`` (:meth:`interference` gives it for
-        the rows that need it).
-        """
+        const = job_constants(self.topology, self.perf, (jobs,)) if isinstance(jobs, Job) else jobs
         links = facts.inter_links  # [R, Wc]
-        b_own = inter_bandwidth(self._eff_bw, self._load[links] + 1, links)
+        b_own = inter_bandwidth(self._cond.eff_bw, self._load[links] + 1, links)
         own_t = times_of(self.perf, const, facts, b_own)
-        own = job_value(const[:, 3], facts.k, facts.survival, own_t.eta)
+        own = job_value(const[..., 3], facts.k, facts.survival, own_t.eta)
         other = self.interference(facts) if interference else None
         return Gains(own=own, interference=other, eta=own_t.eta, comm=own_t.C, b_inter=b_own)
 
@@ -266,28 +478,20 @@ class ClusterState:
         rows = self.sharing_slots(links) if links.any() else ()  # (no inter-server link: none)
         if not len(rows):
             return np.zeros(R)
+        t = self._table
+        rows = rows[np.argsort(t.first_gpu[rows], kind="stable")]  # (a fixed order: see module)
         # on[r, e]: candidate r's rings cross link e (one more job there).
         on = np.zeros((R, self.topology.num_nodes), dtype=bool)
         on[np.arange(R)[:, None], links] = True
         on[:, 0] = False
-        d, jl = self._table.data[rows], self._table.links[rows]  # [J, 17], [J, W]
+        d, jl = t.data[rows], t.links[rows]  # [J, 17], [J, W]
         hit = on[:, jl]  # [R, J, W]
-        b = inter_bandwidth(self._eff_bw, self._load[jl] + hit, jl)  # [R, J]
+        b = inter_bandwidth(self._cond.eff_bw, self._load[jl] + hit, jl)  # [R, J]
         jf = PlacementFacts(d[:, FACTS], jl)
         times = times_of(self.perf, d[:, CONST], jf, b)
         new = job_value(d[:, WEIGHT], jf.k, jf.survival, times.eta)
         out: FloatArray = np.where(hit.any(axis=2), new - d[:, VALUE], 0.0).sum(axis=1)
         return out
-
-    def gain(
-        self,
-        job: Job,
-        gpus: NDArray[np.integer[Any]] | Sequence[int] | None = None,
-        facts: PlacementFacts | None = None,
-    ) -> float:
-        """ΔF of placing ``job`` on ``gpus`` (or on the one-row ``facts``) without changing the state."""
-        f = facts if facts is not None else self.facts_for(np.asarray(gpus))
-        return float(self.gains(job, f).total[0])
 
     # --------------------------------------------------------------- mutation
     def check_placements(
@@ -297,10 +501,10 @@ class ClusterState:
 
         Raises:
             ConfigError: If a job is already placed, a GPU count is not its job's, a GPU index is
-                out of range or repeated, a GPU is busy or failed, or a job id or GPU is given
-                twice.
+                out of range or repeated, a GPU is busy or failed, a job id or GPU is given
+                twice, or a placement crosses regions.
         """
-        G = self.topology.num_gpus
+        G, Gr = self.topology.num_gpus, self.topology.region_gpus
         free = self.free_mask
         taken = np.zeros(G, dtype=bool)  # GPUs of the placements checked so far
         ids: set[str] = set()
@@ -321,6 +525,8 @@ class ClusterState:
                 )
             if job.job_id in ids or taken[p].any():
                 raise ConfigError(f"job {job.job_id}: its GPUs or its id are given twice")
+            if len(p) and p[0] // Gr != p[-1] // Gr:
+                raise ConfigError(f"job {job.job_id}: its GPUs {p.tolist()} cross regions")
             ids.add(job.job_id)
             taken[p] = True
             out.append(p.astype(np.int32))
@@ -332,56 +538,76 @@ class ClusterState:
         gpus: NDArray[np.integer[Any]] | Sequence[int],
         facts: PlacementFacts | None = None,
     ) -> float:
-        """Place ``job`` on ``gpus`` and update everything it touches.
+        """Place ``job`` on ``gpus`` (checked) and update everything it touches; return ΔF.
 
         Args:
             job: The job (its ``job_id`` must not be placed yet).
-            gpus: Its GPUs (exactly ``job.num_gpus``, free and usable; checked).
+            gpus: Its GPUs (exactly ``job.num_gpus``, free and usable).
             facts: :meth:`facts_for` of ``gpus`` if the caller has it (one row).
-
-        Returns:
-            The change of F.
         """
-        (p,) = self.check_placements([job], [gpus])
-        links = self._place([job], [p], facts if facts is not None else self.facts_for(p))
-        # The jobs sharing one of its links include the new job itself.
-        rows = self.sharing_slots(links) if len(links) else np.array([self._jobs[job.job_id]])
-        delta = self._reevaluate(rows)
-        self._F += delta
-        self.version += 1
-        return delta
+        return float(self.place([job], [gpus], facts).sum())
 
-    def add_many(
-        self, jobs: Sequence[Job], placements: Sequence[NDArray[np.integer[Any]]]
-    ) -> float:
-        """Place ``jobs[i]`` on ``placements[i]`` (checked as by :meth:`add`; a GPU or job id given
-        twice is refused and then nothing is placed), with one facts evaluation and one
-        :meth:`evaluate` for all of them; return the change of F."""
-        checked = self.check_placements(jobs, placements)
-        if checked:
-            facts = memo_facts(self.topology, self._health, [tuple(p.tolist()) for p in checked])
-            self._place(list(jobs), checked, facts)
-        before, self.version = self._F, self.version + 1
-        return self.evaluate() - before
+    def place(
+        self,
+        jobs: Sequence[Job],
+        placements: Sequence[NDArray[np.integer[Any]] | Sequence[int]],
+        facts: PlacementFacts | None = None,
+        *,
+        checked: bool = False,
+    ) -> FloatArray:
+        """Place ``jobs[i]`` on ``placements[i]``, all together, and re-evaluate every job they
+        slow; return ΔF of each region (``float64[R]``).
 
-    def _place(
-        self, jobs: Sequence[Job], ps: Sequence[NDArray[np.int32]], facts: PlacementFacts
-    ) -> NDArray[np.int32]:
-        """Store checked placements (job ``i`` on ``ps[i]`` with row ``i`` of ``facts``) in the
-        first free slots, and add their rings to the loads (the caller evaluates the times);
-        return their inter-server links (with repeats)."""
-        slots = self._free_slots(len(jobs), facts.inter_links.shape[1])
+        Args:
+            jobs: The jobs.
+            placements: Their GPUs.
+            facts: The placements' facts, one row each, if the caller has them.
+            checked: The caller guarantees the placements are valid and sorted ``int32`` (rows of
+                an action table built for this very state); otherwise they are checked as by
+                :meth:`check_placements` (a GPU or job id given twice is refused, and then nothing
+                is placed).
+        """
+        ps = (
+            cast(list[NDArray[np.int32]], list(placements))
+            if checked
+            else self.check_placements(jobs, placements)
+        )
+        if not ps:
+            return np.zeros(self.topology.regions)
+        if facts is None:
+            facts = self._cond.facts([tuple(p.tolist()) for p in ps])
+        slots = self._free_slots(len(ps), facts.inter_links.shape[1])
         t = self._table
-        t.write(slots, facts, job_constants(self.topology, self.perf, jobs))
+        t.data[slots, :_NF] = facts.values
+        t.data[slots, _NF:_OUT] = job_constants(self.topology, self.perf, jobs)
+        t.data[slots, VALUE] = 0.0
+        t.links[slots] = 0
+        t.links[slots, : facts.inter_links.shape[1]] = facts.inter_links
         t.active[slots] = True
         for s, job, p in zip(slots.tolist(), jobs, ps, strict=True):
             p.setflags(write=False)
             self._jobs[job.job_id] = s
             self._slot_job[s], self._slot_gpus[s] = job, p
             self._owner[p] = s
+            t.first_gpu[s] = int(p[0])
         links = facts.inter_links[facts.inter_links > 0]
-        self._load += np.bincount(links, minlength=len(self._load)).astype(self._load.dtype)
-        return links
+        if len(links):
+            np.add.at(self._load, links, 1)
+            # The jobs sharing one of their links, the new ones among them.
+            rows = np.union1d(self.sharing_slots(links), slots)
+        else:
+            rows = slots
+        return self._update(rows)
+
+    def _update(self, rows: NDArray[np.intp]) -> FloatArray:
+        """Re-evaluate ``rows``; return the change of F of each region."""
+        before = self._F.copy()
+        if len(rows):
+            self._times(rows)
+        self._sum_values()
+        self.version += 1
+        out: FloatArray = self._F - before
+        return out
 
     def _free_slots(self, n: int, width: int) -> NDArray[np.intp]:
         """The first ``n`` free slots, whose link rows hold ``width`` links (the table doubles
@@ -407,58 +633,87 @@ class ClusterState:
         """
         s = self._jobs.pop(job_id)
         t = self._table
-        old = float(t.value[s])
         gpus = self._slot_gpus[s]
         assert gpus is not None
+        region = int(gpus[0]) // self.topology.region_gpus
         self._owner[gpus] = -1
         links = t.links[s]
         links = links[links > 0]
         self._load[links] -= 1
         t.active[s] = False
         t.value[s] = 0.0
-        delta = self._reevaluate(self.sharing_slots(links)) - old
         t.links[s] = 0
         self._slot_job[s], self._slot_gpus[s] = None, None
-        self._F += delta
-        self.version += 1
-        return delta
+        return float(self._update(self.sharing_slots(links))[region])
 
-    def set_health(self, health: Health) -> None:
-        """Replace the device health; re-evaluate the jobs it changes (exactly as if all were).
+    def clear(self, regions: Sequence[int] | NDArray[np.integer[Any]]) -> None:
+        """Remove every job of ``regions`` (their F becomes 0; nothing else changes: no job
+        crosses regions)."""
+        t, Gr = self._table, self.topology.region_gpus
+        wipe = np.zeros(self.topology.regions, dtype=bool)
+        wipe[np.asarray(regions, dtype=np.int64)] = True
+        slots = np.flatnonzero(t.active & wipe[t.first_gpu // Gr])
+        if len(slots):
+            for s in slots.tolist():
+                job = self._slot_job[s]
+                assert job is not None
+                del self._jobs[job.job_id]
+                self._slot_job[s], self._slot_gpus[s] = None, None
+            links = t.links[slots]
+            np.subtract.at(self._load, links[links > 0], 1)
+            self._owner[wipe[np.arange(self.topology.num_gpus) // Gr]] = -1
+            t.active[slots] = False
+            t.data[slots, VALUE] = 0.0
+            t.links[slots] = 0
+        self._F[wipe] = 0.0
+        self.version += 1
+
+    def set_health(self, health: Health | Conditions) -> None:
+        """Replace the device health (or set new conditions); re-evaluate the jobs it changes
+        (exactly as if all were).
 
         Raises:
-            ConfigError: If a placed job holds a GPU the new health marks failed (remove it first).
+            ConfigError: If a placed job holds a GPU the new health marks failed (remove it
+                first), or the conditions are of another topology.
         """
-        held_failed = (self._owner >= 0) & health.gpu_failed
+        if isinstance(health, Conditions):
+            if health.topology is not self.topology:
+                raise ConfigError("set_health: the conditions are of another topology")
+            cond = health
+        else:
+            cond = Conditions(self.topology, health)
+        new = cond.health
+        held_failed = (self._owner >= 0) & new.gpu_failed
         if held_failed.any():
             job = self._slot_job[int(self._owner[held_failed].min())]
             msg = f"job {job.job_id} holds a failed GPU; remove it before marking it failed"  # type: ignore[union-attr]
             raise ConfigError(msg)
-        old, t = self._health, self._table
-        self._health, self.version = health, self.version + 1
-        self._set_health_arrays()
-        pi_ch = old.link_fail_prob != health.link_fail_prob
-        link_ch = (old.link_degradation != health.link_degradation) | pi_ch
+        old, t = self._cond.health, self._table
+        self._cond, self.version = cond, self.version + 1
+        if new is old:
+            return
+        pi_ch = old.link_fail_prob != new.link_fail_prob
+        link_ch = (old.link_degradation != new.link_degradation) | pi_ch
         pi_ch[0] = link_ch[0] = False  # the root: the links' padding
         # New facts (and times) for jobs on a changed GPU or link π; new times for a changed ρ.
-        gpu_ch = old.gpu_slowdown != health.gpu_slowdown
-        gpu_ch |= (old.gpu_fail_prob != health.gpu_fail_prob) | link_ch[self.topology.gpu_node]
+        gpu_ch = old.gpu_slowdown != new.gpu_slowdown
+        gpu_ch |= (old.gpu_fail_prob != new.gpu_fail_prob) | link_ch[self.topology.gpu_node]
         refact = np.zeros(t.slots, dtype=bool)
         refact[self._owner[gpu_ch & (self._owner >= 0)]] = True
         refact[t.active] |= pi_ch[t.links[t.active]].any(axis=1)
         slots = np.flatnonzero(refact)
         if len(slots):
             keys = [tuple(self._slot_gpus[s].tolist()) for s in slots.tolist()]  # type: ignore[union-attr]
-            facts = memo_facts(self.topology, health, keys)
-            t.data[slots, FACTS] = facts.values  # (the links depend on the topology only)
+            t.data[slots, FACTS] = cond.facts(keys).values  # (links depend on the topology only)
         refact[t.active] |= link_ch[t.links[t.active]].any(axis=1)
         rows = np.flatnonzero(refact)
         if len(rows):
             self._times(rows)
-        self._F = float(t.value[t.active].sum())
+        self._sum_values()
 
     def copy(self) -> ClusterState:
-        """An independent copy (jobs and placement arrays, which are immutable, are shared)."""
+        """An independent copy (jobs, placement arrays and conditions, which are immutable, are
+        shared)."""
         new = object.__new__(ClusterState)
         new.__dict__.update(self.__dict__)
         new._owner = self._owner.copy()
@@ -467,10 +722,11 @@ class ClusterState:
         new._jobs = dict(self._jobs)
         new._slot_job = list(self._slot_job)
         new._slot_gpus = list(self._slot_gpus)
+        new._F = self._F.copy()
         return new
 
     def __repr__(self) -> str:
         return (
             f"ClusterState(topology={self.topology.name!r}, jobs={len(self._jobs)}, "
-            f"free={self.num_free}/{self.topology.num_gpus}, F={self._F:.4f})"
+            f"free={self.num_free}/{self.topology.num_gpus}, F={self.F:.4f})"
         )

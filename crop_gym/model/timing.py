@@ -318,7 +318,7 @@ def model_constants(topology: Topology, job: Job) -> tuple[float, float]:
     (:attr:`Topology.hardware <crop_gym.model.topology.Topology>`) when it has one, else from the
     model zoo (whose reference GPU is the ``a100-elasticflow`` profile's A100).
     """
-    return _constants(topology, get_model(job.model), job.local_batch)
+    return _constants(topology.region_topology, get_model(job.model), job.local_batch)
 
 
 def _constants(topology: Topology, spec: ModelSpec, local_batch: float) -> tuple[float, float]:
@@ -337,7 +337,8 @@ def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
 
     Memoised per (topology, model options, model spec, GPUs, batch): every input is immutable.
     """
-    return _job_class(topology, perf, get_model(job.model), job.num_gpus, float(job.batch_size))[2]
+    topo = topology.region_topology
+    return _job_class(topo, perf, get_model(job.model), job.num_gpus, float(job.batch_size))[2]
 
 
 def job_constants(topology: Topology, perf: PerfConfig, jobs: Sequence[Job]) -> FloatArray:
@@ -349,9 +350,10 @@ def job_constants(topology: Topology, perf: PerfConfig, jobs: Sequence[Job]) -> 
     One memoised look-up per job class: the constants are a pure function of immutable inputs.
     """
     rows = []
+    topo = topology.region_topology  # (a job is placed inside one region: its cluster's T*)
     for j in jobs:
         grad_bytes, t_c, tstar, kappa = _job_class(
-            topology, perf, get_model(j.model), j.num_gpus, float(j.batch_size)
+            topo, perf, get_model(j.model), j.num_gpus, float(j.batch_size)
         )
         rows.append((grad_bytes, t_c, tstar, j.weight, kappa))
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(JOB_COLUMNS))

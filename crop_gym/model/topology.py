@@ -95,6 +95,11 @@ class Topology:
         node_srv_lo / node_srv_hi: ``int32[N]`` half-open server index range of each subtree.
         hardware: The profile it was built for (:mod:`crop_gym.model.hardware_topology`): jobs'
             ``M`` and compute come from it (its GPU type has speed 1); ``None``: the model zoo.
+        regions: Number of *regions*: ``1`` for a cluster; ``n`` for :meth:`replicated`, ``n``
+            copies of one cluster under a new root, where no job crosses copies (the batched
+            environments hold ``n`` episodes as one state over them). Region ``r`` holds GPUs
+            ``r * region_gpus ...`` and nodes ``region_node_lo(r) ...``.
+        base: The cluster each region copies (``None`` for a single cluster).
     """
 
     name: str
@@ -119,6 +124,8 @@ class Topology:
     node_srv_hi: IntArray = field(repr=False)
     uniform_depth: bool = field(default=False, repr=False)
     hardware: GpuHardware | None = field(default=None, repr=False)
+    regions: int = 1
+    base: Topology | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -140,6 +147,113 @@ class Topology:
     def max_gpus_per_server(self) -> int:
         """Largest server size."""
         return int((self.server_gpu_hi - self.server_gpu_lo).max())
+
+    @property
+    def region_topology(self) -> Topology:
+        """The cluster of one region: :attr:`base`, or this topology itself."""
+        return self if self.base is None else self.base
+
+    @property
+    def region_gpus(self) -> int:
+        """GPUs per region."""
+        return self.num_gpus // self.regions
+
+    @property
+    def region_servers(self) -> int:
+        """Servers per region."""
+        return self.num_servers // self.regions
+
+    @property
+    def region_nodes(self) -> int:
+        """Nodes per region (the root that joins the copies belongs to none)."""
+        return self.region_topology.num_nodes
+
+    def region_node_lo(self, region: int) -> int:
+        """First node of ``region`` (its root): 0 for a single cluster."""
+        return 0 if self.base is None else 1 + region * self.region_nodes
+
+    @property
+    def node_region(self) -> NDArray[np.int64]:
+        """``int64[N]`` region of each node (-1 for the root that joins the copies)."""
+        if self.base is None:
+            return np.zeros(self.num_nodes, dtype=np.int64)
+        return np.concatenate(([-1], np.arange(self.num_nodes - 1) // self.region_nodes))
+
+    def replicated(self, n: int) -> Topology:
+        """``n`` copies of this cluster under a new root: one topology of ``n`` regions.
+
+        Copy ``r`` holds GPUs ``r * G ...``, servers ``r * S ...`` and nodes ``1 + r * N ...`` (node
+        0 is the new root; the link above each copy's root has infinite bandwidth and no latency,
+        and no placement crosses copies, so each copy behaves exactly as the cluster alone:
+        tests/test_locality.py). The batched environment steps ``n`` episodes as one state over
+        such a topology.
+
+        Raises:
+            ConfigError: If ``n`` is not an integer >= 1, or this topology is itself replicated.
+        """
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ConfigError(f"n={n!r} must be an integer >= 1")
+        if self.base is not None:
+            raise ConfigError("replicated(): the topology is already replicated")
+        N, G, S = self.num_nodes, self.num_gpus, self.num_servers
+        n = int(n)
+
+        def tile(a: NDArray[Any], step: int, keep_neg: bool = False) -> NDArray[Any]:
+            out = (a[None, :] + step * np.arange(n)[:, None]).ravel().astype(a.dtype)
+            if keep_neg:
+                out[np.tile(a < 0, n)] = -1
+            return out
+
+        parent = np.concatenate(([-1], tile(self.parent, N, keep_neg=True) + 1)).astype(np.int32)
+        parent[1 + N * np.arange(n)] = 0
+        gpu_links = np.zeros((n * G, self.gpu_links.shape[1] + 1), dtype=np.int32)
+        own = self.gpu_links
+        for r in range(n):
+            block = gpu_links[r * G : (r + 1) * G]
+            block[:, :-1] = np.where(own > 0, own + 1 + r * N, 0)
+            # The copy's root becomes a link (to the new root), right after each path's last link.
+            depth_g = np.count_nonzero(own, axis=1)
+            block[np.arange(G), depth_g] = 1 + r * N
+        node_gpu_lo = np.concatenate(([0], tile(self.node_gpu_lo, G)))
+        node_gpu_hi = np.concatenate(([n * G], tile(self.node_gpu_hi, G)))
+        node_srv_lo = np.concatenate(([0], tile(self.node_srv_lo, S)))
+        node_srv_hi = np.concatenate(([n * S], tile(self.node_srv_hi, S)))
+        graph = nx.DiGraph(name=f"{n}x{self.name}", root="joined")
+        graph.add_node("joined", kind="switch")
+        root0 = self.node_names[0]
+        for r in range(n):
+            graph.add_nodes_from(((r, v), dict(d)) for v, d in self.graph.nodes(data=True))
+            graph.add_edges_from(
+                ((r, u), (r, v), dict(d)) for u, v, d in self.graph.edges(data=True)
+            )
+            graph.add_edge("joined", (r, root0), bandwidth=math.inf, latency=0.0)
+        names = ("joined", *((r, v) for r in range(n) for v in self.node_names))
+        return Topology(
+            name=f"{n}x{self.name}",
+            graph=graph,
+            node_names=names,
+            parent=_readonly(parent),
+            depth=_readonly(np.concatenate(([0], np.tile(self.depth + 1, n))).astype(np.int32)),
+            kind=_readonly(np.concatenate(([SWITCH], np.tile(self.kind, n))).astype(np.int8)),
+            link_bw=_readonly(np.concatenate(([np.inf], np.tile(self.link_bw, n)))),
+            link_lat=_readonly(np.concatenate(([0.0], np.tile(self.link_lat, n)))),
+            is_intra=_readonly(np.concatenate(([False], np.tile(self.is_intra, n)))),
+            gpu_node=_readonly(tile(self.gpu_node, N) + 1),
+            gpu_server=_readonly(tile(self.gpu_server, S)),
+            gpu_speed=_readonly(np.tile(self.gpu_speed, n)),
+            gpu_links=_readonly(gpu_links),
+            server_node=_readonly(tile(self.server_node, N) + 1),
+            server_gpu_lo=_readonly(tile(self.server_gpu_lo, G)),
+            server_gpu_hi=_readonly(tile(self.server_gpu_hi, G)),
+            node_gpu_lo=_readonly(node_gpu_lo.astype(np.int32)),
+            node_gpu_hi=_readonly(node_gpu_hi.astype(np.int32)),
+            node_srv_lo=_readonly(node_srv_lo.astype(np.int32)),
+            node_srv_hi=_readonly(node_srv_hi.astype(np.int32)),
+            uniform_depth=self.uniform_depth,
+            hardware=self.hardware,
+            regions=n,
+            base=self,
+        )
 
     def __repr__(self) -> str:
         sizes = f"gpus={self.num_gpus}, servers={self.num_servers}, nodes={self.num_nodes}"
