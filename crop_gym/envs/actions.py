@@ -29,10 +29,11 @@ import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.model.candidates import CandidateSet, generate
-from crop_gym.model.facts import PlacementFacts
+from crop_gym.model import kernels
+from crop_gym.model.candidates import CandidateSet, candidate_inputs, generate
+from crop_gym.model.facts import PlacementFacts, upper_links_by_depth
 from crop_gym.model.jobs import Job
-from crop_gym.model.state import ClusterState, Gains
+from crop_gym.model.state import ClusterState, Gains, perf_args
 from crop_gym.model.timing import job_constants
 
 __all__ = [
@@ -306,6 +307,7 @@ def build_action_tables(
     robust: bool = True,
     group_identical: bool = True,
     interference: bool = True,
+    backend: str | None = None,
 ) -> list[ActionTable | None]:
     """The action table of every episode of ``state`` with its ``pending`` jobs.
 
@@ -317,6 +319,10 @@ def build_action_tables(
     interference of each row unless ``interference``: a step needs it only for the chosen row, the
     privileged features for all).
 
+    ``backend``: ``"numpy"`` (the reference: the steps above, one after the other), ``"numba"``
+    (:func:`crop_gym.model.kernels.table_rows`: the same rows, facts and gains in one compiled
+    call) or ``None``: the compiled kernel when it is available.
+
     Returns:
         One table per region (``None`` where ``pending`` is ``None``).
     """
@@ -325,6 +331,8 @@ def build_action_tables(
     R, Gr = topo.regions, topo.region_gpus
     if len(pending) != R:
         raise ValueError(f"build_action_tables: {len(pending)} queues for {R} regions")
+    if kernels.enabled() if backend is None else backend == "numba":
+        return _compiled_tables(state, pending, Q, C, robust, group_identical, interference)
     free = state.free_mask
     n_free = (
         [int(np.count_nonzero(free))]
@@ -335,7 +343,9 @@ def build_action_tables(
         _EMPTY_VIEW if queue is None else _View.of(queue, n_free[r], Q, group_identical)
         for r, queue in enumerate(pending)
     ]
-    distinct_all = generate(state.conditions, free, [v.sizes for v in views], C, robust=robust)
+    distinct_all = generate(
+        state.conditions, free, [v.sizes for v in views], C, robust=robust, backend="numpy"
+    )
     # The facts of each distinct candidate once, then of each row; the gains of every row of
     # every table in one call (each row alone against the state).
     keys = [key for distinct in distinct_all for cs in distinct for key in cs.keys]
@@ -368,6 +378,104 @@ def build_action_tables(
         rows = slice(start, start + len(lay.row_slot))
         start = rows.stop
         out.append(_table(r, queue, view, lay, row_facts.take(rows), _gains_of(gains, rows), Q, C))
+    return out
+
+
+def _compiled_tables(
+    state: ClusterState,
+    pending: Sequence[PendingQueue | None],
+    Q: int,
+    C: int,
+    robust: bool,
+    group_identical: bool,
+    interference: bool,
+) -> list[ActionTable | None]:
+    """:func:`build_action_tables` by the compiled kernel (one call for every region)."""
+    cond = state.conditions
+    topo = state.topology
+    R = topo.regions
+    queues = [q for q in pending if q is not None]
+    pend_ptr = np.zeros(R + 1, dtype=np.int64)
+    np.cumsum([0 if q is None else len(q) for q in pending], out=pend_ptr[1:])
+    if len(queues) == 1:
+        (q,) = queues
+        cls, num, const = q.job_class[q.index], q.num_gpus[q.index], q.const[q.index]
+    elif queues:
+        cls = np.concatenate([q.job_class[q.index] for q in queues])
+        num = np.concatenate([q.num_gpus[q.index] for q in queues])
+        const = np.concatenate([q.const[q.index] for q in queues])
+    else:
+        cls, num, const = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 5))
+    badness, uniform, base, _, *tree = candidate_inputs(cond, cond.usable, robust)
+    (
+        _free, slot_ptr, slot_pos, slot_copies, req_ptr, req_k, count, gpus, servers, subtree,
+        quality, row_slot, row_cand, row_src, values, links, own, eta, comm, b_inter, mask,
+        row_index,
+    ) = kernels.action_tables(
+        badness, uniform, base, state.gpu_owner, cond.usable, *tree,
+        cond.device_table, cond.link_table, upper_links_by_depth(topo), cond.eff_bw,
+        state.link_load, pend_ptr, cls, num, const, group_identical, Q, C, *perf_args(state.perf),
+    )  # fmt: skip
+    other = state.interference(PlacementFacts(values, links)) if interference else None
+    mask.setflags(write=False)
+    row_index.setflags(write=False)
+    out: list[ActionTable | None] = []
+    row = gpu = m = 0
+    for r, queue in enumerate(pending):
+        # This region's distinct sets, then its rows.
+        sets_of: dict[int, CandidateSet] = {}
+        first_row = row
+        for i in range(int(req_ptr[r]), int(req_ptr[r + 1])):
+            k, n = int(req_k[i]), int(count[i])
+            sets_of[k] = CandidateSet(
+                gpus[gpu : gpu + n * k].reshape(n, k),
+                servers[row : row + n],
+                subtree[row : row + n],
+                quality[row : row + n],
+            )
+            row += n
+            gpu += n * k
+        if queue is None:
+            out.append(None)
+            continue
+        x0, x1 = int(slot_ptr[r]), int(slot_ptr[r + 1])
+        pos = slot_pos[x0:x1]
+        qidx = queue.index[pos]
+        sets = tuple(sets_of[k] for k in queue.num_gpus[qidx].tolist())
+        n_rows = sum(len(s) for s in sets)
+        rows = slice(m, m + n_rows)
+        m += n_rows
+        copies = np.zeros(Q, dtype=np.int64)
+        copies[: x1 - x0] = slot_copies[x0:x1]
+        copies.setflags(write=False)
+        out.append(
+            ActionTable(
+                num_slots=Q,
+                max_candidates=C,
+                region=r,
+                jobs=tuple(queue.queue[i] for i in qidx.tolist()),
+                positions=tuple(pos.tolist()),
+                copies=copies,
+                const=queue.const[qidx],
+                sets=sets,
+                distinct=tuple(sets_of.values()),
+                row_slot=row_slot[rows],
+                row_cand=row_cand[rows],
+                row_src=row_src[rows] - first_row,
+                row_index=row_index[r],
+                facts=PlacementFacts(values[rows], links[rows]),
+                gains=Gains(
+                    own=own[rows],
+                    interference=None if other is None else other[rows],
+                    eta=eta[rows],
+                    comm=comm[rows],
+                    b_inter=b_inter[rows],
+                ),
+                mask=mask[r],
+                pending_gpus=queue.pending_gpus,
+                in_view=int(slot_copies[x0:x1].sum()),
+            )
+        )
     return out
 
 

@@ -14,8 +14,7 @@ from gymnasium import spaces
 from numpy.typing import NDArray
 
 from crop_gym.envs.actions import ActionTable, PendingQueue, action_space, build_action_tables
-from crop_gym.envs.base import EpisodeGuard
-from crop_gym.envs.base import RENDER_MODES, check_count, check_render_mode
+from crop_gym.envs.base import RENDER_MODES, EpisodeGuard, check_count, check_render_mode
 from crop_gym.envs.observation import ObservationBuilder, ObservedHealth
 from crop_gym.envs.online_common import (
     ONLINE_FEATURES,

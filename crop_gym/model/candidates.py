@@ -52,12 +52,14 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError, check_range
+from crop_gym.model import kernels
 from crop_gym.model.conditions import Conditions
 from crop_gym.model.topology import SWITCH, Topology
 
 __all__ = [
     "CandidateSet",
     "TreeArrays",
+    "candidate_inputs",
     "candidate_placements",
     "candidate_sets",
     "generate",
@@ -83,19 +85,22 @@ class CandidateSet:
         num_servers: ``int32[C]`` servers spanned by each candidate.
         subtree: ``int32[C]`` node index of the subtree the candidate was taken from.
         quality: ``float64[C]`` sum of the GPUs' badness scores (lower is healthier).
-        keys: Each candidate's GPUs as a tuple of ints (hashable); derived from :attr:`gpus` when
-            not given.
     """
 
     gpus: NDArray[np.int32]
     num_servers: NDArray[np.int32]
     subtree: NDArray[np.int32]
     quality: NDArray[np.float64]
-    keys: tuple[tuple[int, ...], ...] = field(default=(), repr=False)
+    _keys: tuple[tuple[int, ...], ...] | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
-        if len(self.keys) != len(self.gpus):
-            object.__setattr__(self, "keys", tuple(map(tuple, self.gpus.tolist())))
+    @property
+    def keys(self) -> tuple[tuple[int, ...], ...]:
+        """Each candidate's GPUs as a tuple of ints (hashable; made when first read)."""
+        keys = self._keys
+        if keys is None:
+            keys = tuple(map(tuple, self.gpus.tolist()))
+            object.__setattr__(self, "_keys", keys)
+        return keys
 
     @property
     def k(self) -> int:
@@ -103,7 +108,7 @@ class CandidateSet:
         return int(self.gpus.shape[1])
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self.gpus)
 
 
 def _empty(k: int) -> CandidateSet:
@@ -140,6 +145,9 @@ class TreeArrays:
         sw_region: ``int64[W]`` region of each switch subtree.
         mem_srv, mem_start, mem_end, mem_base: The membership lists.
         sw_gpus: GPU range of each switch subtree.
+        flat: The same tree as the compiled generator reads it: per server its GPU range and
+            node, per switch subtree its node and its server and GPU ranges, per region its
+            servers, switch subtrees and GPUs (ranges of ``int64`` arrays).
     """
 
     srv_lo: _I64
@@ -155,6 +163,7 @@ class TreeArrays:
     mem_end: _I64
     mem_base: _I64
     sw_gpus: list[tuple[int, int]]
+    flat: tuple[_I64, ...]
 
 
 @lru_cache(maxsize=64)
@@ -183,6 +192,20 @@ def tree_arrays(topo: Topology) -> TreeArrays:
         mem_end=np.cumsum(n_srv),
         mem_base=np.repeat(np.arange(len(sw), dtype=np.int64) * S, n_srv),
         sw_gpus=list(zip(g_lo.tolist(), g_hi.tolist(), strict=True)),
+        flat=(
+            lo,
+            topo.server_gpu_hi.astype(np.int64),
+            topo.server_node.astype(np.int64),
+            sw.astype(np.int64),
+            s_lo,
+            s_hi,
+            g_lo,
+            g_hi,
+            gpu_server,
+            np.searchsorted(srv_region, np.arange(topo.regions + 1)).astype(np.int64),
+            np.searchsorted(region[sw], np.arange(topo.regions + 1)).astype(np.int64),
+            np.arange(topo.regions + 1, dtype=np.int64) * topo.region_gpus,
+        ),
     )
 
 
@@ -271,6 +294,7 @@ def generate(
     max_candidates: int = 8,
     *,
     robust: bool = True,
+    backend: str | None = None,
 ) -> list[list[CandidateSet]]:
     """The candidate sets of every region, in one vectorised pass.
 
@@ -280,6 +304,8 @@ def generate(
         sizes: Per region, the GPUs of its jobs (repeats allowed).
         max_candidates: Cap on the candidates per size and region (>= 1).
         robust: Whether device health steers the choice (else every usable GPU scores 1).
+        backend: ``"numpy"`` (the reference), ``"numba"`` (:mod:`crop_gym.model.kernels`, the
+            same rows compiled) or ``None``: the compiled kernel when it is available.
 
     Returns:
         Per region, the candidate set of each of its sizes, in order (GPU indices are the
@@ -309,11 +335,49 @@ def generate(
     fitting = [sorted({k for k in row if k <= nf}) for row, nf in zip(wanted, n_free, strict=True)]
     out: dict[tuple[int, int], CandidateSet] = {}
     if any(fitting):
-        out = _generate(conditions, free, fitting, int(max_candidates), robust)
+        compiled = kernels.enabled() if backend is None else backend == "numba"
+        run = _generate_compiled if compiled else _generate
+        out = run(conditions, free, fitting, int(max_candidates), robust)
     return [[out.get((k, r)) or _empty(k) for k in row] for r, row in enumerate(wanted)]
 
 
 # ------------------------------------------------------------------------------------ the generator
+def candidate_inputs(cond: Conditions, free: NDArray[np.bool_], robust: bool) -> tuple[Any, ...]:
+    """The arguments of the compiled generator before its requests
+    (:func:`crop_gym.model.kernels.generate_rows`): badness, whether it is uniform, the GPU order,
+    the free GPUs and the tree's flat arrays."""
+    t = tree_arrays(cond.topology)
+    uniform = cond.uniform or not robust
+    q = _ones(cond.topology) if uniform else cond.badness
+    return (q, uniform, _base_order(cond, robust), free, *t.flat)
+
+
+def _generate_compiled(
+    cond: Conditions, free: NDArray[np.bool_], fitting: list[list[int]], cap: int, robust: bool
+) -> dict[tuple[int, int], CandidateSet]:
+    """:func:`_generate` by the compiled kernel (:func:`crop_gym.model.kernels.generate_rows`)."""
+    req_k = np.array([k for row in fitting for k in row], dtype=np.int64)
+    req_ptr = np.zeros(len(fitting) + 1, dtype=np.int64)
+    np.cumsum([len(row) for row in fitting], out=req_ptr[1:])
+    count, gpus, servers, subtree, quality = kernels.generate_rows(
+        *candidate_inputs(cond, free, robust), req_ptr, req_k, cap
+    )
+    out: dict[tuple[int, int], CandidateSet] = {}
+    row = pos = i = 0
+    for r, ks in enumerate(fitting):
+        for k in ks:
+            n = int(count[i])
+            if n:
+                block = gpus[pos : pos + n * k].reshape(n, k)
+                out[(k, r)] = CandidateSet(
+                    block, servers[row : row + n], subtree[row : row + n], quality[row : row + n]
+                )
+            row += n
+            pos += n * k
+            i += 1
+    return out
+
+
 def _row_sums(values: _F64, ks: list[int], size: _I64) -> _F64:
     """Sums of the rows of ``values`` (rows of ``ks[i]`` items, grouped by ``i = size``), each
     numpy's pairwise sum of its items in order."""
@@ -523,7 +587,7 @@ def _assemble(
             keys = keys[kept]
         sl = slice(p, p + n)
         out[(k, r)] = CandidateSet(
-            block[kept], ns[sl][kept], nd[sl][kept], qq[sl][kept], tuple(keys)
+            block[kept], ns[sl][kept], nd[sl][kept], qq[sl][kept], _keys=tuple(keys)
         )
         end += n * k
         p += n

@@ -30,12 +30,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
+from crop_gym.model import kernels
 from crop_gym.model.facts import (
     FACT_COLUMNS,
     PlacementFacts,
     device_table,
-    facts_of_sets,
+    facts_kernel,
     link_table,
+    padded_rows,
+    upper_links_by_depth,
 )
 from crop_gym.model.health import Health
 from crop_gym.model.topology import Topology
@@ -143,6 +146,29 @@ class Conditions:
         memo: _FactsMemo = self._memo  # type: ignore[attr-defined]
         return memo.facts(self, keys)
 
+    def facts_of_rows(
+        self, P: NDArray[np.integer[Any]], k: NDArray[np.int64], backend: str | None = None
+    ) -> PlacementFacts:
+        """:func:`~crop_gym.model.facts.facts_kernel` of the padded rows ``P`` (``k[r]`` GPUs
+        each) under these conditions, not memoised.
+
+        ``backend``: ``"numpy"`` (the reference), ``"numba"`` (the same computation compiled,
+        :func:`crop_gym.model.kernels.facts_rows`) or ``None``: the compiled kernel when it is
+        available."""
+        topo = self.topology
+        R, kmax = P.shape
+        if R and kmax and (kernels.enabled() if backend is None else backend == "numba"):
+            values, links = kernels.facts_rows(
+                P,
+                k,
+                topo.gpu_server,
+                self.device_table,
+                self.link_table,
+                upper_links_by_depth(topo),
+            )
+            return PlacementFacts(values, links)
+        return facts_kernel(topo, self.device_table, self.link_table, P, k)
+
     @property
     def facts_memo_stats(self) -> tuple[int, int]:
         """``(hits, misses)`` of :meth:`facts` so far (benchmarks print the hit rate)."""
@@ -171,7 +197,7 @@ class _FactsMemo:
             self.hits += len(keys) - len(new)
             if len(row) + len(new) > FACTS_MEMO_ROWS:
                 self._clear()
-            self._add(new, facts_of_sets(cond.topology, cond.device_table, cond.link_table, new))
+            self._add(new, cond.facts_of_rows(*padded_rows(new)))
             rows = [self.row[key] for key in keys]
         else:
             self.hits += len(keys)

@@ -31,8 +31,9 @@ __all__ = [
     "FACT_COLUMNS",
     "PlacementFacts",
     "device_table",
-    "facts_of_sets",
+    "facts_kernel",
     "link_table",
+    "padded_rows",
     "placement_facts",
 ]
 
@@ -174,19 +175,14 @@ def placement_facts(
     )
 
 
-def facts_of_sets(
-    topology: Topology, devices: FloatArray, links: FloatArray, keys: Sequence[tuple[int, ...]]
-) -> PlacementFacts:
-    """:func:`facts_kernel` of the GPU sets ``keys`` (sorted tuples), given the tables of the
-    health (:func:`device_table`, :func:`link_table`)."""
+def padded_rows(keys: Sequence[tuple[int, ...]]) -> tuple[NDArray[np.int64], IntArray]:
+    """``(P, k)`` of the GPU sets ``keys`` (sorted tuples), as :func:`facts_kernel` takes them:
+    each row's last GPU repeated up to the widest."""
     if not keys:
-        return facts_kernel(
-            topology, devices, links, np.zeros((0, 0), np.int64), np.zeros(0, np.int64)
-        )
+        return np.zeros((0, 0), np.int64), np.zeros(0, np.int64)
     kmax = max(map(len, keys))
     P = np.array([key + key[-1:] * (kmax - len(key)) for key in keys], dtype=np.int64)
-    k = np.array([len(key) for key in keys], dtype=np.int64)
-    return facts_kernel(topology, devices, links, P, k)
+    return P, np.array([len(key) for key in keys], dtype=np.int64)
 
 
 def facts_kernel(
@@ -198,7 +194,11 @@ def facts_kernel(
 ) -> PlacementFacts:
     """The facts of the rows of ``P``: row ``r`` holds its ``k[r]`` GPUs sorted, then its last GPU
     repeated up to the width of ``P`` (a repeated GPU adds no server, link or ring step, and the
-    per-GPU products skip it); ``devices`` and ``links`` are the health's tables."""
+    per-GPU products skip it); ``devices`` and ``links`` are the health's tables.
+
+    This is the reference; :func:`crop_gym.model.kernels.facts_rows` is the same computation
+    compiled (the conditions' memo, :meth:`Conditions.facts
+    <crop_gym.model.conditions.Conditions.facts>`, runs it when it is available)."""
     R, kmax = P.shape
     if R == 0 or kmax == 0:
         z = np.zeros(R)

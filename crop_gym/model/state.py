@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.errors import ConfigError
+from crop_gym.model import kernels
 from crop_gym.model.conditions import Conditions
 from crop_gym.model.facts import FACT_COLUMNS, PlacementFacts
 from crop_gym.model.health import Health
@@ -57,6 +58,7 @@ __all__ = [
     "JobRecord",
     "PlacedJobs",
     "RegionMetrics",
+    "perf_args",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -210,6 +212,18 @@ class PlacedJobs:
         return PlacedJobs(
             self.active.copy(), self.data.copy(), self.links.copy(), self.first_gpu.copy()
         )
+
+
+def perf_args(perf: PerfConfig) -> tuple[Any, ...]:
+    """The model options as the compiled kernels take them (:func:`kernels.row_times`)."""
+    return (
+        perf.allreduce == "ring",
+        perf.overlap,
+        np.nan if perf.overlap_cap is None else perf.overlap_cap,
+        perf.fabric_bandwidth,
+        perf.nic_sharing,
+        perf.step_latency,
+    )
 
 
 def _readonly(a: NDArray[Any]) -> NDArray[Any]:
@@ -409,6 +423,18 @@ class ClusterState:
         """Re-evaluate slot ``rows`` under the current link loads."""
         t = self._table
         d = t.data[rows]
+        if kernels.enabled():
+            T, C, eta, value, _ = kernels.row_times(
+                d[:, FACTS],
+                t.links[rows],
+                d[:, CONST],
+                self._cond.eff_bw,
+                self._load,
+                0,
+                *perf_args(self.perf),
+            )
+            t.data[rows, OUTPUTS] = np.column_stack((T, C, eta, value))
+            return
         facts = PlacementFacts(d[:, FACTS], t.links[rows])
         b_inter = inter_bandwidth(self._cond.eff_bw, self._load, facts.inter_links)
         times = times_of(self.perf, d[:, CONST], facts, b_inter)
@@ -465,10 +491,22 @@ class ClusterState:
         """
         const = job_constants(self.topology, self.perf, (jobs,)) if isinstance(jobs, Job) else jobs
         links = facts.inter_links  # [R, Wc]
+        other = self.interference(facts) if interference else None
+        if kernels.enabled():
+            rows = const if len(const) == len(facts) else np.repeat(const, len(facts), axis=0)
+            _, C, eta, own, b_own = kernels.row_times(
+                facts.values,
+                links,
+                rows,
+                self._cond.eff_bw,
+                self._load,
+                1,
+                *perf_args(self.perf),
+            )
+            return Gains(own=own, interference=other, eta=eta, comm=C, b_inter=b_own)
         b_own = inter_bandwidth(self._cond.eff_bw, self._load[links] + 1, links)
         own_t = times_of(self.perf, const, facts, b_own)
         own = job_value(const[..., 3], facts.k, facts.survival, own_t.eta)
-        other = self.interference(facts) if interference else None
         return Gains(own=own, interference=other, eta=own_t.eta, comm=own_t.C, b_inter=b_own)
 
     def interference(self, facts: PlacementFacts) -> FloatArray:

@@ -72,6 +72,7 @@ __all__ = [
     "job_constants",
     "job_times",
     "model_constants",
+    "times_arrays",
     "times_of",
 ]
 
@@ -135,7 +136,6 @@ def comm_time(
     b_inter: Any,
     a_intra: Any,
     a_inter: Any,
-    *,
     fabric_bandwidth: float = float("inf"),
     nic_sharing: float = 0.0,
     step_latency: float = 0.0,
@@ -273,9 +273,18 @@ def job_times(
         compute_sharing: κ per row (e.g. a hardware profile's per-model value), replacing
             ``perf.compute_sharing``; ``None`` (the default) uses ``perf.compute_sharing``.
     """
-    C = comm_time(
+    kappa = perf.compute_sharing if compute_sharing is None else compute_sharing
+    T, C, eta = times_arrays(
         perf.allreduce,
+        perf.overlap,
+        perf.overlap_cap,
+        perf.fabric_bandwidth,
+        perf.nic_sharing,
+        perf.step_latency,
         grad_bytes,
+        compute,
+        tstar,
+        kappa,
         facts.k,
         facts.g,
         facts.s,
@@ -283,16 +292,55 @@ def job_times(
         b_inter,
         facts.a_intra,
         facts.a_inter,
-        fabric_bandwidth=perf.fabric_bandwidth,
-        nic_sharing=perf.nic_sharing,
-        step_latency=perf.step_latency,
+        facts.slowdown,
     )
-    t = compute * facts.slowdown
-    kappa = perf.compute_sharing if compute_sharing is None else compute_sharing
-    if compute_sharing is not None or kappa != 0.0:
-        t = t * (1.0 + kappa * (facts.g - 1.0))
-    T = iteration_time(t, C, perf.overlap, perf.overlap_cap)
-    return JobTimes(T=T, C=C, eta=np.minimum(1.0, tstar / T))
+    return JobTimes(T=T, C=C, eta=eta)
+
+
+def times_arrays(
+    allreduce: str,
+    overlap: float,
+    overlap_cap: float | None,
+    fabric_bandwidth: float,
+    nic_sharing: float,
+    step_latency: float,
+    grad_bytes: Any,
+    compute: Any,
+    tstar: Any,
+    kappa: Any,
+    k: Any,
+    g: Any,
+    s: Any,
+    b_intra: Any,
+    b_inter: Any,
+    a_intra: Any,
+    a_inter: Any,
+    slowdown: Any,
+) -> tuple[Any, Any, Any]:
+    """``(T, C, η)`` of rows given as plain arrays: the body of :func:`job_times` (the model
+    options unpacked, the facts as columns, κ per row).
+
+    Written in the part of numpy that numba compiles too: the compiled kernels
+    (:mod:`crop_gym.model.kernels`) run this very function, so the formula exists once.
+    """
+    C = comm_time(  # (positional arguments only: numba compiles this call too)
+        allreduce,
+        grad_bytes,
+        k,
+        g,
+        s,
+        b_intra,
+        b_inter,
+        a_intra,
+        a_inter,
+        fabric_bandwidth,
+        nic_sharing,
+        step_latency,
+    )
+    # A co-located GPU of the job slows its compute by κ (1 + κ (g - 1); κ = 0 leaves t as is).
+    t = compute * slowdown * (1.0 + kappa * (g - 1.0))
+    T = iteration_time(t, C, overlap, overlap_cap)
+    return T, C, np.minimum(1.0, tstar / T)
 
 
 def times_of(perf: PerfConfig, const: FloatArray, facts: PlacementFacts, b_inter: Any) -> JobTimes:
