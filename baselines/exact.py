@@ -43,19 +43,13 @@ from crop_gym.baselines.exact_space import (
     guard_space,
     search_space,
 )
-from crop_gym.baselines.policy import (
-    Placement,
-    PlacementPolicy,
-    apply,
-    check_placements,
-    pending_jobs,
-)
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.candidates import candidate_placements
 from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import comm_time, iteration_time, model_constants
+from crop_gym.policy import Placement, PlacementPolicy, apply, pending_jobs
 
 __all__ = [
     "ExactResult",
@@ -389,7 +383,7 @@ def branch_and_bound(
         from crop_gym.baselines.crop import crop_greedy
 
         incumbent = crop_greedy(state, jobs).placements
-    check_placements(state, incumbent, queue)
+    _check_incumbent(state, incumbent, queue)
     inc = state.copy()
     apply(inc, incumbent)
     s.best_F, s.best = inc.F, list(incumbent)
@@ -400,6 +394,22 @@ def branch_and_bound(
     final = state.copy()
     apply(final, s.best)
     return ExactResult(s.best, final.F, space, s.nodes, time.perf_counter() - t0, log10)
+
+
+def _check_incumbent(
+    state: ClusterState, incumbent: Sequence[Placement], queue: Sequence[Job]
+) -> None:
+    """Refuse an incumbent that is not a valid answer for ``queue`` on ``state``.
+
+    Raises:
+        ConfigError: If it places a job that is not in the queue, or a placement is invalid
+            (:meth:`~crop_gym.model.state.ClusterState.check_placements`).
+    """
+    ids = {j.job_id for j in queue}
+    for p in incumbent:
+        if p.job_id not in ids:
+            raise ConfigError(f"the incumbent places job {p.job_id!r}, which is not in the queue")
+    state.check_placements([p.job for p in incumbent], [p.gpus for p in incumbent])
 
 
 def optimum(state: ClusterState, queue: Sequence[Job], **kwargs: object) -> ExactResult:

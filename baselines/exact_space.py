@@ -15,11 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.baselines.policy import pending_jobs
 from crop_gym.errors import ConfigError
 from crop_gym.model.candidates import candidate_placements
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
+from crop_gym.policy import pending_jobs
 
 __all__ = [
     "EXACT_LIMITS",

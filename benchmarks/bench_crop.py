@@ -25,10 +25,10 @@ from crop_gym.baselines.crop import crop_greedy
 from crop_gym.baselines.exact import branch_and_bound
 from crop_gym.baselines.exact_space import EXACT_LIMITS, search_space
 from crop_gym.baselines.instances import small_instance
-from crop_gym.baselines.policy import apply
 from crop_gym.errors import ConfigError
 from crop_gym.model.health import get_profile
 from crop_gym.model.topology import make_topology
+from crop_gym.policy import apply
 from crop_gym.scenario import SCENARIOS, Scenario, ScenarioSampler
 
 T = TypeVar("T")

@@ -2,7 +2,8 @@
 must be special files never touch the machine's own /dev/null (:func:`null_device`), exact
 equality of nested observations (:func:`assert_same`), and ``n`` copies of a cluster as one
 (:func:`union_topology`, :func:`joined_health`: tests/test_locality.py checks that each copy
-behaves as its cluster alone; benchmarks/bench_env_axis.py times the state over them)."""
+behaves as its cluster alone; benchmarks/bench_env_axis.py times the state over them), and a
+policy's answer checked against the policy contract (:func:`check_answer`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import contextlib
 import os
 import signal
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ import networkx as nx
 import numpy as np
 
 from crop_gym.model.health import Health
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import Topology
+from crop_gym.policy import Placement
 
 
 class Hang(TimeoutError):
@@ -101,3 +105,16 @@ def joined_health(parts: list[Health]) -> Health:
         for f in ("link_degradation", "link_fail_prob")
     ]
     return Health(*gpu, *link)
+
+
+def check_answer(
+    state: ClusterState, placements: Sequence[Placement], queue: Sequence[Job] | None = None
+) -> None:
+    """Assert that a policy's answer keeps the contract on ``state``: every placement valid
+    (:meth:`ClusterState.check_placements`: free usable GPUs, the job's GPU count, no GPU or job
+    twice) and, with ``queue``, every placed job taken from it."""
+    if queue is not None:
+        ids = {j.job_id for j in queue}
+        stray = [p.job_id for p in placements if p.job_id not in ids]
+        assert not stray, f"placed jobs that are not in the queue: {stray}"
+    state.check_placements([p.job for p in placements], [p.gpus for p in placements])

@@ -13,15 +13,16 @@ A failure (of a GPU the job holds, or of a link its ring crosses) stops the job:
 done since its last checkpoint (checkpoints every ``checkpoint_interval_s`` of wall-clock time since
 its (re)start) and goes back to the queue in its original arrival position.
 
-At each event the placement policy — any object with the :class:`~crop_gym.sim.PlacementPolicy`
-interface, e.g. CROP (``crop_gym.policies.make_policy("crop")``) — is asked for placements (non-preemptive), but only when
+At each event the placement policy — any object with the :class:`~crop_gym.policy.PlacementPolicy`
+interface, e.g. CROP (``crop_gym.policy.make_policy("crop")``) — is asked for placements
+(non-preemptive), but only when
 something it could act on changed: jobs arrived, GPUs were freed, or health changed, and the smallest
 queued job fits in the free GPUs.
 
 Typical use::
 
     from crop_gym.sim import Simulator, SimConfig
-    from crop_gym.policies import make_policy
+    from crop_gym.policy import make_policy
     sim = Simulator(load_workload("elasticflow:cluster10"), "n32g8", profile="mild", seed=0)
     result = sim.run(make_policy("crop"), progress=True)
     print(result.metrics["mean_jct_s"])
@@ -44,11 +45,11 @@ from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import ideal_time
 from crop_gym.model.topology import Topology, make_topology
+from crop_gym.policy import PlacementPolicy
 from crop_gym.sim.config import SimConfig, SimulationError, check_simulator_args
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
 from crop_gym.sim.ledger import DONE, QUEUED, RUNNING, JobLedger, SlotTable
 from crop_gym.sim.progress import SimProgress
-from crop_gym.sim.protocol import PlacementPolicy
 from crop_gym.sim.result import SimResult
 from crop_gym.workloads.workload import Workload
 
