@@ -13,20 +13,22 @@ from __future__ import annotations
 from crop_gym.sim.config import QUEUE_VIEWS, SimConfig, SimulationError
 from crop_gym.sim.engine import Simulator, simulate
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
-from crop_gym.sim.ledger import JobLedger, SlotTable
-from crop_gym.sim.result import RECORD_COLUMNS, SimResult
+from crop_gym.sim.ledger import JobLedger
+from crop_gym.sim.result import RECORD_COLUMNS, TIMELINE_COLUMNS, RunTotals, SimResult, Timeline
 
 __all__ = [
     "QUEUE_VIEWS",
     "RECORD_COLUMNS",
+    "TIMELINE_COLUMNS",
     "HealthChange",
     "HealthProcess",
     "JobLedger",
+    "RunTotals",
     "ScriptedFailure",
     "SimConfig",
     "SimResult",
     "SimulationError",
     "Simulator",
-    "SlotTable",
+    "Timeline",
     "simulate",
 ]
