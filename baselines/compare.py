@@ -131,7 +131,7 @@ def _build(name: str, scenario: Scenario) -> PlacementPolicy:
 
 def _check_exact(insts: Sequence[PlacementInstance], seeds: Sequence[int]) -> str:
     """The search space the exact solver will use, or a ConfigError saying why it cannot."""
-    from crop_gym.baselines.exact_space import EXACT_LIMITS, search_space
+    from crop_gym.baselines.exact import EXACT_LIMITS, search_space
 
     spaces = []
     for inst, seed in zip(insts, seeds, strict=True):

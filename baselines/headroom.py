@@ -47,8 +47,7 @@ import gymnasium as gym
 import numpy as np
 
 import crop_gym  # noqa: F401  (registers the IDs)
-from crop_gym.baselines.exact import optimum, upper_bound
-from crop_gym.baselines.exact_space import EXACT_LIMITS, search_space
+from crop_gym.baselines.exact import EXACT_LIMITS, optimum, search_space, upper_bound
 from crop_gym.baselines.online import epsilon, make_online_policy, play
 from crop_gym.envs.actions import build_action_table
 from crop_gym.envs.registration import ENV_IDS

@@ -10,8 +10,14 @@ from helpers import check_answer
 
 from crop_gym.baselines._common import own_comm_times
 from crop_gym.baselines.crop import crop_greedy
-from crop_gym.baselines.exact import OptimumPolicy, branch_and_bound, optimum
-from crop_gym.baselines.exact_space import EXACT_LIMITS, gpu_groups, search_space
+from crop_gym.baselines.exact import (
+    EXACT_LIMITS,
+    OptimumPolicy,
+    branch_and_bound,
+    gpu_groups,
+    optimum,
+    search_space,
+)
 from crop_gym.baselines.instances import small_instance
 from crop_gym.baselines.milp import milp_min_comm, milp_variables
 from crop_gym.errors import ConfigError
