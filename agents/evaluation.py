@@ -9,7 +9,7 @@ only run on environments with their training observation space.
 
 :func:`evaluate_static` plays the policy on the static environment from ``reset(seed=s)`` for
 ``s = first_seed, first_seed + 1, ...``; on each instance (the state right after reset) it also
-runs CROP and every baseline of :data:`crop_gym.baselines.policy.POLICIES`, and a *random valid action*
+runs CROP and every baseline of :data:`crop_gym.baselines.registry.POLICIES`, and a *random valid action*
 reference (a uniformly drawn valid placement at every step, stop only when nothing else is valid),
 so every number is measured on the same instances. :func:`evaluate_online` does the same on the
 online environment: the agent plays the episode, and each baseline runs in a simulator built from
@@ -193,7 +193,7 @@ def evaluate_static(
     Returns:
         :func:`summarize` of the per-episode records (with ``safe_stop``).
     """
-    from crop_gym.baselines.policy import apply, make_policy
+    from crop_gym.policy import apply, make_policy
     from crop_gym.scenario import PlacementInstance
 
     env = gym.make(env_id, **dict(env_kwargs or {}))
@@ -287,7 +287,7 @@ def evaluate_online(
         :func:`summarize` of the per-episode records (with JCT fields).
     """
     from crop_gym.baselines.online import make_online_policy, play
-    from crop_gym.baselines.policy import make_policy
+    from crop_gym.policy import make_policy
     from crop_gym.sim import Simulator
 
     env = gym.make(env_id, **dict(env_kwargs or {}))

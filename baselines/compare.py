@@ -22,10 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from crop_gym.baselines.policy import POLICIES, Placement, PlacementPolicy, apply, make_policy
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.io import atomic_write
 from crop_gym.model.state import ClusterState
+from crop_gym.policy import Placement, PlacementPolicy, apply, make_policy
 from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler, get_scenario
 
 __all__ = [
@@ -123,15 +123,15 @@ class CompareResult:
 
 def _build(name: str, scenario: Scenario) -> PlacementPolicy:
     """A registered policy, with the scenario's candidate cap where the policy takes one."""
-    info = POLICIES.get(name)
-    if info is not None and "max_candidates" in inspect.signature(info.factory()).parameters:
+    policy = make_policy(name)
+    if "max_candidates" in inspect.signature(type(policy)).parameters:
         return make_policy(name, max_candidates=scenario.max_candidates)
-    return make_policy(name)
+    return policy
 
 
 def _check_exact(insts: Sequence[PlacementInstance], seeds: Sequence[int]) -> str:
     """The search space the exact solver will use, or a ConfigError saying why it cannot."""
-    from crop_gym.baselines.exact_space import EXACT_LIMITS, search_space
+    from crop_gym.baselines.exact import EXACT_LIMITS, search_space
 
     spaces = []
     for inst, seed in zip(insts, seeds, strict=True):

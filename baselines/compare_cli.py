@@ -35,7 +35,7 @@ _nonneg_int = int_at_least(0)
 def register(subparsers: Any) -> None:
     """Add the ``compare`` sub-command."""
     from crop_gym.baselines.compare import DEFAULT_POLICIES
-    from crop_gym.baselines.policy import POLICIES
+    from crop_gym.policy import policy_names
 
     p = subparsers.add_parser(
         "compare",
@@ -68,7 +68,7 @@ def register(subparsers: Any) -> None:
         "--policies",
         default=",".join(DEFAULT_POLICIES),
         metavar="A,B,C",
-        help=f"comma-separated policies (default: %(default)s; available: {', '.join(POLICIES)})",
+        help=f"comma-separated policies (default: %(default)s; available: {', '.join(policy_names())})",
     )
     p.add_argument(
         "--exact",

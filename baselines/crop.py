@@ -52,12 +52,12 @@ from numpy.typing import NDArray
 
 from crop_gym.baselines._common import blind_state
 from crop_gym.baselines.crop_memo import CandidatePool, PrefixMemo, candidate_pool
-from crop_gym.baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.candidates import CandidateSet, candidate_placements
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import model_constants
+from crop_gym.policy import Placement, PlacementPolicy, pending_jobs
 
 __all__ = ["RULES", "CandidateFn", "CropPolicy", "GreedyResult", "GreedyStats", "crop_greedy"]
 
@@ -486,7 +486,7 @@ def crop_greedy(
 
 
 class CropPolicy(PlacementPolicy):
-    """CROP as a :class:`~crop_gym.baselines.policy.PlacementPolicy`.
+    """CROP as a :class:`~crop_gym.policy.PlacementPolicy`.
 
     Args:
         robust: Device health steers the choice (``False``: "CROP without robustness").

@@ -42,9 +42,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.baselines.crop import crop_greedy
-from crop_gym.baselines.policy import Placement
 from crop_gym.envs.actions import job_key
 from crop_gym.envs.placement import PlacementEnv
+from crop_gym.policy import Placement
 
 __all__ = ["CropExpert", "Transition", "expert_rollouts"]
 

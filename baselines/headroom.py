@@ -47,15 +47,14 @@ import gymnasium as gym
 import numpy as np
 
 import crop_gym  # noqa: F401  (registers the IDs)
-from crop_gym.baselines.exact import optimum, upper_bound
-from crop_gym.baselines.exact_space import EXACT_LIMITS, search_space
+from crop_gym.baselines.exact import EXACT_LIMITS, optimum, search_space, upper_bound
 from crop_gym.baselines.online import epsilon, make_online_policy, play
-from crop_gym.baselines.policy import apply, make_policy
 from crop_gym.envs.actions import PendingQueue, build_action_tables
 from crop_gym.envs.registration import ENV_IDS
 from crop_gym.errors import ConfigError, CropGymError
 from crop_gym.io import atomic_write
 from crop_gym.model.state import ClusterState
+from crop_gym.policy import apply, make_policy
 from crop_gym.scenario import PlacementInstance, ScenarioSampler, get_scenario
 
 __all__ = ["HELD_OUT_SEED", "HEURISTICS", "Row", "headroom", "main", "render_markdown"]

@@ -26,12 +26,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.baselines._common import blind_state, own_comm_times
-from crop_gym.baselines.policy import Placement, PlacementPolicy, pending_jobs
 from crop_gym.errors import check_range
 from crop_gym.model.candidates import candidate_placements
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import SWITCH, Topology
+from crop_gym.policy import Placement, PlacementPolicy, pending_jobs
 
 __all__ = [
     "BestFitPolicy",

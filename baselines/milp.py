@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from crop_gym.baselines._common import own_comm_times
-from crop_gym.baselines.exact_space import EXACT_LIMITS, count_vectors
-from crop_gym.baselines.policy import Placement, pending_jobs
+from crop_gym.baselines.exact import EXACT_LIMITS, count_vectors
 from crop_gym.errors import ConfigError
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
+from crop_gym.policy import Placement, pending_jobs
 
 __all__ = ["MilpResult", "milp_min_comm", "milp_variables"]
 

@@ -22,13 +22,12 @@ from typing import TypeVar
 import numpy as np
 
 from crop_gym.baselines.crop import crop_greedy
-from crop_gym.baselines.exact import branch_and_bound
-from crop_gym.baselines.exact_space import EXACT_LIMITS, search_space
+from crop_gym.baselines.exact import EXACT_LIMITS, branch_and_bound, search_space
 from crop_gym.baselines.instances import small_instance
-from crop_gym.baselines.policy import apply
 from crop_gym.errors import ConfigError
 from crop_gym.model.health import get_profile
 from crop_gym.model.topology import make_topology
+from crop_gym.policy import apply
 from crop_gym.scenario import SCENARIOS, Scenario, ScenarioSampler
 
 T = TypeVar("T")

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from crop_gym.baselines.policy import POLICIES as REGISTERED
+from crop_gym.policy import policy_names
 
 CASES: dict[str, dict[str, Any]] = {
     "cluster10/n32g8/crop/none": {
@@ -63,7 +63,7 @@ CASES: dict[str, dict[str, Any]] = {
         "profile": "none",
     },
 }
-POLICIES = tuple(REGISTERED)  # every registered policy, in the registry's order
+POLICIES = policy_names()  # every registered policy, in the registry's order
 for _p in POLICIES:
     CASES[f"policy/cluster04[:3000]/{_p}/mild"] = {
         "trace": "elasticflow:cluster04",
@@ -77,7 +77,7 @@ QUICK = ("cluster10/n32g8/crop/none", "cluster10/n32g8/crop/severe")
 
 def run_case(spec: dict[str, Any], profile: bool) -> dict[str, Any]:
     """Run one simulation in this process and return its figures."""
-    from crop_gym.baselines.policy import make_policy
+    from crop_gym.policy import make_policy
     from crop_gym.sim import Simulator
     from crop_gym.workloads import load_workload
 

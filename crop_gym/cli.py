@@ -1,8 +1,14 @@
 """The ``crop-gym`` command, and what every sub-command shares.
 
-Each sub-command lives in its own module exposing ``register(subparsers)``, which adds an argparse
-sub-parser whose ``func`` default takes the parsed namespace and returns an exit code. Modules are
-imported here by name so that heavy dependencies are only imported inside each command's ``func``.
+Sub-commands are plug-ins, found through the package entry-point group :data:`COMMAND_GROUP`: each
+entry point loads to a ``register(subparsers)`` function, which adds one or more argparse
+sub-parsers whose ``func`` default takes the parsed namespace and returns an exit code. The core's
+own commands (``calibrate``, ``trace``, ``simulate``, ``study``) are declared there too, beside
+those of the packages above the core, so this module names none of them. ``--help`` lists them in
+the order of their entry-point names. A command module is cheap to import: heavy dependencies are
+imported inside each command's ``func``. An entry point that cannot be loaded (a missing module, a
+dependency that fails on import) costs its commands only: one warning line on stderr, and the other
+commands work.
 
 Errors. Every error caused by the user's input ends the command with **one line** on stderr,
 ``crop-gym COMMAND: error: ...``, and exit status 2: argparse errors (an unknown flag, a number out of
@@ -23,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import math
 import os
 import signal
@@ -31,12 +36,14 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import NoReturn, TextIO
 
 from crop_gym.errors import ConfigError, CropGymError
 
 __all__ = [
+    "COMMAND_GROUP",
     "EXIT_INPUT",
     "EXIT_INTERRUPTED",
     "PLOT_FORMATS",
@@ -49,15 +56,9 @@ __all__ = [
     "write_outputs",
 ]
 
-#: Modules that provide sub-commands, in the order ``--help`` lists them.
-COMMAND_MODULES: tuple[str, ...] = (
-    "crop_gym.baselines.compare_cli",
-    "crop_gym.calibration_cli",
-    "crop_gym.workloads.cli",
-    "crop_gym.sim_cli",
-    "crop_gym.study.cli",
-    "crop_gym.agents.cli",
-)
+#: The entry-point group in which packages declare ``crop-gym`` sub-commands: each entry point
+#: loads to a ``register(subparsers)`` function.
+COMMAND_GROUP = "crop_gym.commands"
 
 #: Exit status of a usage or input error.
 EXIT_INPUT = 2
@@ -85,22 +86,44 @@ class CliParser(argparse.ArgumentParser):
         )
 
 
+def command_entry_points() -> list[EntryPoint]:
+    """The installed entry points of :data:`COMMAND_GROUP`, sorted by name (one per name)."""
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=COMMAND_GROUP):
+        found.setdefault(ep.name, ep)  # the same distribution seen twice on the path: once
+    return [found[name] for name in sorted(found)]
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """Build the top-level parser with every available sub-command."""
+    """Build the top-level parser with every installed sub-command (:func:`command_entry_points`).
+
+    An entry point that fails to load or to register prints one warning line on stderr and is
+    skipped (with ``CROP_GYM_TRACEBACK`` set, its error propagates). With no entry point at all
+    (package metadata missing) the parser's error says how to reinstall.
+    """
     parser = CliParser(
         prog="crop-gym",
         description="GPU-cluster job placement: CROP, baselines, simulator and RL environments.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
-    for name in COMMAND_MODULES:
+    eps = command_entry_points()
+    if not eps:
+        parser.error(
+            f"no commands are installed (no entry points in the group {COMMAND_GROUP}); "
+            "reinstall the package, e.g. pip install -e ."
+        )
+    for ep in eps:
         try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            # A module not written yet, or an optional extra (torch for ``agents``) missing.
-            if exc.name is not None and (name.startswith(exc.name) or exc.name in {"torch"}):
-                continue
-            raise
-        module.register(sub)
+            register = ep.load()
+            register(sub)
+        except Exception as exc:
+            if os.environ.get("CROP_GYM_TRACEBACK"):
+                raise
+            print(
+                f"crop-gym: warning: commands of the entry point {ep.name!r} ({ep.value}) are "
+                f"unavailable: {type(exc).__name__}: {_one_line(str(exc))}",
+                file=sys.stderr,
+            )
     return parser
 
 

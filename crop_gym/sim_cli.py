@@ -11,7 +11,7 @@ Usage::
 checked before the run (never an input, another output, a directory or a special file).
 
 Importing this module is cheap; the simulator, the workloads and the policies (looked up in
-:mod:`crop_gym.policies`) are imported only when the command runs.
+:mod:`crop_gym.policy`) are imported only when the command runs.
 """
 
 from __future__ import annotations
@@ -243,14 +243,14 @@ def format_metrics(summary: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Execute ``crop-gym simulate``; returns the exit code.
 
-    The policy is looked up in :mod:`crop_gym.policies` (which imports the ``baselines`` package by
-    name when a name is missing). Outputs are checked before the run and written together after it;
-    with ``--json -`` or ``--csv -`` the report goes to stderr.
+    The policy is looked up in :mod:`crop_gym.policy`'s registry (which loads the installed
+    policy providers on first use). Outputs are checked before the run and written together after
+    it; with ``--json -`` or ``--csv -`` the report goes to stderr.
     """
     from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
     from crop_gym.io import check_outputs
     from crop_gym.model.hardware_topology import DEFAULT_HARDWARE, hardware_files, resolve_hardware
-    from crop_gym.policies import make_policy
+    from crop_gym.policy import make_policy
     from crop_gym.sim import SimConfig, Simulator
     from crop_gym.workloads.cli import parse_map
     from crop_gym.workloads.loader import load_workload

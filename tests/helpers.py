@@ -2,7 +2,9 @@
 must be special files never touch the machine's own /dev/null (:func:`null_device`), exact
 equality of nested observations (:func:`assert_same`), and ``n`` copies of a cluster as one
 (:func:`union_topology`, built as a graph: tests/test_locality.py checks
-:meth:`Topology.replicated` against it)."""
+:meth:`Topology.replicated` against it), one cluster's action table and observation
+(:func:`table_of`, :func:`observe`), and a policy's answer checked against the policy contract
+(:func:`check_answer`)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import contextlib
 import os
 import signal
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,10 @@ import numpy as np
 from crop_gym.envs.actions import PendingQueue, build_action_tables
 from crop_gym.envs.observation import ObservedHealth
 from crop_gym.model.conditions import Conditions
+from crop_gym.model.jobs import Job
+from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import Topology
+from crop_gym.policy import Placement
 
 
 class Hang(TimeoutError):
@@ -123,3 +128,16 @@ def observe(
     x = None if extra is None else np.asarray(extra)[None]
     obs = builder.build(state, seen, [table], [len(pending)], [step], max_steps, extra=x)
     return {key: value[0] for key, value in obs.items()}
+
+
+def check_answer(
+    state: ClusterState, placements: Sequence[Placement], queue: Sequence[Job] | None = None
+) -> None:
+    """Assert that a policy's answer keeps the contract on ``state``: every placement valid
+    (:meth:`ClusterState.check_placements`: free usable GPUs, the job's GPU count, no GPU or job
+    twice) and, with ``queue``, every placed job taken from it."""
+    if queue is not None:
+        ids = {j.job_id for j in queue}
+        stray = [p.job_id for p in placements if p.job_id not in ids]
+        assert not stray, f"placed jobs that are not in the queue: {stray}"
+    state.check_placements([p.job for p in placements], [p.gpus for p in placements])

@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import check_answer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crop_gym.baselines.heuristics import BestFitPolicy, FirstFitPolicy, HivedPolicy, SpreadPolicy
 from crop_gym.baselines.instances import small_instance
-from crop_gym.baselines.policy import POLICIES, Placement, apply, check_placements, make_policy
 from crop_gym.errors import ConfigError
 from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology
+from crop_gym.policy import Placement, apply, make_policy, policy_description, policy_names
 from crop_gym.scenario import ScenarioSampler
 
-NAMES = list(POLICIES)
+NAMES = list(policy_names())
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -43,7 +44,7 @@ def test_every_policy_keeps_the_contract(seed: int, scenario: str) -> None:
         placements = make_policy(name).place(state, queue, np.random.default_rng([seed, i]))
         assert (state.version, state.F, state.jobs) == (snapshot[0], snapshot[1], snapshot[3]), name
         assert np.array_equal(state.gpu_owner, snapshot[2]), name
-        check_placements(state, placements, queue)
+        check_answer(state, placements, queue)
         for p in placements:
             assert p.gpus.dtype == np.int32 and np.all(np.diff(p.gpus) > 0)
             assert state.free_mask[p.gpus].all() and state.health.usable[p.gpus].all()
@@ -76,7 +77,7 @@ def test_registry() -> None:
     for name in NAMES:
         policy = make_policy(name)
         assert policy.name == name
-        assert POLICIES[name].description
+        assert policy_description(name)
     assert make_policy("crop-plain").lazy is False  # type: ignore[attr-defined]
     assert make_policy("crop-nonrobust").robust is False  # type: ignore[attr-defined]
     assert make_policy("crop", max_candidates=16).max_candidates == 16  # type: ignore[attr-defined]
@@ -86,23 +87,27 @@ def test_registry() -> None:
         make_policy("random", colour="red")
 
 
-def test_check_placements_rejects_bad_answers() -> None:
+def test_the_state_check_rejects_bad_answers() -> None:
+    """A policy's answer is checked by the state's one ``check_placements`` (tests/helpers.py)."""
     t = make_topology("testbed-8")
     state = ClusterState(t, Health.healthy(t).replace(gpu_failed=np.eye(1, 8, 7, dtype=bool)[0]))
     state.add(Job("bg", "resnet50", 1, 32), [0])
     a, b = Job("a", "resnet50", 2, 64), Job("b", "resnet50", 2, 64)
-    with pytest.raises(ConfigError, match="busy, failed"):
-        check_placements(state, [Placement(a, [0, 1])])
-    with pytest.raises(ConfigError, match="busy, failed"):
-        check_placements(state, [Placement(a, [6, 7])])
-    with pytest.raises(ConfigError, match="taken twice"):
-        check_placements(state, [Placement(a, [1, 2]), Placement(b, [2, 3])])
-    with pytest.raises(ConfigError, match="placed twice"):
-        check_placements(state, [Placement(a, [1, 2]), Placement(a, [3, 4])])
-    with pytest.raises(ConfigError, match="distinct GPUs"):
-        check_placements(state, [Placement(a, [1, 2, 3])])
-    with pytest.raises(ConfigError, match="not in the queue"):
-        check_placements(state, [Placement(a, [1, 2])], queue=[b])
+    with pytest.raises(ConfigError, match=r"job a: GPUs \[0\] are busy or failed"):
+        check_answer(state, [Placement(a, [0, 1])])
+    with pytest.raises(ConfigError, match=r"job a: GPUs \[7\] are busy or failed"):
+        check_answer(state, [Placement(a, [6, 7])])
+    with pytest.raises(ConfigError, match="job b: its GPUs or its id are given twice"):
+        check_answer(state, [Placement(a, [1, 2]), Placement(b, [2, 3])])
+    with pytest.raises(ConfigError, match="job a: its GPUs or its id are given twice"):
+        check_answer(state, [Placement(a, [1, 2]), Placement(a, [3, 4])])
+    with pytest.raises(ConfigError, match="job a needs 2 GPUs, got 3"):
+        check_answer(state, [Placement(a, [1, 2, 3])])
+    with pytest.raises(ConfigError, match="job bg is already placed"):
+        check_answer(state, [Placement(Job("bg", "resnet50", 1, 32), [3])])
+    with pytest.raises(AssertionError, match=r"not in the queue: \['a'\]"):
+        check_answer(state, [Placement(a, [1, 2])], queue=[b])
+    check_answer(state, [Placement(a, [1, 2]), Placement(b, [3, 4])], queue=[a, b])
 
 
 def test_random_policy_is_seeded() -> None:

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import check_answer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,11 +14,11 @@ from crop_gym.baselines.compare import DEFAULT_POLICIES
 from crop_gym.baselines.crop import CropPolicy, crop_greedy
 from crop_gym.baselines.exact import branch_and_bound
 from crop_gym.baselines.instances import small_instance
-from crop_gym.baselines.policy import apply, check_placements, make_policy
 from crop_gym.errors import ConfigError
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology
+from crop_gym.policy import apply, make_policy
 from crop_gym.scenario import ScenarioSampler
 
 ONE_MINUS_1_E = 1.0 - 1.0 / math.e
@@ -116,7 +117,7 @@ def test_next_placement_and_policy_interface() -> None:
     placements = policy.place(inst.state, inst.queue)
     assert (inst.state.version, inst.state.F) == before[:2]
     assert np.array_equal(inst.state.gpu_owner, before[2])
-    check_placements(inst.state, placements, inst.queue)
+    check_answer(inst.state, placements, inst.queue)
     first = policy.next_placement(inst.state, inst.queue)
     assert first == placements[0]
     assert policy.place(inst.state, inst.queue) == placements  # deterministic
@@ -177,7 +178,7 @@ def test_nonrobust_never_uses_failed_gpus() -> None:
     for seed in range(4):
         inst = sampler.sample(np.random.default_rng(seed))
         placements = make_policy("crop-nonrobust").place(inst.state, inst.queue)
-        check_placements(inst.state, placements, inst.queue)
+        check_answer(inst.state, placements, inst.queue)
 
 
 @pytest.mark.parametrize("scenario", ["default", "default-severe", "testbed-8"])

@@ -6,17 +6,24 @@ import itertools
 
 import numpy as np
 import pytest
+from helpers import check_answer
 
 from crop_gym.baselines._common import own_comm_times
 from crop_gym.baselines.crop import crop_greedy
-from crop_gym.baselines.exact import OptimumPolicy, branch_and_bound, optimum
-from crop_gym.baselines.exact_space import EXACT_LIMITS, gpu_groups, search_space
+from crop_gym.baselines.exact import (
+    EXACT_LIMITS,
+    OptimumPolicy,
+    branch_and_bound,
+    gpu_groups,
+    optimum,
+    search_space,
+)
 from crop_gym.baselines.instances import small_instance
 from crop_gym.baselines.milp import milp_min_comm, milp_variables
-from crop_gym.baselines.policy import apply, check_placements
 from crop_gym.errors import ConfigError
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
+from crop_gym.policy import apply
 from crop_gym.scenario import ScenarioSampler
 
 
@@ -60,7 +67,7 @@ def test_symmetry_reduced_search_matches_naive_enumeration(seed: int) -> None:
     exact = branch_and_bound(state, queue, space="all", incumbent=[])
     assert pytest.approx(_naive_optimum(state, queue), abs=1e-9) == exact.F
     assert _F(state, exact.placements) == pytest.approx(exact.F)
-    check_placements(state, exact.placements, queue)
+    check_answer(state, exact.placements, queue)
 
 
 def test_candidate_space_lies_between_crop_and_the_true_optimum() -> None:
@@ -133,7 +140,7 @@ def test_optimum_policy_on_testbed() -> None:
     inst = ScenarioSampler("testbed-8").sample(np.random.default_rng(2))
     policy = OptimumPolicy()
     placements = policy.place(inst.state, inst.queue)
-    check_placements(inst.state, placements, inst.queue)
+    check_answer(inst.state, placements, inst.queue)
     assert policy.last is not None and policy.last.space == "all"
     assert (
         _F(inst.state, placements)
@@ -162,7 +169,7 @@ def test_milp_places_the_most_jobs_with_least_communication(seed: int) -> None:
         np.random.default_rng(seed), cluster="tiny-16", profile="mild", n_jobs=(3, 6)
     )
     res = milp_min_comm(state, queue)
-    check_placements(state, res.placements, queue)
+    check_answer(state, res.placements, queue)
     assert res.jobs_placed == len(res.placements) == _max_jobs(state, queue)
     modelled = sum(float(own_comm_times(state, p.job, p.gpus[None, :])[0]) for p in res.placements)
     assert res.comm_time == pytest.approx(modelled, rel=1e-9)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from crop_gym.baselines.compare import plot_figure, run_compare
-from crop_gym.baselines.policy import make_policy
+from crop_gym.policy import make_policy
 from crop_gym.sim import Simulator
 from crop_gym.study.figures import bars_figure, jct_cdf_figure, write_setting_figures
 from crop_gym.workloads import load_workload

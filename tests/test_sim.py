@@ -17,12 +17,8 @@ from crop_gym.model.health import get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology
-from crop_gym.sim import (
-    PlacementPolicy,
-    SimConfig,
-    SimulationError,
-    Simulator,
-)
+from crop_gym.policy import PlacementPolicy
+from crop_gym.sim import SimConfig, SimulationError, Simulator
 from crop_gym.workloads import load_workload
 
 

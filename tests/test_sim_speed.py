@@ -119,7 +119,7 @@ def test_crop_memos_change_nothing(profile: str, robust: bool) -> None:
 
 
 def test_simulation_with_crop_is_deterministic_across_warm_pools() -> None:
-    from crop_gym.policies import make_policy
+    from crop_gym.policy import make_policy
     from crop_gym.workloads import load_workload
 
     jobs = load_workload("elasticflow:cluster10").jobs[:80]

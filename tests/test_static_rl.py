@@ -11,8 +11,8 @@ import pytest
 
 import crop_gym  # noqa: F401
 from crop_gym.agents.stats import iqm, ratio_bootstrap
-from crop_gym.baselines.policy import apply, make_policy
 from crop_gym.baselines.rollout_expert import CropRolloutExpert
+from crop_gym.policy import apply, make_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 SEVERE = "crop_gym/Placement-Severe-v0"

@@ -1,13 +1,11 @@
-"""Configuration of the discrete-event simulator (:class:`SimConfig`) and its error type."""
+"""Configuration of the discrete-event simulator (:class:`SimConfig`), its limits and its error type."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from crop_gym.errors import ConfigError, CropGymError, check_bool, check_int, check_real
-from crop_gym.model.health import AbnormalityProfile
 from crop_gym.model.timing import PerfConfig
-from crop_gym.model.topology import Topology
 
 __all__ = [
     "DEFAULT_MAX_EVENTS",
@@ -19,7 +17,6 @@ __all__ = [
     "QUEUE_VIEWS",
     "SimConfig",
     "SimulationError",
-    "check_simulator_args",
 ]
 
 #: What the placement policy is shown of the queue (see :attr:`SimConfig.queue_view`).
@@ -154,26 +151,3 @@ class SimConfig:
             )
         for name, value in values.items():  # normalised: plain float / int / bool
             object.__setattr__(self, name, value)
-
-
-def check_simulator_args(
-    config: object, topology: object, profile: object, seed: object
-) -> int | None:
-    """Check the types of :class:`~crop_gym.sim.Simulator`'s arguments; return the seed.
-
-    Raises:
-        ConfigError: One line naming the argument: ``config`` not a :class:`SimConfig` (or
-            ``None``), ``topology`` not a Topology or a preset name, ``profile`` not an
-            AbnormalityProfile or a name, ``seed`` not ``None`` or an integer >= 0.
-    """
-    if config is not None and not isinstance(config, SimConfig):
-        raise ConfigError(f"config must be a SimConfig, got {type(config).__name__}")
-    if not isinstance(topology, Topology | str):
-        raise ConfigError(
-            f"topology must be a Topology or a preset name, got {type(topology).__name__}"
-        )
-    if not isinstance(profile, AbnormalityProfile | str):
-        raise ConfigError(
-            f"profile must be an AbnormalityProfile or a name, got {type(profile).__name__}"
-        )
-    return None if seed is None else check_int("seed", seed, 0)

@@ -5,7 +5,7 @@ onsets and recoveries, GPU and link failures, repairs; see :mod:`crop_gym.sim.he
 events every running job trains at the constant speed ``1 / T_j`` iterations per second, where
 ``T_j`` is its iteration time in the current :class:`~crop_gym.model.state.ClusterState` (which
 accounts for contention on shared links and for device health). Progress is integrated **exactly**
-(:class:`~crop_gym.sim.ledger.SlotTable`); there is no time step. Events at one instant are taken
+(:class:`~crop_gym.sim.ledger.JobLedger`); there is no time step. Events at one instant are taken
 in the order completions, health events, arrivals (time 0 included); then the policy is asked.
 Work is bounded (docs/SIMULATOR.md, "Bounded work"): validated rates, and ``max_events``.
 
@@ -13,15 +13,16 @@ A failure (of a GPU the job holds, or of a link its ring crosses) stops the job:
 done since its last checkpoint (checkpoints every ``checkpoint_interval_s`` of wall-clock time since
 its (re)start) and goes back to the queue in its original arrival position.
 
-At each event the placement policy — any object with the :class:`~crop_gym.sim.PlacementPolicy`
-interface, e.g. CROP (``crop_gym.policies.make_policy("crop")``) — is asked for placements (non-preemptive), but only when
+At each event the placement policy — any object with the :class:`~crop_gym.policy.PlacementPolicy`
+interface, e.g. CROP (``crop_gym.policy.make_policy("crop")``) — is asked for placements
+(non-preemptive), but only when
 something it could act on changed: jobs arrived, GPUs were freed, or health changed, and the smallest
 queued job fits in the free GPUs.
 
 Typical use::
 
     from crop_gym.sim import Simulator, SimConfig
-    from crop_gym.policies import make_policy
+    from crop_gym.policy import make_policy
     sim = Simulator(load_workload("elasticflow:cluster10"), "n32g8", profile="mild", seed=0)
     result = sim.run(make_policy("crop"), progress=True)
     print(result.metrics["mean_jct_s"])
@@ -38,21 +39,80 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.errors import ConfigError
+from crop_gym.errors import ConfigError, check_int
 from crop_gym.model.health import AbnormalityProfile, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import ideal_time
 from crop_gym.model.topology import Topology, make_topology
-from crop_gym.sim.config import SimConfig, SimulationError, check_simulator_args
+from crop_gym.policy import PlacementPolicy
+from crop_gym.sim.config import SimConfig, SimulationError
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
-from crop_gym.sim.ledger import DONE, QUEUED, RUNNING, JobLedger, SlotTable
-from crop_gym.sim.progress import SimProgress
-from crop_gym.sim.protocol import PlacementPolicy
-from crop_gym.sim.result import SimResult
+from crop_gym.sim.ledger import DONE, QUEUED, RUNNING, JobLedger
+from crop_gym.sim.result import RunTotals, SimResult, Timeline
 from crop_gym.workloads.workload import Workload
 
-__all__ = ["Simulator", "simulate"]
+__all__ = ["SimProgress", "Simulator", "simulate"]
+
+IntArray = NDArray[np.intp]
+
+
+def _check_arguments(config: object, topology: object, profile: object, seed: object) -> int | None:
+    """Check the types of :class:`Simulator`'s arguments; return the seed.
+
+    Raises:
+        ConfigError: One line naming the argument: ``config`` not a :class:`SimConfig` (or
+            ``None``), ``topology`` not a Topology or a preset name, ``profile`` not an
+            AbnormalityProfile or a name, ``seed`` not ``None`` or an integer >= 0.
+    """
+    if config is not None and not isinstance(config, SimConfig):
+        raise ConfigError(f"config must be a SimConfig, got {type(config).__name__}")
+    if not isinstance(topology, Topology | str):
+        raise ConfigError(
+            f"topology must be a Topology or a preset name, got {type(topology).__name__}"
+        )
+    if not isinstance(profile, AbnormalityProfile | str):
+        raise ConfigError(
+            f"profile must be an AbnormalityProfile or a name, got {type(profile).__name__}"
+        )
+    return None if seed is None else check_int("seed", seed, 0)
+
+
+class SimProgress:
+    """A tqdm bar over simulated hours for :meth:`Simulator.run` (a no-op when off).
+
+    Args:
+        horizon_s: Expected simulated span (the last arrival); the bar's total grows past it.
+        enabled: Whether to show the bar (tqdm is imported only then).
+        every: Refresh every this many events.
+    """
+
+    def __init__(self, horizon_s: float, enabled: bool, every: int = 64) -> None:
+        self.every = every
+        self.bar: Any = None
+        if enabled:
+            from tqdm.auto import tqdm
+
+            total = round(max(horizon_s / 3600.0, 1e-3), 2)
+            self.bar = tqdm(total=total, unit="h", desc="simulated", dynamic_ncols=True)
+
+    def update(self, events: int, now_s: float, done: int, queued: int, running: int) -> None:
+        """Advance the bar to simulated time ``now_s`` (every ``every`` events)."""
+        bar = self.bar
+        if bar is None or events % self.every:
+            return
+        h = round(now_s / 3600.0, 2)
+        if h > bar.total:
+            bar.total = h
+        bar.set_postfix(done=done, queued=queued, running=running, refresh=False)
+        bar.update(h - bar.n)  # redraws at most every ``mininterval``
+
+    def close(self, now_s: float) -> None:
+        """Show the final simulated time and close the bar."""
+        if self.bar is not None:
+            self.bar.n = round(now_s / 3600.0, 2)
+            self.bar.total = max(self.bar.total, self.bar.n)
+            self.bar.close()
 
 
 class Simulator:
@@ -86,7 +146,7 @@ class Simulator:
         seed: int | None = 0,
         scripted_failures: Sequence[ScriptedFailure] = (),
     ) -> None:
-        seed = check_simulator_args(config, topology, profile, seed)
+        seed = _check_arguments(config, topology, profile, seed)
         self.config = config if config is not None else SimConfig()
         self.topology = make_topology(topology) if isinstance(topology, str) else topology
         self.profile = get_profile(profile)
@@ -120,16 +180,13 @@ class Simulator:
         self.state = ClusterState(self.topology, self.health_process.health(), self.config.perf)
 
         tstar = [ideal_time(self.topology, j, self.config.perf) for j in self.jobs]
-        #: Per-job records (public: :class:`SimResult` reads them).
-        self.ledger = JobLedger.build(self.jobs, tstar)
-        #: Exact progress of the running jobs, by slot of :attr:`state`.
-        self.slots = SlotTable(self.config.checkpoint_interval_s)
+        #: Per-job records and the progress of their runs (:class:`SimResult` reads them).
+        self.ledger = JobLedger.build(self.jobs, tstar, self.config.checkpoint_interval_s)
         self.now = 0.0
         self._arr_ptr = 0
         self._queue: list[int] = []
         self._k_count: dict[int, int] = {}
-        self._busy = 0
-        self._running = 0
+        self._running: list[int] = []  # the running jobs (ascending), as _queue holds the queued
         self._n_done = 0
         self._dirty = True
         self._stall = 0
@@ -146,8 +203,8 @@ class Simulator:
         self.job_failures = 0
         self.job_failures_gpu = 0
         self.job_failures_link = 0
-        #: ``(t, busy, F, throughput, queued, running)`` at every event (``record_timeline``).
-        self.timeline_rows: list[tuple[float, float, float, float, int, int]] = []
+        #: The cluster at every event (``record_timeline``).
+        self.timeline = Timeline()
         self.wall_s = 0.0  # wall-clock seconds in :meth:`run`, of which in the policy:
         self.policy_wall_s = 0.0
         # Health events at time 0 (scripted failures, zero-length draws) apply before the arrivals
@@ -157,22 +214,22 @@ class Simulator:
         self._admit(0.0)
 
     # --------------------------------------------------------------- progress
-    def _sync(self) -> None:
-        """Rebase the running jobs whose iteration time changed, and adopt the new times."""
-        sl = self.slots
-        act = sl.active_slots()
-        if not len(act):
-            return
-        Tnow = self.state.slot_iteration_times[act]
-        ch = act[Tnow != sl.iter_time[act]]
-        if len(ch):
-            self._rebase(ch)
-            sl.iter_time[ch] = self.state.slot_iteration_times[ch]
+    def _running_jobs(self) -> IntArray:
+        """Indices of the running jobs, ascending."""
+        return np.fromiter(self._running, np.intp, len(self._running))
 
-    def _rebase(self, slots: NDArray[np.intp]) -> None:
-        """Bring the progress of ``slots`` up to now at their current speed."""
-        if len(slots):
-            self.ledger.executed[self.slots.job[slots]] += self.slots.rebase(slots, self.now)
+    def _sync(self, run: IntArray | None = None) -> None:
+        """Rebase the running jobs (``run``: all of them) whose iteration time in the state
+        changed, and adopt it."""
+        if run is None:
+            run = self._running_jobs()
+        if not len(run):
+            return
+        Tnow = self.state.slot_iteration_times[self.ledger.slot[run]]
+        ch = Tnow != self.ledger.iter_time[run]
+        if ch.any():
+            self.ledger.rebase(run[ch], self.now)
+            self.ledger.iter_time[run[ch]] = Tnow[ch]
 
     # ------------------------------------------------------------------ queue
     def _enqueue(self, i: int) -> None:
@@ -218,7 +275,7 @@ class Simulator:
     @property
     def running(self) -> int:
         """Number of running jobs."""
-        return self._running
+        return len(self.state.jobs)
 
     @property
     def completed(self) -> int:
@@ -228,37 +285,39 @@ class Simulator:
     @property
     def busy_gpus(self) -> int:
         """GPUs held by running jobs."""
-        return self._busy
+        return int(np.count_nonzero(self.state.gpu_owner >= 0))
 
     def remaining_work(self, job_id: str) -> float:
         """Iterations ``job_id`` still has to train (as of now)."""
         i = self._index[job_id]
         if self.ledger.status[i] == RUNNING:
             self._sync()
-            s = self.state.jobs[job_id]
-            return float(self.slots.remaining(s, self.now))
+            return float(self.ledger.remaining(i, self.now))
         if self.ledger.status[i] == DONE:
             return 0.0
-        return float(self.ledger.rem_saved[i])
+        return float(self.ledger.rem[i])
 
     def remaining_time_by_gpu(self) -> NDArray[np.float64]:
         """Per GPU, the remaining run time (s) of the job holding it at its current speed; 0 if free."""
         self._sync()
         out = np.zeros(self.topology.num_gpus)
-        owner = self.state.gpu_owner
-        busy = owner >= 0
-        if busy.any():
-            s = owner[busy]
-            out[busy] = self.slots.remaining(s, self.now) * self.slots.iter_time[s]
+        run = self._running_jobs()
+        if len(run):
+            slots, owner = self.ledger.slot[run], self.state.gpu_owner
+            by_slot = np.zeros(int(slots.max()) + 1)
+            by_slot[slots] = self.ledger.remaining(run, self.now) * self.ledger.iter_time[run]
+            busy = owner >= 0
+            out[busy] = by_slot[owner[busy]]
         return out
 
     def throughput(self) -> float:
-        """``Σ k_j η_j`` over the running jobs now: effective GPUs without the survival term."""
-        act = self.slots.active_slots()
+        """``Σ k_j η_j`` over the running jobs now: effective GPUs without the survival term
+        (``η`` as the state's model computes it)."""
+        placed = self.state.placed
+        act = np.flatnonzero(placed.active)
         if not len(act):
             return 0.0
-        sl = self.slots
-        return float((sl.k[act] * np.minimum(1.0, sl.tstar[act] / sl.iter_time[act])).sum())
+        return float((placed.k[act] * placed.eta[act]).sum())
 
     def next_arrival_time(self) -> float:
         """Arrival time of the next job still to arrive (``inf`` if none)."""
@@ -308,62 +367,49 @@ class Simulator:
             raise SimulationError(
                 f"t={self.now:.3f}s: invalid placement of job {jid}: {exc}"
             ) from exc
-        s = self.state.jobs[jid]
-        if s >= self.slots.capacity:
-            self.slots.grow(max(2 * self.slots.capacity, s + 1))
         self._dequeue(i)
-        self.ledger.status[i] = RUNNING
-        self.ledger.queue_time[i] += self.now - self.ledger.queued_since[i]
-        if np.isnan(self.ledger.start[i]):
-            self.ledger.start[i] = self.now
+        led = self.ledger
+        led.status[i] = RUNNING
+        bisect.insort(self._running, i)
+        led.queue_time[i] += self.now - led.queued_since[i]
+        if np.isnan(led.start[i]):
+            led.start[i] = self.now
         nsrv = len(self.topology.servers_of(self.state.placement(jid)))
-        self.ledger.servers[i] = nsrv
-        self.ledger.sum_servers[i] += nsrv
-        self.ledger.place_count[i] += 1
-        self.slots.job[s] = i
-        self.slots.active[s] = True
-        self.slots.rem[s] = self.ledger.rem_saved[i]
-        self.slots.ckrem[s] = self.ledger.rem_saved[i]
-        self.slots.tupd[s] = self.now
-        self.slots.seg[s] = self.now
-        self.slots.iter_time[s] = self.state.slot_iteration_times[s]
-        self.slots.k[s] = self.ledger.k[i]
-        self.slots.tstar[s] = self.ledger.tstar[i]
-        self._busy += int(self.ledger.k[i])
-        self._running += 1
+        led.servers[i] = nsrv
+        led.sum_servers[i] += nsrv
+        led.place_count[i] += 1
+        led.slot[i] = self.state.jobs[jid]
+        led.ckrem[i] = led.rem[i]
+        led.tupd[i] = self.now
+        led.run_start[i] = self.now
+        led.iter_time[i] = self.state.slot_iteration_times[led.slot[i]]
         return delta
 
-    def _release(self, s: int) -> int:
-        i = int(self.slots.job[s])
-        self.slots.active[s] = False
-        self.slots.job[s] = -1
-        self.ledger.run_time[i] += self.now - self.slots.seg[s]
+    def _release(self, i: int) -> None:
+        del self._running[bisect.bisect_left(self._running, i)]
+        self.ledger.run_time[i] += self.now - self.ledger.run_start[i]
         self.state.remove(self.jobs[i].job_id)
-        self._busy -= int(self.ledger.k[i])
-        self._running -= 1
         self._dirty = True
-        return i
 
-    def _complete(self, s: int) -> None:
-        i = int(self.slots.job[s])
-        self.ledger.executed[i] += self.slots.rem[s]
-        self.slots.rem[s] = 0.0
-        self._release(s)
-        self.ledger.status[i] = DONE
-        self.ledger.finish[i] = self.now
+    def _complete(self, i: int) -> None:
+        led = self.ledger
+        led.executed[i] += led.rem[i]
+        led.rem[i] = 0.0
+        self._release(i)
+        led.status[i] = DONE
+        led.finish[i] = self.now
         self._n_done += 1
 
-    def _kill(self, s: int) -> None:
-        """Stop the job in slot ``s`` after a failure: it loses the work since its last checkpoint."""
-        slots = np.array([s], dtype=np.intp)
-        self._rebase(slots)
-        c = float(self.slots.last_checkpoint(self.slots.seg[s], self.now))
-        i = int(self.slots.job[s])
-        self.ledger.lost_work[i] += self.slots.ckrem[s] - self.slots.rem[s]
-        self.ledger.lost_gpu_s[i] += self.ledger.k[i] * (self.now - c)
-        self.ledger.rem_saved[i] = self.slots.ckrem[s]
-        self._release(s)
-        self.ledger.restarts[i] += 1
+    def _kill(self, i: int) -> None:
+        """Stop running job ``i`` after a failure: it loses the work since its last checkpoint."""
+        led = self.ledger
+        led.rebase(np.array([i], dtype=np.intp), self.now)
+        c = float(led.last_checkpoint(led.run_start[i], self.now))
+        led.lost_work[i] += led.ckrem[i] - led.rem[i]
+        led.lost_gpu_s[i] += led.k[i] * (self.now - c)
+        led.rem[i] = led.ckrem[i]
+        self._release(i)
+        led.restarts[i] += 1
         self.job_failures += 1
         self._enqueue(i)
 
@@ -372,12 +418,13 @@ class Simulator:
         for g in change.failed_gpus:
             s = int(owner[g])
             if s >= 0:
-                self._kill(s)
+                run = self._running_jobs()
+                self._kill(int(run[self.ledger.slot[run] == s][0]))
                 self.job_failures_gpu += 1
         for e in change.failed_links:
             for jid in list(self.state.jobs):
                 if e in self.topology.spanned_links(self.state.placement(jid)):
-                    self._kill(self.state.jobs[jid])
+                    self._kill(self._index[jid])
                     self.job_failures_link += 1
         if change.health_changed:
             self.state.set_health(self.health_process.health())
@@ -386,12 +433,15 @@ class Simulator:
     # ----------------------------------------------------------------- events
     def next_event_time(self) -> float:
         """Time of the next event (arrival, completion, health event or the time limit)."""
-        self._sync()
+        run = self._running_jobs()
+        self._sync(run)
+        return self._next_time(self.ledger.finish_times(run))
+
+    def _next_time(self, finish: NDArray[np.float64]) -> float:
+        """:meth:`next_event_time`, given the running jobs' completion times (after a sync)."""
         t = self.ledger.arrival[self._arr_ptr] if self._arr_ptr < len(self.jobs) else math.inf
-        act = self.slots.active_slots()
-        if len(act):
-            fin = self.slots.finish_times(act)
-            t = min(t, float(fin.min()))
+        if len(finish):
+            t = min(t, float(finish.min()))
         t = min(t, self.health_process.next_time())
         if self.config.max_time_s is not None:
             t = min(t, self.config.max_time_s)
@@ -418,8 +468,12 @@ class Simulator:
                 "simulated time advances (raise failure_horizon_s or mean_abnormal_duration_s, "
                 "lower onset_rate_per_gpu_hour, set max_time_s, or raise max_events)"
             )
-        t_next = self.next_event_time()
-        idle = self._running == 0 and self._arr_ptr == len(self.jobs) and bool(self._queue)
+        run = self._running_jobs()
+        self._sync(run)
+        finish = self.ledger.finish_times(run)
+        t_next = self._next_time(finish)
+        running = len(run)
+        idle = running == 0 and self._arr_ptr == len(self.jobs) and bool(self._queue)
         if idle and not self.health_process.failed.any():
             self._stall += 1
         else:
@@ -440,26 +494,25 @@ class Simulator:
         dt = t_next - self.now
         F = self.state.F
         area_F = F * dt
-        if dt > 0 and self._running:
+        m = self.state.metrics() if running else None
+        busy = m.gpus_busy if m is not None else 0
+        if dt > 0 and m is not None:
             thr = self.throughput()
-            comm = self.state.metrics().comm_overhead * self._busy
+            comm = m.comm_overhead * busy
             self.int_F += area_F
-            self.int_busy += self._busy * dt
+            self.int_busy += busy * dt
             self.int_thr += thr * dt
             self.int_comm += comm * dt
         else:
             thr = 0.0
         if self.config.record_timeline:
-            self.timeline_rows.append(
-                (self.now, float(self._busy), F, thr, len(self._queue), self._running)
-            )
+            self.timeline.append(self.now, float(busy), F, thr, len(self._queue), running)
         self.now = t_next
-        # 1. Completions.
-        act = self.slots.active_slots()
-        if len(act):
-            fin = self.slots.finish_times(act)
-            for s in act[fin <= t_next]:
-                self._complete(int(s))
+        # 1. Completions, in the order of the state's slots.
+        due = run[finish <= t_next]
+        if len(due):
+            for i in due[np.argsort(self.ledger.slot[due], kind="stable")].tolist():
+                self._complete(i)
         # 2. Health.
         if self.health_process.next_time() <= t_next:
             self._handle_health(self.health_process.pop(t_next))
@@ -490,7 +543,7 @@ class Simulator:
         if placements:
             self._idle_declines = 0
         elif (
-            self._running == 0
+            self.running == 0
             and self._arr_ptr == len(self.jobs)
             and min(j.num_gpus for j in view) <= self.state.num_free
         ):
@@ -512,7 +565,7 @@ class Simulator:
             hook: Called after every event and every decision (e.g. to check invariants in tests).
         """
         t0 = time.perf_counter()
-        bar = SimProgress(self, progress)
+        bar = SimProgress(self.jobs[-1].arrival if self.jobs else 0.0, progress)
         try:
             while not self.done:
                 if self.needs_decision():
@@ -522,9 +575,9 @@ class Simulator:
                 self.advance()
                 if hook is not None:
                     hook(self)
-                bar.update(self)
+                bar.update(self.events, self.now, self._n_done, len(self._queue), self.running)
         finally:
-            bar.close(self)
+            bar.close(self.now)
         self.wall_s += time.perf_counter() - t0
         return self.result(policy_name=getattr(policy, "name", type(policy).__name__))
 
@@ -542,20 +595,19 @@ class Simulator:
                 seen[g] = jid
             if not np.all(owner[gpus] == s):
                 errs.append(f"gpu_owner disagrees with the placement of {jid}")
-            if not self.slots.active[s] or self.jobs[int(self.slots.job[s])].job_id != jid:
-                errs.append(f"slot {s} of {jid} is not tracked")
+            i = self._index[jid]
+            if self.ledger.status[i] != RUNNING or self.ledger.slot[i] != s:
+                errs.append(f"the ledger does not track {jid} as running on slot {s}")
         if int((owner >= 0).sum()) != len(seen):
             errs.append("gpu_owner marks GPUs that no placed job holds")
         if self.health_process.failed[owner >= 0].any():
             errs.append("a failed GPU is held by a job")
-        if self._busy != len(seen):
-            errs.append(f"busy count {self._busy} != {len(seen)} held GPUs")
-        if self._running != len(self.state.jobs):
-            errs.append("running count disagrees with the cluster state")
+        if self._running != sorted(self._index[jid] for jid in self.state.jobs):
+            errs.append("the running jobs disagree with the cluster state")
         counts = np.bincount(self.ledger.status, minlength=4)
         if (
             counts[QUEUED] != len(self._queue)
-            or counts[RUNNING] != self._running
+            or counts[RUNNING] != len(self.state.jobs)
             or counts[DONE] != self._n_done
         ):
             errs.append("job status counts disagree with queue/running/done")
@@ -564,9 +616,25 @@ class Simulator:
     def result(self, policy_name: str = "policy") -> SimResult:
         """The metrics and per-job records so far."""
         hp = self.health_process
-        return SimResult.build(
-            sim=self,
-            policy_name=policy_name,
+        timeline = self.timeline.copy()
+        if len(timeline) or self.now > 0:  # the cluster as it is now closes the series
+            timeline.append(
+                self.now,
+                float(self.busy_gpus),
+                self.state.F,
+                self.throughput(),
+                self.queue_length,
+                self.running,
+            )
+        totals = RunTotals(
+            now=self.now,
+            truncated=self.truncated,
+            gpus=self.topology.num_gpus,
+            skipped=len(self.skipped),
+            int_F=self.int_F,
+            int_busy=self.int_busy,
+            int_thr=self.int_thr,
+            int_comm=self.int_comm,
             counters={
                 "events": self.events,
                 "policy_calls": self.policy_calls,
@@ -579,7 +647,19 @@ class Simulator:
                 "abnormal_onsets": hp.onsets,
                 "abnormal_recoveries": hp.recoveries,
             },
+            wall_s=self.wall_s,
+            policy_wall_s=self.policy_wall_s,
         )
+        info = {
+            "policy": policy_name,
+            "workload": self.workload_name,
+            "cluster": self.topology.name,
+            "gpus": self.topology.num_gpus,
+            "profile": self.profile.name,
+            "seed": self.seed,
+            "checkpoint_interval_s": self.config.checkpoint_interval_s,
+        }
+        return SimResult.build(self.jobs, self.ledger, totals, timeline, info)
 
 
 def simulate(

@@ -39,19 +39,18 @@ import io
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.io import atomic_write_text
-from crop_gym.sim.ledger import QUEUED
+from crop_gym.model.jobs import Job
+from crop_gym.sim.ledger import QUEUED, RUNNING, JobLedger
 
-if TYPE_CHECKING:
-    from crop_gym.sim.engine import Simulator
-
-__all__ = ["RECORD_COLUMNS", "SimResult"]
+__all__ = ["RECORD_COLUMNS", "TIMELINE_COLUMNS", "RunTotals", "SimResult", "Timeline"]
 
 #: Columns of the per-job records (``SimResult.records`` and the CSV).
 RECORD_COLUMNS: tuple[str, ...] = (
@@ -72,6 +71,9 @@ RECORD_COLUMNS: tuple[str, ...] = (
     "mean_servers",
 )
 
+#: Columns of the time series (``SimResult.timeline``): the cluster from each time ``t`` on.
+TIMELINE_COLUMNS: tuple[str, ...] = ("t", "busy", "F", "throughput", "queued", "running")
+
 
 def _pct(a: NDArray[np.float64], q: float) -> float:
     return float(np.percentile(a, q)) if len(a) else math.nan
@@ -90,14 +92,90 @@ def _json_value(v: Any) -> Any:
 
 
 @dataclass
+class Timeline:
+    """The cluster at every event, one entry per event in each column (:data:`TIMELINE_COLUMNS`).
+
+    Attributes:
+        t: Event times (s); each entry holds from its ``t`` to the next.
+        busy: GPUs held by running jobs.
+        F: Expected effective GPUs.
+        throughput: ``Σ k η`` over the running jobs.
+        queued: Queued jobs.
+        running: Running jobs.
+    """
+
+    t: list[float] = field(default_factory=list)
+    busy: list[float] = field(default_factory=list)
+    F: list[float] = field(default_factory=list)
+    throughput: list[float] = field(default_factory=list)
+    queued: list[int] = field(default_factory=list)
+    running: list[int] = field(default_factory=list)
+
+    def append(
+        self, t: float, busy: float, F: float, throughput: float, queued: int, running: int
+    ) -> None:
+        """Record the cluster from time ``t`` on."""
+        self.t.append(t)
+        self.busy.append(busy)
+        self.F.append(F)
+        self.throughput.append(throughput)
+        self.queued.append(queued)
+        self.running.append(running)
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def copy(self) -> Timeline:
+        """An independent copy."""
+        return Timeline(**{c: list(getattr(self, c)) for c in TIMELINE_COLUMNS})
+
+    def columns(self) -> dict[str, NDArray[np.float64]]:
+        """Each column as a ``float64`` array."""
+        return {c: np.array(getattr(self, c), dtype=np.float64) for c in TIMELINE_COLUMNS}
+
+
+@dataclass(frozen=True)
+class RunTotals:
+    """What a simulation accumulated up to time ``now`` (besides its per-job ledger).
+
+    Attributes:
+        now: Simulated time reached (s).
+        truncated: Whether the time limit stopped it.
+        gpus: GPUs of the cluster.
+        skipped: Jobs skipped because they need more GPUs than the cluster has.
+        int_F: ``∫ F dt`` (GPU-seconds).
+        int_busy: ``∫ busy GPUs dt``.
+        int_thr: ``∫ Σ k η dt``.
+        int_comm: ``∫ Σ k C/T dt``.
+        counters: Event counts (``events``, ``policy_calls``, failures, health events), in the
+            order the metrics list them.
+        wall_s: Wall-clock seconds of :meth:`Simulator.run <crop_gym.sim.Simulator.run>`.
+        policy_wall_s: Of which inside the policy.
+    """
+
+    now: float
+    truncated: bool
+    gpus: int
+    skipped: int
+    int_F: float
+    int_busy: float
+    int_thr: float
+    int_comm: float
+    counters: Mapping[str, int]
+    wall_s: float
+    policy_wall_s: float
+
+
+@dataclass
 class SimResult:
     """What a simulation produced.
 
     Attributes:
         metrics: Summary metrics (see the module docstring for every key).
         records: Per-job columns (:data:`RECORD_COLUMNS`), one entry per job in arrival order.
-        timeline: Time series recorded at every event: ``t``, ``busy`` (GPUs), ``F``, ``throughput``
-            (``Σ k η``), ``queued``, ``running`` (values hold from ``t`` to the next ``t``).
+        timeline: Time series recorded at every event (:data:`TIMELINE_COLUMNS`): ``t``, ``busy``
+            (GPUs), ``F``, ``throughput`` (``Σ k η``), ``queued``, ``running`` (values hold from
+            ``t`` to the next ``t``).
         info: Run description: policy, workload, cluster, profile, seed, GPUs.
     """
 
@@ -108,36 +186,53 @@ class SimResult:
 
     # ---------------------------------------------------------------- building
     @classmethod
-    def build(cls, sim: Simulator, policy_name: str, counters: dict[str, int]) -> SimResult:
-        """Assemble the result of ``sim`` (called by :meth:`Simulator.result`)."""
-        jobs = sim.jobs
+    def build(
+        cls,
+        jobs: Sequence[Job],
+        ledger: JobLedger,
+        totals: RunTotals,
+        timeline: Timeline,
+        info: dict[str, Any],
+    ) -> SimResult:
+        """Assemble a result from the run's records (:meth:`Simulator.result
+        <crop_gym.sim.Simulator.result>` passes them).
+
+        Args:
+            jobs: The simulated jobs, in the ledger's order.
+            ledger: Their records.
+            totals: The run's integrals and counters.
+            timeline: The time series, its last entry the cluster at ``totals.now``.
+            info: The run's description.
+        """
         n = len(jobs)
-        G = sim.topology.num_gpus
-        finish = sim.ledger.finish
+        G = totals.gpus
+        now = totals.now
+        finish = ledger.finish
         done = ~np.isnan(finish)
-        arrival = sim.ledger.arrival
+        arrival = ledger.arrival
         jct = finish - arrival
         jct_done = jct[done]
-        queueing = sim.ledger.queue_time.copy()
+        queueing = ledger.queue_time.copy()
         # Jobs still queued at the end: count their waiting so far.
-        queued = sim.ledger.status == QUEUED
-        queueing[queued] += sim.now - sim.ledger.queued_since[queued]
-        ideal_run = sim.ledger.work * sim.ledger.tstar
+        queued = ledger.status == QUEUED
+        queueing[queued] += now - ledger.queued_since[queued]
+        ideal_run = ledger.work * ledger.tstar
         # Jobs still running at the end: count their current run so far.
-        run_time = sim.ledger.run_time.copy()
-        act = sim.slots.active_slots()
-        run_time[sim.slots.job[act]] += sim.now - sim.slots.seg[act]
-        makespan = float(finish[done].max()) if done.any() else float(sim.now)
-        if sim.truncated:
-            makespan = float(sim.now)
+        run_time = ledger.run_time.copy()
+        running = ledger.status == RUNNING
+        run_time[running] += now - ledger.run_start[running]
+        makespan = float(finish[done].max()) if done.any() else float(now)
+        if totals.truncated:
+            makespan = float(now)
         horizon = makespan if makespan > 0 else math.nan
-        busy_int = sim.int_busy
-        lost_gpu_s = float(sim.ledger.lost_gpu_s.sum())
+        busy_int = totals.int_busy
+        lost_gpu_s = float(ledger.lost_gpu_s.sum())
+        wall_s = totals.wall_s
         metrics: dict[str, Any] = {
             "jobs_total": n,
             "jobs_completed": int(done.sum()),
             "jobs_unfinished": int(n - done.sum()),
-            "jobs_skipped": len(sim.skipped),
+            "jobs_skipped": totals.skipped,
             "mean_jct_s": float(jct_done.mean()) if len(jct_done) else math.nan,
             "p50_jct_s": _pct(jct_done, 50),
             "p95_jct_s": _pct(jct_done, 95),
@@ -147,79 +242,47 @@ class SimResult:
             "p95_queueing_s": _pct(queueing, 95),
             "makespan_s": makespan,
             "mean_utilization": busy_int / (G * horizon),
-            "mean_effective_gpus": sim.int_F / horizon,
-            "mean_throughput_gpus": sim.int_thr / horizon,
-            "goodput_gpus": float((sim.ledger.k * ideal_run)[done].sum()) / horizon,
-            "mean_efficiency": sim.int_thr / busy_int if busy_int > 0 else math.nan,
-            "comm_overhead": sim.int_comm / busy_int if busy_int > 0 else math.nan,
+            "mean_effective_gpus": totals.int_F / horizon,
+            "mean_throughput_gpus": totals.int_thr / horizon,
+            "goodput_gpus": float((ledger.k * ideal_run)[done].sum()) / horizon,
+            "mean_efficiency": totals.int_thr / busy_int if busy_int > 0 else math.nan,
+            "comm_overhead": totals.int_comm / busy_int if busy_int > 0 else math.nan,
             "mean_slowdown": float((run_time[done] / ideal_run[done]).mean())
             if done.any()
             else math.nan,
-            "restarts": int(sim.ledger.restarts.sum()),
+            "restarts": int(ledger.restarts.sum()),
             "lost_gpu_hours": lost_gpu_s / 3600.0,
-            "lost_work_frac": float(sim.ledger.lost_work.sum() / sim.ledger.work.sum())
-            if n
-            else 0.0,
+            "lost_work_frac": float(ledger.lost_work.sum() / ledger.work.sum()) if n else 0.0,
             "gpu_hours_busy": busy_int / 3600.0,
-            **counters,
-            "truncated": bool(sim.truncated),
-            "wall_s": sim.wall_s,
-            "policy_wall_s": sim.policy_wall_s,
-            "events_per_s": counters["events"] / sim.wall_s if sim.wall_s > 0 else math.nan,
+            **totals.counters,
+            "truncated": bool(totals.truncated),
+            "wall_s": wall_s,
+            "policy_wall_s": totals.policy_wall_s,
+            "events_per_s": totals.counters["events"] / wall_s if wall_s > 0 else math.nan,
         }
         records: dict[str, NDArray[Any]] = {
             "job_id": np.array([j.job_id for j in jobs], dtype=object),
             "model": np.array([j.model for j in jobs], dtype=object),
-            "num_gpus": sim.ledger.k.copy(),
-            "iterations": sim.ledger.work.copy(),
+            "num_gpus": ledger.k.copy(),
+            "iterations": ledger.work.copy(),
             "arrival_s": arrival.copy(),
-            "start_s": sim.ledger.start.copy(),
+            "start_s": ledger.start.copy(),
             "finish_s": finish.copy(),
             "jct_s": jct,
             "queueing_s": queueing,
             "run_s": run_time,
             "ideal_run_s": ideal_run,
-            "restarts": sim.ledger.restarts.copy(),
-            "lost_gpu_hours": sim.ledger.lost_gpu_s / 3600.0,
-            "servers": sim.ledger.servers.copy(),
+            "restarts": ledger.restarts.copy(),
+            "lost_gpu_hours": ledger.lost_gpu_s / 3600.0,
+            "servers": ledger.servers.copy(),
             "mean_servers": np.divide(
-                sim.ledger.sum_servers,
-                sim.ledger.place_count,
+                ledger.sum_servers,
+                ledger.place_count,
                 out=np.full(n, np.nan),
-                where=sim.ledger.place_count > 0,
+                where=ledger.place_count > 0,
             ),
         }
-        tl = np.array(sim.timeline_rows, dtype=np.float64).reshape(-1, 6)
-        if len(tl) or sim.now > 0:
-            tl = np.vstack(
-                [
-                    tl,
-                    [
-                        [
-                            sim.now,
-                            float(sim.busy_gpus),
-                            sim.state.F,
-                            sim.throughput(),
-                            sim.queue_length,
-                            sim.running,
-                        ]
-                    ],
-                ]
-            )
-        timeline = {
-            name: tl[:, c].copy()
-            for c, name in enumerate(("t", "busy", "F", "throughput", "queued", "running"))
-        }
-        info = {
-            "policy": policy_name,
-            "workload": sim.workload_name,
-            "cluster": sim.topology.name,
-            "gpus": G,
-            "profile": sim.profile.name,
-            "seed": sim.seed,
-            "checkpoint_interval_s": sim.config.checkpoint_interval_s,
-        }
-        return cls(metrics=metrics, records=records, timeline=timeline, info=info)
+        return cls(metrics=metrics, records=records, timeline=timeline.columns(), info=info)
 
     # ----------------------------------------------------------------- writers
     def summary(self) -> dict[str, Any]:

@@ -63,7 +63,7 @@ def split_by_setting(records: Sequence[Record]) -> dict[str, list[Record]]:
 def _ordered(records: Sequence[Record], key: str) -> list[str]:
     """Policies in the registry's order, profiles in :data:`PROFILES` order (others follow)."""
     from crop_gym.model.health import PROFILES
-    from crop_gym.policies import policy_names
+    from crop_gym.policy import policy_names
 
     order = [*policy_names(), *PROFILES]
     seen = list(dict.fromkeys(str(r[key]) if key == "policy" else _profile(r) for r in records))

@@ -127,7 +127,7 @@ class StudySpec:
 
     Attributes:
         traces: Bundled trace names (canonicalised to ``family:trace``) or trace files.
-        policies: Registered policy names (:mod:`crop_gym.policies`); ``"all"`` = every one.
+        policies: Registered policy names (:mod:`crop_gym.policy`); ``"all"`` = every one.
         clusters: Topology presets, or ``"auto"`` (ElasticFlow's cluster for each trace).
         hardware: Hardware profiles (:data:`crop_gym.study.grid.HARDWARE_PROFILES`).
         abnormal: Abnormality profiles (``none``, ``mild``, ``severe``, ``testbed``).
@@ -151,7 +151,7 @@ class StudySpec:
     def __post_init__(self) -> None:
         from crop_gym.model.health import PROFILES
         from crop_gym.model.topology import PRESETS
-        from crop_gym.policies import policy_names
+        from crop_gym.policy import policy_names
 
         traces = tuple(_canonical_trace(t) for t in _names("traces", self.traces))
         if len(set(traces)) != len(traces):

@@ -2,7 +2,7 @@
 
 :func:`execute_run` is a top-level function of an importable module, so a spawned process
 (:mod:`concurrent.futures` with the ``spawn`` start method) or a Ray worker can unpickle it by
-reference; it needs crop_gym (and the package that provides the policies, ``baselines``) installed
+reference; it needs crop_gym (and the packages that provide the policies) installed
 where it runs, nothing else: it reads no file but the trace and writes nothing. The driver writes
 the record (:mod:`crop_gym.study.results`), so a worker that dies leaves nothing behind.
 
@@ -58,7 +58,7 @@ def execute_run(run: Run) -> dict[str, Any]:
         CropGymError: For a trace, cluster or policy the simulator refuses (one line).
     """
     from crop_gym.model.timing import PerfConfig
-    from crop_gym.policies import make_policy
+    from crop_gym.policy import make_policy
     from crop_gym.sim import SimConfig, Simulator
     from crop_gym.workloads.loader import load_workload
 
