@@ -126,7 +126,8 @@ def observe(
         else ObservedHealth.of(Conditions(state.topology, observed), true=cond)
     )
     x = None if extra is None else np.asarray(extra)[None]
-    obs = builder.build(state, seen, [table], [len(pending)], [step], max_steps, extra=x)
+    queue = pending if isinstance(pending, PendingQueue) else PendingQueue.of(state, pending)
+    obs = builder.build(state, seen, [table], [queue], [step], max_steps, extra=x)
     return {key: value[0] for key, value in obs.items()}
 
 

@@ -22,13 +22,15 @@ that job has at least ``c + 1`` candidates; stop is always valid.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
+from crop_gym.envs.job_features import class_columns
 from crop_gym.model import kernels
 from crop_gym.model.candidates import CandidateSet, candidate_inputs, generate
 from crop_gym.model.facts import PlacementFacts, upper_links_by_depth
@@ -61,26 +63,35 @@ class PendingQueue:
         job_class: ``int64[K]`` one number per :func:`job_key` (identical jobs share it).
         num_gpus: ``int64[K]`` GPUs of each job.
         const: ``float64[K, 5]`` each job's :func:`~crop_gym.model.timing.job_constants`.
+        columns: ``float64[K, 3]`` each job's class feature columns (grad_size, compute_time,
+            weight: :func:`~crop_gym.envs.job_features.class_columns`).
         index: ``int64[P]`` positions in :attr:`queue` of the pending jobs, in queue order.
+        pending_gpus: GPUs requested by the pending jobs.
     """
 
     queue: tuple[Job, ...]
     job_class: NDArray[np.int64]
     num_gpus: NDArray[np.int64]
     const: NDArray[np.float64]
+    columns: NDArray[np.float64]
     index: NDArray[np.int64]
+    pending_gpus: int
 
     @classmethod
     def of(cls, state: ClusterState, jobs: Sequence[Job]) -> PendingQueue:
         """Every job of ``jobs`` pending, with its constants on ``state``'s cluster."""
         classes: dict[tuple[str, int, float, float], int] = {}
         job_class = [classes.setdefault(job_key(j), len(classes)) for j in jobs]
+        num_gpus = [j.num_gpus for j in jobs]
+        columns = [class_columns(j.model, j.num_gpus, j.batch_size, j.weight) for j in jobs]
         return cls(
             tuple(jobs),
             np.array(job_class, dtype=np.int64),
-            np.array([j.num_gpus for j in jobs], dtype=np.int64),
+            np.array(num_gpus, dtype=np.int64),
             job_constants(state.topology, state.perf, jobs),
+            np.array(columns, dtype=np.float64).reshape(len(jobs), 3),
             np.arange(len(jobs), dtype=np.int64),
+            sum(num_gpus),
         )
 
     def __len__(self) -> int:
@@ -91,14 +102,15 @@ class PendingQueue:
         """The pending jobs, in queue order."""
         return [self.queue[i] for i in self.index.tolist()]
 
-    @property
-    def pending_gpus(self) -> int:
-        """GPUs requested by all pending jobs."""
-        return int(self.num_gpus[self.index].sum())
-
     def without(self, position: int) -> PendingQueue:
         """The same queue less its ``position``-th pending job."""
-        return replace(self, index=np.delete(self.index, position))
+        index = self.index
+        gone = int(index[position])
+        rest = np.concatenate((index[:position], index[position + 1 :]))
+        left = self.pending_gpus - int(self.num_gpus[gone])
+        return PendingQueue(
+            self.queue, self.job_class, self.num_gpus, self.const, self.columns, rest, left
+        )
 
 
 def action_space(num_slots: int, max_candidates: int) -> spaces.Discrete:
@@ -140,6 +152,7 @@ class ActionTable:
         region: The region (episode) of the state the table is of (0 for a single cluster).
         jobs: The view job of each filled slot, in queue order.
         positions: Index in the pending queue of each view job.
+        queue_index: ``int64[n]`` position in the queue of each view job.
         copies: ``int64[Q]`` pending jobs each slot stands for (0 for an empty slot).
         const: ``float64[n, 5]`` the :func:`~crop_gym.model.timing.job_constants` of each view job.
         sets: The candidate set of each filled slot.
@@ -155,6 +168,9 @@ class ActionTable:
         mask: ``bool[Q * C + 1]`` valid actions (read-only); stop, the last, is always valid.
         pending_gpus: GPUs requested by all pending jobs.
         in_view: Pending jobs the view stands for (the sum of ``copies``).
+        row_gpus: ``(gpus, lo, hi)``: the GPUs of valid row ``m`` are ``gpus[lo[m]:hi[m]]`` (the
+            distinct sets' GPUs, one after the other); derived from :attr:`distinct` when not
+            given.
     """
 
     num_slots: int
@@ -162,6 +178,7 @@ class ActionTable:
     region: int
     jobs: tuple[Job, ...]
     positions: tuple[int, ...]
+    queue_index: NDArray[np.int64]
     copies: NDArray[np.int64]
     const: NDArray[np.float64]
     sets: tuple[CandidateSet, ...]
@@ -175,11 +192,19 @@ class ActionTable:
     mask: NDArray[np.bool_]
     pending_gpus: int
     in_view: int
+    row_gpus: tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int64]] = field(
+        default=None,  # type: ignore[assignment]
+        repr=False,
+    )
 
     @property
     def stop_action(self) -> int:
         """``Q * C``."""
         return self.num_slots * self.max_candidates
+
+    def __post_init__(self) -> None:
+        if self.row_gpus is None:
+            object.__setattr__(self, "row_gpus", _row_gpus(self.distinct, self.row_src))
 
     @property
     def row_action(self) -> NDArray[np.int64]:
@@ -241,6 +266,20 @@ class ActionTable:
                 if row == want:
                     return q * self.max_candidates + c
         return None
+
+
+def _row_gpus(
+    sets: tuple[CandidateSet, ...], row_src: NDArray[np.int64]
+) -> tuple[NDArray[np.int32], NDArray[np.int64], NDArray[np.int64]]:
+    """:attr:`ActionTable.row_gpus` from the table's distinct sets."""
+    if not sets:
+        empty = np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int32), empty, empty
+    flat = np.concatenate([cs.gpus.ravel() for cs in sets])
+    k = np.concatenate([np.full(len(cs), cs.k, dtype=np.int64) for cs in sets])
+    start = np.cumsum(k) - k
+    lo = start[row_src]
+    return flat, lo, lo + k[row_src]
 
 
 def select_view(
@@ -390,78 +429,92 @@ def _compiled_tables(
     group_identical: bool,
     interference: bool,
 ) -> list[ActionTable | None]:
-    """:func:`build_action_tables` by the compiled kernel (one call for every region)."""
+    """:func:`build_action_tables` by the compiled kernel (one call for every region; Python
+    only wraps its arrays into one :class:`ActionTable` per region)."""
     cond = state.conditions
     topo = state.topology
     R = topo.regions
-    queues = [q for q in pending if q is not None]
-    pend_ptr = np.zeros(R + 1, dtype=np.int64)
-    np.cumsum([0 if q is None else len(q) for q in pending], out=pend_ptr[1:])
-    if len(queues) == 1:
-        (q,) = queues
-        cls, num, const = q.job_class[q.index], q.num_gpus[q.index], q.const[q.index]
-    elif queues:
-        cls = np.concatenate([q.job_class[q.index] for q in queues])
-        num = np.concatenate([q.num_gpus[q.index] for q in queues])
-        const = np.concatenate([q.const[q.index] for q in queues])
+    if R == 1 and pending[0] is not None:
+        q = pending[0]
+        q_cls, q_gpus, q_const, p_index = q.job_class, q.num_gpus, q.const, q.index
+        q_ptr = np.array([0, len(q.queue)], dtype=np.int64)
+        p_ptr = np.array([0, len(q)], dtype=np.int64)
     else:
-        cls, num, const = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 5))
+        queues = [q for q in pending if q is not None]
+        q_ptr = np.fromiter(
+            accumulate((0 if q is None else len(q.queue) for q in pending), initial=0),
+            np.int64,
+            R + 1,
+        )
+        p_ptr = np.fromiter(
+            accumulate((0 if q is None else len(q) for q in pending), initial=0), np.int64, R + 1
+        )
+        if queues:
+            q_cls = np.concatenate([q.job_class for q in queues])
+            q_gpus = np.concatenate([q.num_gpus for q in queues])
+            q_const = np.concatenate([q.const for q in queues])
+            p_index = np.concatenate([q.index for q in queues])
+        else:
+            q_cls = q_gpus = p_index = np.zeros(0, dtype=np.int64)
+            q_const = np.zeros((0, 5))
     badness, uniform, base, _, *tree = candidate_inputs(cond, cond.usable, robust)
     (
-        _free, slot_ptr, slot_pos, slot_copies, req_ptr, req_k, count, gpus, servers, subtree,
-        quality, row_slot, row_cand, row_src, values, links, own, eta, comm, b_inter, mask,
-        row_index,
+        reg, slot, slot_const, copies, req, gpus, cand, quality, row, values, links, gains,
+        mask, row_index,
     ) = kernels.action_tables(
         badness, uniform, base, state.gpu_owner, cond.usable, *tree,
         cond.device_table, cond.link_table, upper_links_by_depth(topo), cond.eff_bw,
-        state.link_load, pend_ptr, cls, num, const, group_identical, Q, C, *perf_args(state.perf),
+        state.link_load, q_ptr, q_cls, q_gpus, q_const, p_ptr, p_index, group_identical, Q, C,
+        *perf_args(state.perf),
     )  # fmt: skip
     other = state.interference(PlacementFacts(values, links)) if interference else None
     mask.setflags(write=False)
     row_index.setflags(write=False)
+    copies.setflags(write=False)
+    req_k, count = req[0].tolist(), req[1].tolist()
+    servers, subtree = cand[0], cand[1]
+    own, eta, comm, b_inter = gains[0], gains[1], gains[2], gains[3]
     out: list[ActionTable | None] = []
-    row = gpu = m = 0
+    i = c0 = gpu = 0
     for r, queue in enumerate(pending):
-        # This region's distinct sets, then its rows.
+        # This region's distinct sets, then its table.
         sets_of: dict[int, CandidateSet] = {}
-        first_row = row
-        for i in range(int(req_ptr[r]), int(req_ptr[r + 1])):
-            k, n = int(req_k[i]), int(count[i])
+        first_gpu = gpu
+        for i in range(int(reg[1, r]), int(reg[1, r + 1])):
+            k, n = req_k[i], count[i]
             sets_of[k] = CandidateSet(
                 gpus[gpu : gpu + n * k].reshape(n, k),
-                servers[row : row + n],
-                subtree[row : row + n],
-                quality[row : row + n],
+                servers[c0 : c0 + n],
+                subtree[c0 : c0 + n],
+                quality[c0 : c0 + n],
             )
-            row += n
+            c0 += n
             gpu += n * k
         if queue is None:
             out.append(None)
             continue
-        x0, x1 = int(slot_ptr[r]), int(slot_ptr[r + 1])
-        pos = slot_pos[x0:x1]
-        qidx = queue.index[pos]
-        sets = tuple(sets_of[k] for k in queue.num_gpus[qidx].tolist())
-        n_rows = sum(len(s) for s in sets)
-        rows = slice(m, m + n_rows)
-        m += n_rows
-        copies = np.zeros(Q, dtype=np.int64)
-        copies[: x1 - x0] = slot_copies[x0:x1]
-        copies.setflags(write=False)
+        if R == 1:
+            rows: Any = slice(None)
+            slots: Any = slice(None)
+        else:
+            rows = slice(int(reg[2, r]), int(reg[2, r + 1]))
+            slots = slice(int(reg[0, r]), int(reg[0, r + 1]))
+        qidx = slot[1, slots]
         out.append(
             ActionTable(
                 num_slots=Q,
                 max_candidates=C,
                 region=r,
                 jobs=tuple(queue.queue[i] for i in qidx.tolist()),
-                positions=tuple(pos.tolist()),
-                copies=copies,
-                const=queue.const[qidx],
-                sets=sets,
+                positions=tuple(slot[0, slots].tolist()),
+                queue_index=qidx,
+                copies=copies[r],
+                const=slot_const[slots],
+                sets=tuple(sets_of[k] for k in slot[2, slots].tolist()),
                 distinct=tuple(sets_of.values()),
-                row_slot=row_slot[rows],
-                row_cand=row_cand[rows],
-                row_src=row_src[rows] - first_row,
+                row_slot=row[0, rows],
+                row_cand=row[1, rows],
+                row_src=row[2, rows],
                 row_index=row_index[r],
                 facts=PlacementFacts(values[rows], links[rows]),
                 gains=Gains(
@@ -473,7 +526,8 @@ def _compiled_tables(
                 ),
                 mask=mask[r],
                 pending_gpus=queue.pending_gpus,
-                in_view=int(slot_copies[x0:x1].sum()),
+                in_view=int(reg[3, r]),
+                row_gpus=(gpus[first_gpu:gpu], row[3, rows], row[4, rows]),
             )
         )
     return out
@@ -545,6 +599,7 @@ def _table(
         region=region,
         jobs=jobs,
         positions=tuple(v.positions.tolist()),
+        queue_index=v.queue_index,
         copies=copies,
         const=pending.const[v.queue_index],
         sets=lay.sets,

@@ -31,7 +31,7 @@ from crop_gym.envs.render import ClusterRenderer
 from crop_gym.errors import ConfigError
 from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
-from crop_gym.model.state import ClusterState
+from crop_gym.model.state import ClusterState, RegionMetrics
 from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler
 
 __all__ = [
@@ -289,15 +289,22 @@ class StaticPlacementBase(gym.Env[Obs, np.int64]):
         self._guard.check()
         self.episodes.steps[0] += 1
 
-    def _observe(self, extra: NDArray[np.float64] | None = None) -> Obs:
-        """The observation of the current state (the one place that calls the builder)."""
+    def _observe(
+        self, extra: NDArray[np.float64] | None = None, metrics: RegionMetrics | None = None
+    ) -> Obs:
+        """The observation of the current state (the one place that calls the builder;
+        ``metrics``: the state's :meth:`~crop_gym.model.state.ClusterState.region_metrics` if the
+        caller has them)."""
         x = None if extra is None else extra[None]
-        obs = self.episodes.observe([0], max_steps=self.max_steps, extra=x)
+        obs = self.episodes.observe([0], metrics, max_steps=self.max_steps, extra=x)
         return {key: value[0] for key, value in obs.items()}
 
-    def _base_info(self, mask: NDArray[np.bool_]) -> dict[str, Any]:
+    def _base_info(
+        self, mask: NDArray[np.bool_], metrics: RegionMetrics | None = None
+    ) -> dict[str, Any]:
         """The ``info`` entries every static environment gives (``mask`` is copied)."""
-        return self.episodes.info(0, mask, self.state.region_metrics())
+        m = self.state.region_metrics() if metrics is None else metrics
+        return self.episodes.info(0, mask, m)
 
     # ------------------------------------------------------------------ render
     def _status_line(self, mode: str = "") -> str:

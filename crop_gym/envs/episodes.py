@@ -207,7 +207,7 @@ class StaticEpisodes:
             return []
         jobs, gpus, idx = [], [], []
         G = self.topology.num_gpus
-        facts = []
+        facts, const = [], []
         for r, row in rows:
             table = self.tables[r]
             assert table is not None
@@ -217,8 +217,10 @@ class StaticEpisodes:
             gpus.append(table.gpus(q, c))
             idx.append(q)
             facts.append(table.facts.take(row))
+            const.append(table.const[q : q + 1])
         all_facts = PlacementFacts.concat(facts)
-        delta = self.state.place(jobs, gpus, all_facts, checked=True)
+        all_const = const[0] if len(const) == 1 else np.concatenate(const)
+        delta = self.state.place(jobs, gpus, all_facts, checked=True, const=all_const)
         out = []
         for (r, row), q, p in zip(rows, idx, gpus, strict=True):
             table = self.tables[r]
@@ -248,7 +250,7 @@ class StaticEpisodes:
             self.state,
             self._seen,
             tables,  # type: ignore[arg-type]
-            [len(self.queues[r]) for r in which],
+            [self.queues[r] for r in which],
             [int(self.steps[r]) for r in which],
             max_steps,
             metrics,

@@ -25,17 +25,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from numpy.typing import NDArray
 
-from crop_gym.envs.actions import ActionTable
+from crop_gym.envs.actions import ActionTable, PendingQueue
+from crop_gym.envs.job_features import job_columns
 from crop_gym.errors import ConfigError
+from crop_gym.model import kernels
 from crop_gym.model.conditions import Conditions
 from crop_gym.model.facts import PlacementFacts
-from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState, RegionMetrics
 from crop_gym.model.timing import PerfConfig, inter_bandwidth, times_of
 from crop_gym.model.topology import Topology
@@ -113,32 +115,9 @@ SUMMARY_FEATURES: tuple[str, ...] = (
     "steps",  # steps taken / step cap
 )
 
-_GRAD_LOG_LO, _GRAD_LOG_SPAN = 6.0, 4.0
-_COMPUTE_SCALE = 0.25
 _SERVERS_SCALE, _SWITCHES_SCALE, _COPIES_SCALE = 32.0, 8.0, 16.0
 _ETA = CANDIDATE_FEATURES.index("eta")
 _BEST_ETA = JOB_FEATURES.index("best_eta")
-
-
-def job_columns(job: Job, max_job_gpus: int) -> tuple[float, float, float, float]:
-    """A job's ``(job_gpus, grad_size, compute_time, weight)`` feature values (in ``[0, 1]``)."""
-    return _job_columns(job.model, job.num_gpus, job.batch_size, job.weight, max_job_gpus)
-
-
-@lru_cache(maxsize=1 << 12)
-def _job_columns(
-    model: str, k: int, batch: int, weight: float, max_job_gpus: int
-) -> tuple[float, float, float, float]:
-    """:func:`job_columns` by job class (memoised: a pure function of immutable values)."""
-    job = Job("", model, k, batch, weight=weight)
-    grad = (np.log10(max(job.grad_bytes, 1.0)) - _GRAD_LOG_LO) / _GRAD_LOG_SPAN
-    t = job.compute_time
-    return (
-        min(k / max_job_gpus, 1.0),
-        float(np.clip(grad, 0.0, 1.0)),
-        t / (t + _COMPUTE_SCALE),
-        weight / (1.0 + weight),
-    )
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,6 +155,9 @@ def _tree_columns(topology: Topology) -> _TreeColumns:
         speed=(topology.gpu_speed / float(topology.gpu_speed.max())).astype(np.float32),
     )
 
+
+_NO_FLAGS = np.zeros((0, 2))
+_NO_FLOATS = np.zeros(0)
 
 #: Where :meth:`ObservedHealth.of` keeps the true health's columns in the conditions' cache.
 _OBSERVED_KEY = "observation.observed_health"
@@ -325,7 +307,7 @@ class ObservationBuilder:
         state: ClusterState,
         observed: ObservedHealth,
         tables: Sequence[ActionTable],
-        pending: Sequence[int],
+        queues: Sequence[PendingQueue],
         steps: Sequence[int],
         max_steps: int,
         metrics: RegionMetrics | None = None,
@@ -339,7 +321,7 @@ class ObservationBuilder:
             observed: The health the agent observes (:meth:`ObservedHealth.of`).
             tables: The action table of each episode to observe (its region is
                 :attr:`ActionTable.region`).
-            pending: Pending jobs of each of those episodes.
+            queues: The pending queue of each of those episodes (its tables' view).
             steps: Steps taken in each episode (for the ``steps`` summary feature).
             max_steps: The episodes' step cap.
             metrics: :meth:`ClusterState.region_metrics` of ``state`` if the caller has it.
@@ -362,17 +344,31 @@ class ObservationBuilder:
                 )
         m = state.region_metrics() if metrics is None else metrics
         regions = np.array([t.region for t in tables], dtype=np.int64)
-        gpu, free = self._gpus(state, observed, regions, extra)
-        out: dict[str, NDArray[np.float32]] = {"gpus": gpu}
-        slots = self._slot_columns(tables)
-        cand: NDArray[np.float32] | None = None
-        if self.with_candidates:
-            cand = self._candidates(state, observed, tables, slots)
-            out["candidates"] = cand
-        out["queue"] = self._queue(tables, slots, cand)
-        out["summary"] = self._summary(
-            observed, m, regions, free, tables, np.asarray(pending), np.asarray(steps), max_steps
-        )
+        pending = [len(q) for q in queues]
+        out: dict[str, NDArray[np.float32]] = {}
+        if self.with_candidates and kernels.enabled():
+            out["gpus"], out["candidates"], out["queue"], out["summary"] = self._compiled(
+                state, observed, m, tables, queues, regions, pending, steps, max_steps, extra
+            )
+        else:
+            slots = self._slot_columns(tables)
+            gpu, free = self._gpus(state, observed, regions, extra)
+            out["gpus"] = gpu
+            cand: NDArray[np.float32] | None = None
+            if self.with_candidates:
+                cand = self._candidates(state, observed, tables, slots)
+                out["candidates"] = cand
+            out["queue"] = self._queue(tables, slots, cand)
+            out["summary"] = self._summary(
+                observed,
+                m,
+                regions,
+                free,
+                tables,
+                np.asarray(pending),
+                np.asarray(steps),
+                max_steps,
+            )
         if self.privileged and self.with_candidates:
             QC = self.num_slots * self.max_candidates
             gain = np.zeros((n, QC), dtype=np.float32)
@@ -386,6 +382,105 @@ class ObservationBuilder:
                 if key in out:
                     out[key] = out[key].reshape(n, -1)
         return out
+
+    def _compiled(
+        self,
+        state: ClusterState,
+        observed: ObservedHealth,
+        m: RegionMetrics,
+        tables: Sequence[ActionTable],
+        queues: Sequence[PendingQueue],
+        regions: NDArray[np.int64],
+        pending: Sequence[int],
+        steps: Sequence[int],
+        max_steps: int,
+        extra: NDArray[Any] | None,
+    ) -> tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float32], NDArray[np.float32]]:
+        """The GPU, candidate, queue and summary tables by the compiled kernel
+        (:func:`crop_gym.model.kernels.observation_tables`; the same numbers as
+        :meth:`_gpus`, :meth:`_candidates`, :meth:`_queue` and :meth:`_summary`)."""
+        n, G = len(tables), self.topology.num_gpus
+        n_extra = len(self.gpu_features) - len(GPU_FEATURES)
+        if extra is not None and np.shape(extra) != (n, G, n_extra):
+            raise ConfigError(
+                f"extra GPU columns of shape {np.shape(extra)}; expected {(n, G, n_extra)}"
+            )
+        facts, eta, b_inter = self._row_estimates(state, observed, tables)
+        tc = _tree_columns(state.topology)
+        placed = state.placed
+        table_rows = np.fromiter(
+            accumulate((len(t.row_slot) for t in tables), initial=0), np.int64, n + 1
+        )
+        table_slots = np.fromiter(
+            accumulate((len(t.jobs) for t in tables), initial=0), np.int64, n + 1
+        )
+        if n == 1:
+            (t0,) = tables
+            (q0,) = queues
+            row_slot, row_cand, copies = t0.row_slot, t0.row_cand, t0.copies
+            slot_k = q0.num_gpus[t0.queue_index]
+            slot_cols = q0.columns[t0.queue_index]
+            flat, lo, hi = t0.row_gpus
+        else:
+            row_slot = np.concatenate([t.row_slot for t in tables])
+            row_cand = np.concatenate([t.row_cand for t in tables])
+            slot_k = np.concatenate(
+                [q.num_gpus[t.queue_index] for t, q in zip(tables, queues, strict=True)]
+            )
+            slot_cols = np.concatenate(
+                [q.columns[t.queue_index] for t, q in zip(tables, queues, strict=True)]
+            )
+            copies = np.stack([t.copies for t in tables])
+            parts = [t.row_gpus for t in tables]
+            sizes = np.cumsum([0] + [len(p[0]) for p in parts[:-1]])
+            flat = np.concatenate([p[0] for p in parts])
+            lo = np.concatenate([p[1] + s for p, s in zip(parts, sizes, strict=True)])
+            hi = np.concatenate([p[2] + s for p, s in zip(parts, sizes, strict=True)])
+        flags = observed.flags if observed.flags is not None else _NO_FLAGS
+        weight = tc.switch_weight if tc.switch_weight is not None else _NO_FLOATS
+        gpu, cand, queue, summary = kernels.observation_tables(
+            state.gpu_owner, state.conditions.usable, placed.eta, placed.k, state.link_load,
+            observed.gpu, flags, tc.uplink, weight, tc.server_switch, tc.bw_ref,
+            self.max_job_gpus, regions, G, table_rows, table_slots, slot_k, slot_cols, row_slot,
+            row_cand, facts.values, facts.inter_links, eta, b_inter, flat, lo, hi,
+            copies.reshape(n, -1), self.num_slots, self.max_candidates,
+            np.asarray(pending, dtype=np.int64),
+            np.array([t.in_view for t in tables], dtype=np.int64),
+            np.array([t.pending_gpus for t in tables], dtype=np.int64),
+            np.asarray(steps, dtype=np.int64), max_steps, self.queue_size, m.F,
+            m.utilization, m.comm_overhead, observed.failed_frac, observed.abnormal_frac,
+        )  # fmt: skip
+        if n_extra:
+            wide = np.empty((n, G, len(self.gpu_features)), dtype=np.float32)
+            wide[:, :, : len(GPU_FEATURES)] = gpu
+            wide[:, :, len(GPU_FEATURES) :] = 0.0 if extra is None else extra
+            gpu = wide
+        return gpu, cand, queue, summary
+
+    def _row_estimates(
+        self, state: ClusterState, observed: ObservedHealth, tables: Sequence[ActionTable]
+    ) -> tuple[PlacementFacts, FloatArray, FloatArray]:
+        """The facts, η and bottleneck share of every row of ``tables`` (in order) as the agent
+        can estimate them: the tables' own under the true health, else re-evaluated under the
+        observed one."""
+        if observed.noisy:
+            keys = [key for t in tables for cs in t.distinct for key in cs.keys]
+            distinct = observed.conditions.facts(keys)
+            off = np.cumsum([0] + [sum(len(cs) for cs in t.distinct) for t in tables])[:-1]
+            src = np.concatenate([t.row_src + o for t, o in zip(tables, off, strict=True)])
+            facts = distinct.take(src)
+            links = facts.inter_links
+            b_inter = inter_bandwidth(observed.conditions.eff_bw, state.link_load[links] + 1, links)
+            const = np.concatenate([t.const[t.row_slot] for t in tables])
+            return facts, times_of(self.perf, const, facts, b_inter).eta, b_inter
+        if len(tables) == 1:
+            t0 = tables[0]
+            return t0.facts, t0.gains.eta, t0.gains.b_inter
+        return (
+            PlacementFacts.concat([t.facts for t in tables]),
+            np.concatenate([t.gains.eta for t in tables]),
+            np.concatenate([t.gains.b_inter for t in tables]),
+        )
 
     def _slot_columns(self, tables: Sequence[ActionTable]) -> list[FloatArray]:
         """Per table ``float64[n_q, 17]``: per filled slot, the candidate columns that follow
@@ -463,25 +558,9 @@ class ObservationBuilder:
             return cand
         # Every table's rows together.
         one = len(tables) == 1
-        facts = PlacementFacts.concat([t.facts for t in tables])
+        facts, eta, b_inter = self._row_estimates(state, observed, tables)
         links = facts.inter_links
         load = state.link_load
-        if observed.noisy:
-            # The health-dependent facts and η as the agent can estimate them.
-            keys = [key for t in tables for cs in t.distinct for key in cs.keys]
-            distinct = observed.conditions.facts(keys)
-            off = np.cumsum([0] + [sum(len(cs) for cs in t.distinct) for t in tables])[:-1]
-            src = np.concatenate([t.row_src + o for t, o in zip(tables, off, strict=True)])
-            facts = distinct.take(src)
-            links = facts.inter_links
-            b_inter = inter_bandwidth(observed.conditions.eff_bw, load[links] + 1, links)
-            const = np.concatenate([t.const[t.row_slot] for t in tables])
-            eta = times_of(self.perf, const, facts, b_inter).eta
-        elif one:
-            eta, b_inter = tables[0].gains.eta, tables[0].gains.b_inter
-        else:
-            eta = np.concatenate([t.gains.eta for t in tables])
-            b_inter = np.concatenate([t.gains.b_inter for t in tables])
         k, s = facts.k, facts.s
         tc = _tree_columns(state.topology)
         # The job's and the slot's columns (valid, job_gpus, grad_size, compute_time, ..,

@@ -193,9 +193,10 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
 
     def _rebuild(self) -> None:
         sim = self._sim
+        self._queue = PendingQueue.of(sim.state, sim.queue)
         self.table = build_action_tables(
             sim.state,
-            [PendingQueue.of(sim.state, sim.queue)],
+            [self._queue],
             num_slots=self.queue_view,
             max_candidates=self.max_candidates,
             robust=self.robust_candidates,
@@ -213,7 +214,7 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
             state,
             ObservedHealth.of(state.conditions),
             [self._table],
-            [sim.queue_length],
+            [self._queue],
             [self._steps],
             self.max_steps,
             extra=extra[None],

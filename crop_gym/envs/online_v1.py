@@ -269,9 +269,10 @@ class OnlinePlacementV1Env(OnlineRendering, gym.Env[Obs, np.int64]):
         sim = self.sim
         if sim is None:
             raise gym.error.ResetNeeded("call reset() before step()")
+        self._queue = PendingQueue.of(sim.state, sim.queue)
         self.table = build_action_tables(
             sim.state,
-            [PendingQueue.of(sim.state, sim.queue)],
+            [self._queue],
             num_slots=self.queue_view,
             max_candidates=self.max_candidates,
             robust=self.robust_candidates,
@@ -398,7 +399,7 @@ class OnlinePlacementV1Env(OnlineRendering, gym.Env[Obs, np.int64]):
             state,
             ObservedHealth.of(state.conditions),
             [table],
-            [sim.queue_length],
+            [self._queue],
             [self.steps],
             self.max_steps,
             extra=extra[None],

@@ -18,6 +18,7 @@ from crop_gym.envs.base import Obs, StaticPlacementBase
 from crop_gym.envs.episodes import StaticEpisodes
 from crop_gym.envs.observation import ObservationBuilder
 from crop_gym.envs.rewards import NO_TERMS, total
+from crop_gym.model.state import RegionMetrics
 from crop_gym.scenario import Scenario, with_hardware
 
 __all__ = ["PlacementEnv", "StepOutcome", "candidate_steps"]
@@ -245,7 +246,8 @@ class PlacementEnv(StaticPlacementBase):
     ) -> tuple[Obs, dict[str, Any]]:
         """Start an episode on a new instance (or on ``options["instance"]``)."""
         self._start_episode(seed, options)
-        return self._observe(), self._info()
+        m = self.state.region_metrics()
+        return self._observe(metrics=m), self._info(m)
 
     def step(self, action: Any) -> tuple[Obs, SupportsFloat, bool, bool, dict[str, Any]]:
         """Place one (job, candidate) pair, or stop."""
@@ -259,8 +261,9 @@ class PlacementEnv(StaticPlacementBase):
         )
         terminated, truncated = bool(out.terminated[0]), bool(out.truncated[0])
         self._guard.end_if(terminated, truncated)
-        obs = self._observe()
-        info = self._info()
+        m = self.state.region_metrics()
+        obs = self._observe(metrics=m)
+        info = self._info(m)
         info["invalid_action"] = out.invalid[0]
         info["reward_terms"] = out.terms[0]
         info["placed"] = out.placed[0]
@@ -280,8 +283,8 @@ class PlacementEnv(StaticPlacementBase):
         """
         return self.table.index_of(job_id, gpus, job)
 
-    def _info(self) -> dict[str, Any]:
-        return self._base_info(self.table.mask)
+    def _info(self, metrics: RegionMetrics | None = None) -> dict[str, Any]:
+        return self._base_info(self.table.mask, metrics)
 
     # ---------------------------------------------------------------- render
     def _header(self) -> list[str]:

@@ -76,7 +76,7 @@ _ZERO_I = np.zeros(1, dtype=np.int64)
 _NO_FLOAT, _NO_INT = np.zeros(0), np.zeros(0, dtype=np.int64)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(frozen=True, eq=False)
 class CandidateSet:
     """Candidate placements for one job size, best first.
 

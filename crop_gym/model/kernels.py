@@ -27,7 +27,16 @@ import os
 from functools import cache
 from typing import Any
 
-__all__ = ["action_tables", "enabled", "facts_rows", "generate_rows", "row_times"]
+__all__ = [
+    "action_tables",
+    "enabled",
+    "facts_rows",
+    "generate_rows",
+    "observation_tables",
+    "place_rows",
+    "region_sums",
+    "row_times",
+]
 
 #: The environment variable that turns the compiled kernels off (``numpy``) or on (``numba``).
 KERNELS_ENV = "CROP_GYM_KERNELS"
@@ -70,3 +79,19 @@ def row_times(*args: Any) -> Any:
 def action_tables(*args: Any) -> Any:
     """The compiled action tables (:func:`crop_gym.model.kernels_numba.action_tables`)."""
     return _compiled().action_tables(*args)
+
+
+def observation_tables(*args: Any) -> Any:
+    """The compiled observation tables
+    (:func:`crop_gym.model.kernels_numba.observation_tables`)."""
+    return _compiled().observation_tables(*args)
+
+
+def region_sums(*args: Any) -> Any:
+    """The compiled sums of every region (:func:`crop_gym.model.kernels_numba.region_sums`)."""
+    return _compiled().region_sums(*args)
+
+
+def place_rows(*args: Any) -> Any:
+    """The compiled placement of jobs (:func:`crop_gym.model.kernels_numba.place_rows`)."""
+    return _compiled().place_rows(*args)

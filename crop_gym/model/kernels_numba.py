@@ -15,7 +15,15 @@ from numba import njit
 
 from crop_gym.model import objective, timing
 
-__all__ = ["action_tables", "facts_rows", "generate_rows", "row_times"]
+__all__ = [
+    "action_tables",
+    "facts_rows",
+    "generate_rows",
+    "observation_tables",
+    "place_rows",
+    "region_sums",
+    "row_times",
+]
 
 
 def _compiled_copy(fn: Any, **callees: Any) -> Any:
@@ -86,10 +94,8 @@ def _pairwise(a: Any, lo: int, n: int) -> float:
         top = sp - 1
         m = s_n[top]
         if m <= 128 or s_state[top] == 2:
-            if m <= 128:
-                v = _block_sum(a, s_lo[top], m)
-            else:
-                v = s_left[top] + result  # (result holds the right half's sum)
+            # (For a parent, result holds its right half's sum.)
+            v = _block_sum(a, s_lo[top], m) if m <= 128 else s_left[top] + result
             sp -= 1
             if sp == 0:
                 return v
@@ -155,9 +161,7 @@ def generate_rows(
     request ``i`` are rows ``sum(count[:i]):sum(count[:i + 1])`` (best first), each of its size's
     GPUs in ``gpus`` (sorted), one after the other."""
     n_req = len(req_k)
-    total_rows = 0
-    for i in range(n_req):
-        total_rows += cap
+    total_rows = n_req * cap
     count = np.zeros(n_req, dtype=np.int64)
     servers = np.zeros(total_rows, dtype=np.int32)
     subtree = np.zeros(total_rows, dtype=np.int32)
@@ -576,10 +580,12 @@ def action_tables(
     upper: Any,
     eff_bw: Any,
     load: Any,
+    queue_ptr: Any,
+    queue_class: Any,
+    queue_gpus: Any,
+    queue_const: Any,
     pend_ptr: Any,
-    pend_class: Any,
-    pend_gpus: Any,
-    pend_const: Any,
+    pend_index: Any,
     group_identical: bool,
     Q: int,
     cap: int,
@@ -594,31 +600,46 @@ def action_tables(
     :func:`crop_gym.envs.actions.build_action_tables` computes with the view, the generator, the
     facts memo and the gains, in one call.
 
-    Region ``r``'s pending jobs (in queue order) are ``pend_ptr[r]:pend_ptr[r + 1]`` of
-    ``pend_class`` (their :func:`~crop_gym.envs.actions.job_key` classes), ``pend_gpus`` and
-    ``pend_const`` (their job constants); a region with no table wanted has none. Returns
-    ``(free, slot_ptr, slot_pos, slot_copies, req_ptr, req_k, count, gpus, servers, subtree,
-    quality, row_slot, row_cand, row_src, values, links, own, eta, comm, b_inter, mask,
-    row_index)``: the free GPUs; each region's view (slot ``x`` of region ``r``, for ``x`` in
-    ``slot_ptr[r]:slot_ptr[r + 1]``, holds its ``slot_pos[x]``-th pending job, standing for
-    ``slot_copies[x]`` of them); the distinct candidate sets (request ``i`` is region ``r``'s
-    ``i - req_ptr[r]``-th distinct size in order of first appearance, :func:`generate_rows`'s
-    layout); per valid row, region by region and slot by slot, its slot within the region, its
-    candidate, its row among all distinct sets' rows, facts and gains; and per region the mask
-    ``bool[Q * C + 1]`` and the row of each placement action ``int64[Q * C]`` (-1: masked)."""
+    Region ``r``'s queue is ``queue_ptr[r]:queue_ptr[r + 1]`` of ``queue_class`` (the jobs'
+    :func:`~crop_gym.envs.actions.job_key` classes), ``queue_gpus`` and ``queue_const`` (their
+    job constants), and its pending jobs, in queue order, are those at positions
+    ``pend_index[pend_ptr[r]:pend_ptr[r + 1]]`` of it (a region with no table wanted has none).
+
+    Returns ``(reg, slot, slot_const, copies, req, gpus, cand, quality, row, values, links,
+    gains, mask, row_index)`` (few arrays: numba boxes each one it returns), with columns as rows:
+
+    * ``reg int64[4, R + 1]``: where each region's slots, requests and rows start, and the pending
+      jobs its view stands for (entry ``r``);
+    * the views: ``slot int64[3, n]``, per slot its job's position among the pending jobs and in
+      the queue, and its GPUs; ``slot_const[n, 5]``; ``copies[R, Q]``, the pending jobs each slot
+      stands for (0 past the view);
+    * the distinct candidate sets: ``req int64[2, m]`` (per request its size and how many
+      candidates; request ``i`` is region ``r``'s ``i - reg[1, r]``-th distinct size, in order of
+      first appearance, in :func:`generate_rows`'s layout), ``gpus``, ``cand int32[2, d]``
+      (servers spanned, subtree) and ``quality``;
+    * the valid rows, region by region and slot by slot: ``row int64[5, M]`` (its slot within the
+      region, its candidate, its row among its region's distinct sets' rows, where its GPUs start
+      and end among its region's distinct sets' GPUs), its facts (``values``, ``links``) and
+      ``gains float64[4, M]`` (own value, η, all-reduce time, bottleneck share);
+    * per region the mask ``bool[Q * C + 1]`` and the row of each placement action
+      ``int64[Q * C]`` (-1: masked)."""
     R = len(pend_ptr) - 1
     G = len(owner)
     free = np.empty(G, dtype=np.bool_)
     for g in range(G):
         free[g] = owner[g] < 0 and usable[g]
     # The views: the earliest pending job of each class, if it fits, up to Q slots.
-    n_pend = len(pend_class)
+    n_pend = len(pend_index)
     slot_pos = np.empty(n_pend, dtype=np.int64)
+    slot_qidx = np.empty(n_pend, dtype=np.int64)
     slot_copies = np.empty(n_pend, dtype=np.int64)
     slot_ptr = np.zeros(R + 1, dtype=np.int64)
+    copies = np.zeros((R, Q), dtype=np.int64)
+    in_view = np.zeros(R, dtype=np.int64)
     n_slots = 0
     for r in range(R):
         a, z = pend_ptr[r], pend_ptr[r + 1]
+        q0 = queue_ptr[r]
         n_free = 0
         for g in range(reg_gpu[r], reg_gpu[r + 1]):
             if free[g]:
@@ -626,26 +647,39 @@ def action_tables(
         for x in range(a, z):
             if n_slots - slot_ptr[r] == Q:
                 break
-            if pend_gpus[x] > n_free:
+            job = q0 + pend_index[x]
+            if queue_gpus[job] > n_free:
                 continue
             earliest = True
-            copies = 1
+            n_copies = 1
             if group_identical:
+                cls = queue_class[job]
                 for y in range(a, x):
-                    if pend_class[y] == pend_class[x]:
+                    if queue_class[q0 + pend_index[y]] == cls:
                         earliest = False
                         break
                 if earliest:
                     for y in range(x + 1, z):
-                        if pend_class[y] == pend_class[x]:
-                            copies += 1
+                        if queue_class[q0 + pend_index[y]] == cls:
+                            n_copies += 1
             if earliest:
+                copies[r, n_slots - slot_ptr[r]] = n_copies
+                in_view[r] += n_copies
                 slot_pos[n_slots] = x - a
-                slot_copies[n_slots] = copies
+                slot_qidx[n_slots] = pend_index[x]
+                slot_copies[n_slots] = n_copies
                 n_slots += 1
         slot_ptr[r + 1] = n_slots
     slot_pos = slot_pos[:n_slots]
+    slot_qidx = slot_qidx[:n_slots]
     slot_copies = slot_copies[:n_slots]
+    slot_k = np.empty(n_slots, dtype=np.int64)
+    slot_const = np.empty((n_slots, 5))
+    for r in range(R):
+        for x in range(slot_ptr[r], slot_ptr[r + 1]):
+            job = queue_ptr[r] + slot_qidx[x]
+            slot_k[x] = queue_gpus[job]
+            slot_const[x] = queue_const[job]
     # The distinct sizes of each region's view, in order of first appearance.
     req_k = np.empty(n_slots, dtype=np.int64)
     slot_req = np.empty(n_slots, dtype=np.int64)
@@ -654,7 +688,7 @@ def action_tables(
     for r in range(R):
         first = n_req
         for x in range(slot_ptr[r], slot_ptr[r + 1]):
-            k = pend_gpus[pend_ptr[r] + slot_pos[x]]
+            k = slot_k[x]
             found = -1
             for i in range(first, n_req):
                 if req_k[i] == k:
@@ -715,26 +749,34 @@ def action_tables(
     W = 0
     for x in range(n_slots):
         M += count[slot_req[x]]
+    row_ptr = np.zeros(R + 1, dtype=np.int64)
     row_slot = np.empty(M, dtype=np.int64)
     row_cand = np.empty(M, dtype=np.int64)
     row_src = np.empty(M, dtype=np.int64)
+    row_lo = np.empty(M, dtype=np.int64)
+    row_hi = np.empty(M, dtype=np.int64)
     mask = np.zeros((R, Q * cap + 1), dtype=np.bool_)
     row_index = np.full((R, Q * cap), -1, dtype=np.int64)
     m = 0
     for r in range(R):
         mask[r, Q * cap] = True
         first_row = m
+        d0 = req_row[req_ptr[r]]
+        g0 = req_gpu[req_ptr[r]]
         for x in range(slot_ptr[r], slot_ptr[r + 1]):
             i = slot_req[x]
             s = x - slot_ptr[r]
             for c in range(count[i]):
                 row_slot[m] = s
                 row_cand[m] = c
-                row_src[m] = req_row[i] + c
+                row_src[m] = req_row[i] + c - d0
+                row_lo[m] = req_gpu[i] + c * req_k[i] - g0
+                row_hi[m] = row_lo[m] + req_k[i]
                 W = max(W, dwidth[req_row[i] + c])
                 mask[r, s * cap + c] = True
                 row_index[r, s * cap + c] = m - first_row
                 m += 1
+        row_ptr[r + 1] = m
     values = np.empty((M, 8))
     links = np.zeros((M, W), dtype=np.int32)
     const = np.empty((M, 5))
@@ -747,32 +789,331 @@ def action_tables(
                 values[m] = dvals[d]
                 for j in range(dwidth[d]):
                     links[m, j] = dfound[d, j]
-                const[m] = pend_const[pend_ptr[r] + slot_pos[x]]
+                const[m] = slot_const[x]
                 m += 1
-    T, comm, eta, own, b = row_times(
+    _T, comm, eta, own, b = row_times(
         values, links, const, eff_bw, load, 1, ring, overlap, overlap_cap, fabric, nic, latency
     )
+    reg = np.zeros((4, R + 1), dtype=np.int64)
+    reg[0] = slot_ptr
+    reg[1] = req_ptr
+    reg[2] = row_ptr
+    reg[3, :R] = in_view
+    slot = np.empty((3, n_slots), dtype=np.int64)
+    slot[0] = slot_pos
+    slot[1] = slot_qidx
+    slot[2] = slot_k
+    req = np.empty((2, n_req), dtype=np.int64)
+    req[0] = req_k
+    req[1] = count
+    cand = np.empty((2, len(servers)), dtype=np.int32)
+    cand[0] = servers
+    cand[1] = subtree
+    row = np.empty((5, M), dtype=np.int64)
+    row[0] = row_slot
+    row[1] = row_cand
+    row[2] = row_src
+    row[3] = row_lo
+    row[4] = row_hi
+    gains = np.empty((4, M))
+    gains[0] = own
+    gains[1] = eta
+    gains[2] = comm
+    gains[3] = b
     return (
-        free,
-        slot_ptr,
-        slot_pos,
-        slot_copies,
-        req_ptr,
-        req_k,
-        count,
-        gpus,
-        servers,
-        subtree,
-        quality,
-        row_slot,
-        row_cand,
-        row_src,
-        values,
-        links,
-        own,
-        eta,
-        comm,
-        b,
-        mask,
-        row_index,
+        reg, slot, slot_const, copies, req, gpus, cand, quality, row, values, links, gains,
+        mask, row_index,
+    )  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def observation_tables(
+    owner: Any,
+    usable: Any,
+    job_eta: Any,
+    job_k: Any,
+    link_load: Any,
+    seen_gpu: Any,
+    flags: Any,
+    uplink: Any,
+    switch_weight: Any,
+    server_switch: Any,
+    bw_ref: float,
+    max_job_gpus: int,
+    regions: Any,
+    G: int,
+    table_rows: Any,
+    table_slots: Any,
+    slot_k: Any,
+    slot_cols: Any,
+    row_slot: Any,
+    row_cand: Any,
+    values: Any,
+    links: Any,
+    eta: Any,
+    b_inter: Any,
+    row_gpus: Any,
+    row_gpu_lo: Any,
+    row_gpu_hi: Any,
+    copies: Any,
+    Q: int,
+    C: int,
+    pending: Any,
+    in_view: Any,
+    pending_gpus: Any,
+    steps: Any,
+    max_steps: int,
+    queue_size: int,
+    F: Any,
+    utilization: Any,
+    comm_overhead: Any,
+    failed_frac: Any,
+    abnormal_frac: Any,
+) -> Any:
+    """The per-GPU, candidate, queue and summary tables of the observation of ``n`` episodes (the columns
+    of :mod:`crop_gym.envs.observation`, computed as :class:`~crop_gym.envs.observation.
+    ObservationBuilder` does: the same float64 values, cast to float32 at the end).
+
+    Episode ``i`` is region ``regions[i]`` (GPUs ``regions[i] * G ...``); its candidate rows are
+    ``table_rows[i]:table_rows[i + 1]`` (slot, candidate, facts, η, bottleneck; row ``m``'s GPUs
+    ``row_gpus[row_gpu_lo[m]:row_gpu_hi[m]]``) and its view slots
+    ``table_slots[i]:table_slots[i + 1]`` (their jobs' GPUs ``slot_k`` and class columns
+    ``slot_cols``: grad_size, compute_time, weight); ``copies[i]`` the pending jobs each slot
+    stands for.
+    ``flags`` is empty without slow or failure-prone GPUs, ``switch_weight`` when the switches are
+    counted from ``server_switch``; the summary reads each episode's pending jobs (those the view
+    stands for, their GPUs), steps, and its region's F, utilisation, communication overhead and
+    failed and abnormal GPU shares. Returns ``(gpus float32[n, G, 10], candidates float32[n,
+    Q * C, 17], queue float32[n, Q, 8], summary float32[n, 10])``."""
+    n = len(regions)
+    ncol = seen_gpu.shape[1]
+    gpus = np.zeros((n, G, ncol), dtype=np.float32)
+    free = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        g0 = regions[i] * G
+        for j in range(G):
+            g = g0 + j
+            s = owner[g]
+            for c in range(ncol):
+                gpus[i, j, c] = seen_gpu[g, c]
+            if s >= 0:
+                gpus[i, j, 1] = np.float32(1.0) + seen_gpu[g, 1]
+                gpus[i, j, 8] = np.float32(job_eta[s]) + seen_gpu[g, 8]
+                gpus[i, j, 9] = np.float32(min(job_k[s] / max_job_gpus, 1.0)) + seen_gpu[g, 9]
+            elif usable[g]:
+                gpus[i, j, 0] = np.float32(1.0) + seen_gpu[g, 0]
+                free[i] += 1
+            ld = link_load[uplink[g]]
+            gpus[i, j, 6] = ld / (ld + 1.0)
+    cand = np.zeros((n, Q * C, 17), dtype=np.float32)
+    queue = np.zeros((n, Q, 8), dtype=np.float32)
+    W = links.shape[1]
+    d = np.zeros(17)
+    scale = max(Q - 1, 1)
+    for i in range(n):
+        x0 = table_slots[i]
+        for m in range(table_rows[i], table_rows[i + 1]):
+            x = x0 + row_slot[m]
+            # The job's and the slot's columns, then the placement's.
+            d[:] = 0.0
+            d[0] = 1.0
+            d[1] = min(slot_k[x] / max_job_gpus, 1.0)
+            d[2] = slot_cols[x, 0]
+            d[3] = slot_cols[x, 1]
+            d[15] = row_slot[m] / scale
+            d[16] = slot_cols[x, 2]
+            k = values[m, 0]
+            s = values[m, 2]
+            d[4] = s / 32.0
+            d[5] = (s - 1.0) / max(k - 1.0, 1.0)
+            # Distinct switches above the servers spanned (see _TreeColumns).
+            if W == 0:
+                sw = 1.0
+            elif len(switch_weight):
+                tot = 0.0
+                for j in range(W):
+                    tot += switch_weight[links[m, j]]
+                sw = max(tot, 1.0)
+            else:
+                cnt = 0
+                for j in range(W):
+                    v = server_switch[links[m, j]]
+                    if v < 0:
+                        continue
+                    seen = False
+                    for j2 in range(j):
+                        if server_switch[links[m, j2]] == v:
+                            seen = True
+                            break
+                    if not seen:
+                        cnt += 1
+                sw = float(max(cnt, 1))
+            d[6] = sw / 8.0
+            if len(flags):
+                f0 = 0.0
+                f1 = 0.0
+                for j in range(row_gpu_lo[m], row_gpu_hi[m]):
+                    f0 += flags[row_gpus[j], 0]
+                    f1 += flags[row_gpus[j], 1]
+                d[7] = f0 / k
+                d[8] = f1 / k
+            d[9] = 1.0 - 1.0 / values[m, 6]
+            d[10] = values[m, 7]
+            d[11] = eta[m]
+            d[12] = eta[m] * values[m, 7]
+            most = 0
+            for j in range(W):
+                most = max(most, link_load[links[m, j]])
+            d[13] = most / (most + 1.0) if W else 0.0
+            d[14] = min(min(values[m, 3], b_inter[m]), bw_ref) / bw_ref
+            a = row_slot[m] * C + row_cand[m]
+            for c in range(17):
+                cand[i, a, c] = min(max(d[c], 0.0), 1.0)
+        # The queue table: one row per filled slot.
+        nq = table_slots[i + 1] - x0
+        for q in range(nq):
+            x = x0 + q
+            queue[i, q, 0] = 1.0
+            queue[i, q, 1] = min(slot_k[x] / max_job_gpus, 1.0)
+            queue[i, q, 2] = slot_cols[x, 0]
+            queue[i, q, 3] = slot_cols[x, 1]
+            queue[i, q, 4] = slot_cols[x, 2]
+            queue[i, q, 7] = min(copies[i, q] / 16.0, 1.0)
+            best = np.float32(0.0)
+            for c in range(C):
+                best = max(best, cand[i, q * C + c, 11])
+            queue[i, q, 6] = best
+        for m in range(table_rows[i], table_rows[i + 1]):
+            queue[i, row_slot[m], 5] += 1.0
+        for q in range(nq):
+            queue[i, q, 5] = queue[i, q, 5] / C
+    summary = np.empty((n, 10), dtype=np.float32)
+    K = max(queue_size, 1)
+    for i in range(n):
+        r = regions[i]
+        summary[i, 0] = min(pending[i] / K, 1.0)
+        summary[i, 1] = min(max(pending[i] - in_view[i], 0) / K, 1.0)
+        summary[i, 2] = min(pending_gpus[i] / G, 1.0)
+        summary[i, 3] = free[i] / G
+        summary[i, 4] = min(max(F[r] / G, 0.0), 1.0)
+        summary[i, 5] = utilization[r]
+        summary[i, 6] = min(max(comm_overhead[r], 0.0), 1.0)
+        summary[i, 7] = failed_frac[r]
+        summary[i, 8] = abnormal_frac[r]
+        summary[i, 9] = min(steps[i] / max(max_steps, 1), 1.0)
+    return gpus, cand, queue, summary
+
+
+@njit(cache=True, nogil=True)
+def region_sums(active: Any, first_gpu: Any, data: Any, out: int, region_gpus: int, R: int) -> Any:
+    """Per region, over its active slots in the order of their jobs' first GPUs (as
+    :meth:`ClusterState.region_metrics <crop_gym.model.state.ClusterState.region_metrics>` adds
+    them): ``(F, jobs, busy GPUs, Σ k C / T / busy GPUs)`` (the last 0 without a job). ``data`` is the slot table (its value, ``T``
+    and ``C`` are columns ``out + 3``, ``out`` and ``out + 1``)."""
+    rows = np.flatnonzero(active)
+    order = rows[np.argsort(first_gpu[rows], kind="mergesort")]
+    F = np.zeros(R)
+    jobs = np.zeros(R, dtype=np.int64)
+    busy = np.zeros(R)
+    comm = np.zeros(R)
+    for s in order:
+        r = first_gpu[s] // region_gpus
+        k = data[s, 0]
+        F[r] += data[s, out + 3]
+        jobs[r] += 1
+        busy[r] += k
+        comm[r] += k * data[s, out + 1] / data[s, out]
+    for r in range(R):
+        comm[r] = comm[r] / max(busy[r], 1.0) if busy[r] > 0 else 0.0
+    return F, jobs, busy.astype(np.int64), comm
+
+
+@njit(cache=True, nogil=True)
+def place_rows(
+    data: Any,
+    links: Any,
+    active: Any,
+    first_gpu: Any,
+    owner: Any,
+    load: Any,
+    slots: Any,
+    values: Any,
+    new_links: Any,
+    const: Any,
+    gpus: Any,
+    gpu_ptr: Any,
+    eff_bw: Any,
+    nf: int,
+    out: int,
+    region_gpus: int,
+    R: int,
+    ring: bool,
+    overlap: float,
+    overlap_cap: float,
+    fabric: float,
+    nic: float,
+    latency: float,
+) -> Any:
+    """Place jobs in ``slots`` of the state's arrays (in place), as
+    :meth:`ClusterState.place <crop_gym.model.state.ClusterState.place>` does: job ``i`` holds
+    ``gpus[gpu_ptr[i]:gpu_ptr[i + 1]]`` with facts ``values[i]``, links ``new_links[i]`` and
+    constants ``const[i]``; the loads of its links grow by one; every job sharing one of those
+    links, and the new ones, are re-evaluated; returns the new F of every region."""
+    n = len(slots)
+    N = len(load)
+    W = links.shape[1]
+    on = np.zeros(N, dtype=np.bool_)
+    for i in range(n):
+        s = slots[i]
+        for c in range(nf):
+            data[s, c] = values[i, c]
+        for c in range(5):
+            data[s, nf + c] = const[i, c]
+        data[s, out + 3] = 0.0
+        for j in range(W):
+            links[s, j] = 0
+        for j in range(new_links.shape[1]):
+            e = new_links[i, j]
+            links[s, j] = e
+            if e > 0:
+                load[e] += 1
+                on[e] = True
+        active[s] = True
+        for j in range(gpu_ptr[i], gpu_ptr[i + 1]):
+            owner[gpus[j]] = s
+        first_gpu[s] = gpus[gpu_ptr[i]]
+    # The jobs to re-evaluate: the new ones and those sharing one of their links.
+    S = len(active)
+    pick = np.zeros(S, dtype=np.bool_)
+    for i in range(n):
+        pick[slots[i]] = True
+    for s in range(S):
+        if active[s] and not pick[s]:
+            for j in range(W):
+                if on[links[s, j]]:
+                    pick[s] = True
+                    break
+    rows = np.flatnonzero(pick)
+    m = len(rows)
+    rv = np.empty((m, nf))
+    rl = np.empty((m, W), dtype=links.dtype)
+    rc = np.empty((m, 5))
+    for x in range(m):
+        s = rows[x]
+        for c in range(nf):
+            rv[x, c] = data[s, c]
+        for c in range(5):
+            rc[x, c] = data[s, nf + c]
+        for j in range(W):
+            rl[x, j] = links[s, j]
+    T, C, eta, value, _ = row_times(
+        rv, rl, rc, eff_bw, load, 0, ring, overlap, overlap_cap, fabric, nic, latency
     )
+    for x in range(m):
+        s = rows[x]
+        data[s, out] = T[x]
+        data[s, out + 1] = C[x]
+        data[s, out + 2] = eta[x]
+        data[s, out + 3] = value[x]
+    F, _, _, _ = region_sums(active, first_gpu, data, out, region_gpus, R)
+    return F

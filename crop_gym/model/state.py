@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -266,6 +266,7 @@ class ClusterState:
         self.version = 0
         self._owner = np.full(topology.num_gpus, -1, dtype=np.int32)
         self._load = np.zeros(topology.num_nodes, dtype=np.int32)
+        self._views = (_readonly(self._owner), _readonly(self._load))
         self._table = PlacedJobs.empty(16 * topology.regions, 4)
         self._jobs: dict[str, int] = {}
         self._slot_job: list[Job | None] = [None] * self._table.slots
@@ -309,12 +310,12 @@ class ClusterState:
     @property
     def gpu_owner(self) -> NDArray[np.int32]:
         """``int32[G]``: slot of the job holding each GPU, -1 if none (read-only)."""
-        return _readonly(self._owner)
+        return self._views[0]
 
     @property
     def link_load(self) -> NDArray[np.int32]:
         """``int32[N]``: jobs whose rings cross each inter-server link (read-only)."""
-        return _readonly(self._load)
+        return self._views[1]
 
     @property
     def free_mask(self) -> NDArray[np.bool_]:
@@ -379,16 +380,20 @@ class ClusterState:
 
     def region_metrics(self) -> RegionMetrics:
         """Summary metrics of every region (one element per region)."""
-        t, R = self._table, self.topology.regions
-        rows = np.flatnonzero(t.active)
-        # In the order of the jobs' first GPUs: a region's sums then do not depend on slots.
-        rows = rows[np.argsort(t.first_gpu[rows], kind="stable")]
-        d = t.data[rows]
-        k = d[:, 0]
-        region = t.first_gpu[rows] // self.topology.region_gpus
-        jobs = np.bincount(region, minlength=R)
-        busy = np.bincount(region, weights=k, minlength=R)
-        comm = np.bincount(region, weights=k * d[:, _OUT + 1] / d[:, _OUT], minlength=R)
+        t, R, Gr = self._table, self.topology.regions, self.topology.region_gpus
+        if kernels.enabled():
+            _, jobs, busy, comm = kernels.region_sums(t.active, t.first_gpu, t.data, _OUT, Gr, R)
+            return RegionMetrics(self._F.copy(), jobs, busy, busy / Gr, comm)
+        else:
+            rows = np.flatnonzero(t.active)
+            # In the order of the jobs' first GPUs: a region's sums then do not depend on slots.
+            rows = rows[np.argsort(t.first_gpu[rows], kind="stable")]
+            d = t.data[rows]
+            k = d[:, 0]
+            region = t.first_gpu[rows] // Gr
+            jobs = np.bincount(region, minlength=R)
+            busy = np.bincount(region, weights=k, minlength=R)
+            comm = np.bincount(region, weights=k * d[:, _OUT + 1] / d[:, _OUT], minlength=R)
         return RegionMetrics(
             F=self._F.copy(),
             jobs_placed=jobs,
@@ -464,11 +469,14 @@ class ClusterState:
     def _sum_values(self) -> None:
         """F of every region: the sum of its jobs' values, added in the order of their first
         GPUs (so a region's F does not depend on which slots its jobs hold)."""
-        t, R = self._table, self.topology.regions
+        t, R, Gr = self._table, self.topology.regions, self.topology.region_gpus
+        if kernels.enabled():
+            self._F[:] = kernels.region_sums(t.active, t.first_gpu, t.data, _OUT, Gr, R)[0]
+            return
         rows = np.flatnonzero(t.active)
         rows = rows[np.argsort(t.first_gpu[rows], kind="stable")]
         # (bincount adds one after the other, in order, for one region as for many.)
-        region = t.first_gpu[rows] // self.topology.region_gpus
+        region = t.first_gpu[rows] // Gr
         self._F[:] = np.bincount(region, weights=t.value[rows], minlength=R)
 
     def gains(
@@ -592,6 +600,7 @@ class ClusterState:
         facts: PlacementFacts | None = None,
         *,
         checked: bool = False,
+        const: FloatArray | None = None,
     ) -> FloatArray:
         """Place ``jobs[i]`` on ``placements[i]``, all together, and re-evaluate every job they
         slow; return ΔF of each region (``float64[R]``).
@@ -604,9 +613,11 @@ class ClusterState:
                 an action table built for this very state); otherwise they are checked as by
                 :meth:`check_placements` (a GPU or job id given twice is refused, and then nothing
                 is placed).
+            const: The jobs' rows of :func:`~crop_gym.model.timing.job_constants` if the caller
+                has them (an action table holds them).
         """
-        ps = (
-            cast(list[NDArray[np.int32]], list(placements))
+        ps: list[NDArray[np.int32]] = (
+            list(placements)  # type: ignore[arg-type]
             if checked
             else self.check_placements(jobs, placements)
         )
@@ -615,9 +626,13 @@ class ClusterState:
         if facts is None:
             facts = self._cond.facts([tuple(p.tolist()) for p in ps])
         slots = self._free_slots(len(ps), facts.inter_links.shape[1])
+        if const is None:
+            const = job_constants(self.topology, self.perf, jobs)
+        if kernels.enabled():
+            return self._place_compiled(jobs, ps, facts, slots, const)
         t = self._table
         t.data[slots, :_NF] = facts.values
-        t.data[slots, _NF:_OUT] = job_constants(self.topology, self.perf, jobs)
+        t.data[slots, _NF:_OUT] = const
         t.data[slots, VALUE] = 0.0
         t.links[slots] = 0
         t.links[slots, : facts.inter_links.shape[1]] = facts.inter_links
@@ -637,6 +652,38 @@ class ClusterState:
             rows = slots
         return self._update(rows)
 
+    def _place_compiled(
+        self,
+        jobs: Sequence[Job],
+        ps: Sequence[NDArray[np.int32]],
+        facts: PlacementFacts,
+        slots: NDArray[np.intp],
+        const: FloatArray,
+    ) -> FloatArray:
+        """:meth:`place` (after the checks and the slots) by the compiled kernel
+        (:func:`crop_gym.model.kernels.place_rows`)."""
+        t = self._table
+        for s, job, p in zip(slots.tolist(), jobs, ps, strict=True):
+            p.setflags(write=False)
+            self._jobs[job.job_id] = s
+            self._slot_job[s], self._slot_gpus[s] = job, p
+        if len(ps) == 1:
+            flat, ptr = ps[0], np.array([0, len(ps[0])], dtype=np.int64)
+        else:
+            flat = np.concatenate(ps)
+            ptr = np.zeros(len(ps) + 1, dtype=np.int64)
+            np.cumsum([len(p) for p in ps], out=ptr[1:])
+        before = self._F.copy()
+        self._F[:] = kernels.place_rows(
+            t.data, t.links, t.active, t.first_gpu, self._owner, self._load, slots,
+            facts.values, facts.inter_links, const,
+            flat, ptr, self._cond.eff_bw, _NF, _OUT, self.topology.region_gpus,
+            self.topology.regions, *perf_args(self.perf),
+        )  # fmt: skip
+        self.version += 1
+        out: FloatArray = self._F - before
+        return out
+
     def _update(self, rows: NDArray[np.intp]) -> FloatArray:
         """Re-evaluate ``rows``; return the change of F of each region."""
         before = self._F.copy()
@@ -651,7 +698,12 @@ class ClusterState:
         """The first ``n`` free slots, whose link rows hold ``width`` links (the table doubles
         until they exist)."""
         t = self._table
-        free, cols = np.flatnonzero(~t.active), t.links.shape[1]
+        cols = t.links.shape[1]
+        if n == 1 and width <= cols:
+            s = int(t.active.argmin())  # (the first free slot, if any)
+            if not t.active[s]:
+                return np.array([s], dtype=np.intp)
+        free = np.flatnonzero(~t.active)
         if len(free) < n or width > cols:
             slots = t.slots
             while slots - (t.slots - len(free)) < n:
@@ -749,6 +801,15 @@ class ClusterState:
             self._times(rows)
         self._sum_values()
 
+    def __getstate__(self) -> dict[str, Any]:
+        # The read-only views are views of the owner and load arrays: made anew on unpickling
+        # (pickled, they would become copies that no longer follow the state).
+        return {k: v for k, v in self.__dict__.items() if k != "_views"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._views = (_readonly(self._owner), _readonly(self._load))
+
     def copy(self) -> ClusterState:
         """An independent copy (jobs, placement arrays and conditions, which are immutable, are
         shared)."""
@@ -756,6 +817,7 @@ class ClusterState:
         new.__dict__.update(self.__dict__)
         new._owner = self._owner.copy()
         new._load = self._load.copy()
+        new._views = (_readonly(new._owner), _readonly(new._load))
         new._table = self._table.copy()
         new._jobs = dict(self._jobs)
         new._slot_job = list(self._slot_job)

@@ -27,7 +27,7 @@ import dataclasses
 import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from typing import Any, Protocol
 
@@ -128,22 +128,22 @@ class Topology:
     base: Topology | None = field(default=None, repr=False)
 
     # ------------------------------------------------------------------ sizes
-    @property
+    @cached_property
     def num_nodes(self) -> int:
         """Number of tree nodes ``N`` (links are nodes 1..N-1)."""
         return len(self.parent)
 
-    @property
+    @cached_property
     def num_gpus(self) -> int:
         """Number of GPUs ``G``."""
         return len(self.gpu_node)
 
-    @property
+    @cached_property
     def num_servers(self) -> int:
         """Number of servers ``S``."""
         return len(self.server_node)
 
-    @property
+    @cached_property
     def max_gpus_per_server(self) -> int:
         """Largest server size."""
         return int((self.server_gpu_hi - self.server_gpu_lo).max())
@@ -153,17 +153,17 @@ class Topology:
         """The cluster of one region: :attr:`base`, or this topology itself."""
         return self if self.base is None else self.base
 
-    @property
+    @cached_property
     def region_gpus(self) -> int:
         """GPUs per region."""
         return self.num_gpus // self.regions
 
-    @property
+    @cached_property
     def region_servers(self) -> int:
         """Servers per region."""
         return self.num_servers // self.regions
 
-    @property
+    @cached_property
     def region_nodes(self) -> int:
         """Nodes per region (the root that joins the copies belongs to none)."""
         return self.region_topology.num_nodes
