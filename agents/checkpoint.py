@@ -67,7 +67,7 @@ ALGO_CLASSES: dict[str, str] = {
 
 def default_checkpoint(name: str = "default") -> Path:
     """Path of a checkpoint shipped with the package (one of :data:`SHIPPED_CHECKPOINTS`)."""
-    return Path(str(resources.files("agents") / "checkpoints" / f"{name}.zip"))
+    return Path(str(resources.files("crop_gym.agents") / "checkpoints" / f"{name}.zip"))
 
 
 DEFAULT_CHECKPOINT = "default"

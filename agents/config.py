@@ -267,7 +267,7 @@ def config_path(algo: str) -> Path:
     """The bundled config file of ``algo``."""
     if algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGOS)}")
-    return Path(str(resources.files("agents") / "configs" / f"{algo}.yml"))
+    return Path(str(resources.files("crop_gym.agents") / "configs" / f"{algo}.yml"))
 
 
 def algo_parameters(algo: str) -> dict[str, Any]:
