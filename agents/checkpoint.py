@@ -33,20 +33,18 @@ from pathlib import Path
 from typing import Any
 
 from crop_gym.agents._io import atomic_write, to_jsonable
+from crop_gym.agents.algorithms import ALGO_CLASSES, algo_class, policy_class
 from crop_gym.errors import ConfigError
 from crop_gym.io import check_regular_input, parse_mapping
 
 __all__ = [
-    "ALGO_CLASSES",
     "DEFAULT_CHECKPOINT",
     "DEFAULT_ONLINE_CHECKPOINT",
     "META_NAME",
-    "algo_class",
     "checkpoint_metadata",
     "default_checkpoint",
     "export_checkpoint",
     "load_checkpoint",
-    "policy_class",
     "read_metadata",
     "resolve_model_path",
     "save_checkpoint",
@@ -57,12 +55,6 @@ __all__ = [
 META_NAME = "crop_gym_agent.json"
 #: Format tag of the metadata.
 FORMAT = "crop_gym-agent/1"
-#: Algorithm name → "module:Class".
-ALGO_CLASSES: dict[str, str] = {
-    "maskable_ppo": "sb3_contrib:MaskablePPO",
-    "ppo": "stable_baselines3:PPO",
-    "dqn": "crop_gym.agents.policies:MaskedDQN",
-}
 
 
 def default_checkpoint(name: str = "default") -> Path:
@@ -78,38 +70,6 @@ DEFAULT_ONLINE_CHECKPOINT = "default-online"
 DEFAULT_SEVERE_CHECKPOINT = "default-severe"
 #: Every shipped checkpoint name.
 SHIPPED_CHECKPOINTS = (DEFAULT_CHECKPOINT, DEFAULT_ONLINE_CHECKPOINT, DEFAULT_SEVERE_CHECKPOINT)
-
-
-def algo_class(algo: str) -> Any:
-    """The SB3 algorithm class of ``algo``."""
-    import importlib
-
-    try:
-        module, cls = ALGO_CLASSES[algo].split(":")
-    except (KeyError, TypeError):
-        raise ConfigError(
-            f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGO_CLASSES)}"
-        ) from None
-    return getattr(importlib.import_module(module), cls)
-
-
-def policy_class(algo: str, policy: str) -> Any:
-    """The SB3 policy of ``policy`` (``CandidateScorer`` or ``MultiInputPolicy``) for ``algo``.
-
-    ``CandidateScorer`` is :class:`~crop_gym.agents.policies.MaskableScorerPolicy` (MaskablePPO),
-    :class:`~crop_gym.agents.policies.ScorerPolicy` (PPO) or :class:`~crop_gym.agents.policies.ScorerDQNPolicy`
-    (DQN); ``MultiInputPolicy`` is SB3's name for its default network.
-    """
-    if policy == "MultiInputPolicy":
-        return policy
-    if policy != "CandidateScorer":
-        raise ConfigError(f"policy={policy!r} must be CandidateScorer or MultiInputPolicy")
-    from crop_gym.agents.policies import MaskableScorerPolicy, ScorerDQNPolicy, ScorerPolicy
-
-    classes = {"maskable_ppo": MaskableScorerPolicy, "ppo": ScorerPolicy, "dqn": ScorerDQNPolicy}
-    if algo not in classes:
-        raise ConfigError(f"unknown algorithm {algo!r}; algorithms: {', '.join(classes)}")
-    return classes[algo]
 
 
 def checkpoint_metadata(**fields: Any) -> dict[str, Any]:

@@ -55,7 +55,8 @@ _pos_int = int_at_least(1)
 
 def register(subparsers: Any) -> None:
     """Add ``train`` and ``eval`` to the ``crop-gym`` parser."""
-    from crop_gym.agents.config import ALGOS, EVAL_SEED_BASE
+    from crop_gym.agents.algorithms import ALGOS
+    from crop_gym.agents.config import EVAL_SEED_BASE
 
     t = subparsers.add_parser(
         "train",

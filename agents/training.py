@@ -37,7 +37,8 @@ import gymnasium as gym
 import yaml
 
 from crop_gym.agents._io import atomic_write
-from crop_gym.agents.checkpoint import algo_class, load_checkpoint, policy_class, save_checkpoint
+from crop_gym.agents.algorithms import algo_class, policy_class
+from crop_gym.agents.checkpoint import load_checkpoint, save_checkpoint
 from crop_gym.agents.config import (
     TRAIN_SEED_LIMIT,
     RunConfig,
@@ -88,7 +89,7 @@ def policy_spec(
 ) -> tuple[Any, dict[str, Any]]:
     """The SB3 policy (class or name) and its kwargs for ``algo`` on ``env``.
 
-    ``CandidateScorer`` maps to the scorer policy of ``algo`` (:func:`crop_gym.agents.checkpoint.policy_class`);
+    ``CandidateScorer`` maps to the scorer policy of ``algo`` (:func:`crop_gym.agents.algorithms.policy_class`);
     the scorer's observation spec is read from ``env``. ``MultiInputPolicy`` is SB3's default.
     """
     from crop_gym.agents.networks import ObsSpec
