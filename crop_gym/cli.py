@@ -9,12 +9,13 @@ Errors. Every error caused by the user's input ends the command with **one line*
 range), :class:`~crop_gym.errors.CropGymError` and other :class:`ValueError` s (a bad trace, scenario
 or name), and :class:`OSError` s on the user's paths (a missing file). Other ``OSError`` s (a full
 disk) exit 1. Ctrl-C prints ``crop-gym COMMAND: interrupted`` and exits 130, leaving no output
-written (see :func:`write_outputs`). Any other exception is a bug and keeps its traceback; so does
+written (see :func:`crop_gym.io.write_outputs`). Any other exception is a bug and keeps its traceback; so does
 every error when the environment variable ``CROP_GYM_TRACEBACK`` is set to a non-empty value.
 
 Outputs. Commands check their output paths with :func:`crop_gym.io.check_outputs` *before* running
 (an output may not be an input, another output, a directory, a symlink, a FIFO or a device, and its
-folder must exist and be writable) and write them together with :func:`write_outputs` at the end.
+folder must exist and take a file) and write them together with :func:`crop_gym.io.write_outputs` at
+the end.
 ``-`` as a text output (``--json -``, ``--csv -``) writes it to stdout; the human-readable report
 then goes to stderr (:func:`report_stream`).
 """
@@ -26,15 +27,13 @@ import contextlib
 import importlib
 import math
 import os
-import signal
 import sys
-import tempfile
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
 from crop_gym.errors import ConfigError, CropGymError
+from crop_gym.io import write_outputs  # the one writer; here for the commands that import it
 
 __all__ = [
     "EXIT_INPUT",
@@ -230,65 +229,6 @@ def check_plot_path(flag: str, path: str | None) -> None:
 def report_stream(*outputs: str | None) -> TextIO:
     """Where the human-readable report goes: stderr when one of ``outputs`` is ``-``, else stdout."""
     return sys.stderr if "-" in outputs else sys.stdout
-
-
-@contextlib.contextmanager
-def _interrupts_ignored() -> Iterator[None]:
-    """Ignore SIGINT until the block ends (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def write_outputs(outputs: Mapping[str, Callable[[Path], object]]) -> list[str]:
-    """Write a command's outputs all or none, atomically each.
-
-    Every writer first writes a temporary file (in the destination's folder, with the destination's
-    suffix, which figure writers read the format from; for ``-``, in the system's temporary folder);
-    only when all have succeeded are they moved over their destinations (``-``: copied to stdout),
-    with Ctrl-C held (and then ignored: the work is done) until the moves are done. A failure or
-    Ctrl-C before that leaves every destination untouched and no temporary file behind.
-
-    Args:
-        outputs: Destination path (``-`` for stdout) → a writer that writes the whole content to the
-            path it is given. Call :func:`crop_gym.io.check_outputs` on the paths first.
-
-    Returns:
-        The destinations written, except ``-``, in order.
-    """
-    staged: list[tuple[Path, str]] = []
-    try:
-        for dest, write in outputs.items():
-            if dest == "-":
-                fd, name = tempfile.mkstemp(prefix=".crop-gym-stdout-")
-            else:
-                d = Path(dest)
-                fd, name = tempfile.mkstemp(
-                    prefix=f".tmp-{d.stem}-", suffix=d.suffix, dir=d.parent or Path(".")
-                )
-            os.close(fd)
-            staged.append((Path(name), dest))
-            write(Path(name))
-        with _interrupts_ignored():
-            for tmp, dest in staged:
-                if dest == "-":
-                    sys.stdout.write(tmp.read_text(encoding="utf-8"))
-                    sys.stdout.flush()
-                else:
-                    mask = os.umask(0)
-                    os.umask(mask)
-                    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; give the usual permissions
-                    os.replace(tmp, dest)
-    finally:
-        for tmp, _ in staged:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-    return [dest for dest in outputs if dest != "-"]
 
 
 if __name__ == "__main__":  # pragma: no cover
