@@ -32,10 +32,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from crop_gym.agents._io import atomic_write, to_jsonable
+from crop_gym.agents._io import to_jsonable
 from crop_gym.agents.algorithms import ALGO_CLASSES, algo_class, policy_class
 from crop_gym.errors import ConfigError
-from crop_gym.io import check_regular_input, parse_mapping
+from crop_gym.io import atomic_write_with, check_regular_input, parse_mapping
 
 __all__ = [
     "DEFAULT_CHECKPOINT",
@@ -116,7 +116,7 @@ def save_checkpoint(
                     dst.writestr(item, src.read(item.filename))
             dst.writestr(META_NAME, meta_text)
 
-    return atomic_write(dest, write)
+    return atomic_write_with(dest, write)
 
 
 def update_metadata(src: str | Path, dest: str | Path, **fields: Any) -> Path:
@@ -141,7 +141,7 @@ def update_metadata(src: str | Path, dest: str | Path, **fields: Any) -> Path:
                     dst.writestr(info, raw)
             dst.writestr(META_NAME, meta_text)
 
-    return atomic_write(Path(dest), write)
+    return atomic_write_with(Path(dest), write)
 
 
 def export_checkpoint(

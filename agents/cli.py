@@ -302,7 +302,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     th.set_num_threads(1)
     path = resolve_model_path(args.model)
-    check_outputs({"--json": args.json}, inputs=[path])
+    folders = check_outputs({"--json": args.json}, inputs=[path])
     if args.env is not None:
         check_env_id(args.env)
     model, meta = load_checkpoint(path, algo=args.algo, trust=args.trust_checkpoint)
@@ -354,7 +354,7 @@ def _eval(args: argparse.Namespace) -> int:
         return 0
     _print_report(report)
     if args.json:
-        atomic_write_json(args.json, report)
+        atomic_write_json(args.json, report, folder=folders[args.json])
         print(f"wrote {args.json}")
     return 0
 

@@ -257,7 +257,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_plot_path("--plot", args.plot)
     hw_files = hardware_files(args.hardware)
-    check_outputs(
+    folders = check_outputs(
         {"--json": args.json, "--csv": args.csv, "--plot": args.plot},
         inputs=[args.trace, *hw_files],
     )
@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
         writers[args.csv] = result.to_csv
     if args.plot is not None:
         writers[args.plot] = result.plot
-    written = write_outputs(writers)
+    written = write_outputs(writers, folders)
     print(format_metrics(result.summary()), file=out)
     if not hardware.is_default:
         print(f"hardware        {hardware.spec}", file=out)

@@ -42,7 +42,9 @@ def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
                 deps.update(f"{node.module}.{a.name}" for a in node.names)
             elif isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names)
-        graph[name] = {d for d in deps if d in modules and d != name and not name.startswith(d + ".")}
+        graph[name] = {
+            d for d in deps if d in modules and d != name and not name.startswith(d + ".")
+        }
     return graph
 
 

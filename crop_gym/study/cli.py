@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
     names = [n for n in MERGED_OUTPUTS if not (args.no_plot and n.endswith(".png"))]
     inputs = [args.study, *spec.trace_files]
     out.mkdir(parents=True, exist_ok=True)
-    check_outputs({f"--out {n}": str(out / n) for n in names}, inputs=inputs)
+    folders = check_outputs({f"--out {n}": str(out / n) for n in names}, inputs=inputs)
     if args.report_only:
         runs = expand(spec)
         found = finished_records(out, runs)
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plot:
         writers[str(out / "summary.png")] = lambda p: plot_summary(rows, p)
         writers[str(out / "jct_cdf.png")] = lambda p: save_figure(jct_cdf_figure(records), p)
-    for path in write_outputs(writers):
+    for path in write_outputs(writers, folders):
         print(f"wrote {path}")
     if missing:
         print(f"{missing} run(s) of the study not finished yet: run again without --report-only")

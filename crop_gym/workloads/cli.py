@@ -98,11 +98,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("give a trace file or bundled trace name, or --list")
 
     from crop_gym.cli import check_input_file, report_stream, write_outputs
-    from crop_gym.io import atomic_write_text, check_outputs
+    from crop_gym.io import check_outputs
     from crop_gym.workloads.loader import load_workload
     from crop_gym.workloads.summary import format_summary, summarize
 
-    check_outputs({"--json": args.json}, inputs=[args.spec])
+    folders = check_outputs({"--json": args.json}, inputs=[args.spec])
     check_input_file(args.spec, what="trace")
     out = report_stream(args.json)
     model_map = parse_map(args.map)
@@ -111,7 +111,9 @@ def run(args: argparse.Namespace) -> int:
     text = json.dumps(summary, indent=2) + "\n"
     written = []
     if args.json is not None:
-        written = write_outputs({args.json: lambda p: atomic_write_text(p, text)})
+        written = write_outputs(
+            {args.json: lambda p: p.write_text(text, encoding="utf-8")}, folders
+        )
     print(format_summary(summary), file=out)
     for path in written:
         print(f"\nwrote {path}", file=out)
