@@ -150,10 +150,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crop-gym`` console script.
 
     Argument errors raise :class:`SystemExit` (status 2) after one line on stderr, as argparse does;
-    errors while the command runs are returned as the status (see :func:`run_cli`).
+    errors while the command runs are returned as the status (see :func:`run_cli`). Ctrl-C from the
+    first line on is ``crop-gym: interrupted`` and status 130; only the import of the ``crop_gym``
+    package itself (Gymnasium's registry, before this function runs) is outside its reach.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        # Building the parser imports every command's module (a second or so): Ctrl-C then, or
+        # while the arguments are read, is one line too, not a traceback.
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        if os.environ.get("CROP_GYM_TRACEBACK"):
+            raise
+        print("crop-gym: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not getattr(args, "func", None):
         parser.error("give a command")
     return run_cli(lambda: args.func(args), f"crop-gym {args.command}")
