@@ -118,7 +118,7 @@ def run_cli(func: Callable[[], int | None], prog: str) -> int:
 
     Returns:
         ``func``'s status; 2 after a :class:`CropGymError`, :class:`ValueError` or an ``OSError``
-        naming a bad path; 1 after another ``OSError``; 130 after Ctrl-C. Other exceptions propagate
+        naming a bad path; 1 after another ``OSError``, a :class:`MemoryError` or an :class:`OverflowError`; 130 after Ctrl-C. Other exceptions propagate
         (they are bugs), as does everything when ``CROP_GYM_TRACEBACK`` is set.
     """
     try:
@@ -134,6 +134,18 @@ def run_cli(func: Callable[[], int | None], prog: str) -> int:
             raise
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (MemoryError, OverflowError) as exc:
+        # An input that asks for more than the machine holds or a number can be (a count no
+        # option capped): one line, not a traceback. Options that size the work should refuse
+        # such values first, naming themselves.
+        if os.environ.get("CROP_GYM_TRACEBACK"):
+            raise
+        what = "out of memory" if isinstance(exc, MemoryError) else f"a number is too large ({exc})"
+        print(
+            f"{prog}: error: {what}: the input asks for more than this machine holds",
+            file=sys.stderr,
+        )
+        return 1
     except (CropGymError, ValueError) as exc:
         if os.environ.get("CROP_GYM_TRACEBACK"):
             raise
