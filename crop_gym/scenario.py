@@ -96,6 +96,8 @@ _AB_FLOATS = (
 )
 _AB_PAIRS = ("slow_factor", "gpu_fail_prob", "degradation", "link_fail_prob")
 _AB_MAX_GPUS = 1 << 20
+#: Every field an ``abnormal`` table may set besides ``profile`` (the profile's own fields).
+_AB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AbnormalityProfile))
 
 
 def _show(v: Any) -> str:
@@ -152,7 +154,8 @@ def _abnormal_overrides(table: Mapping[Any, Any]) -> tuple[str, dict[str, Any]]:
             ab[key] = (_check_number(f"{where}[0]", v[0]), _check_number(f"{where}[1]", v[1]))
         elif key == "abnormal_gpus" and v is not None:
             ab[key] = _check_int(where, v, 0, _AB_MAX_GPUS)
-        # unknown keys are refused by get_profile, naming them
+        elif key not in _AB_FIELDS:
+            raise ConfigError(f"{where}: unknown field; fields: profile, {', '.join(_AB_FIELDS)}")
     return base, ab
 
 
@@ -297,7 +300,9 @@ class Scenario:
                     kwargs["abnormal"] = get_profile(ab)
                 elif isinstance(ab, Mapping):
                     base, overrides = _abnormal_overrides(ab)
-                    kwargs["abnormal"] = get_profile(base, **overrides)
+                    # replace(), not get_profile(base, **overrides): a field such as ``name``
+                    # would collide with get_profile's own parameter.
+                    kwargs["abnormal"] = dataclasses.replace(get_profile(base), **overrides)
                 elif not isinstance(ab, AbnormalityProfile):
                     raise ConfigError(
                         f"abnormal={_show(ab)} must be a profile name or a table "
