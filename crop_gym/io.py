@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -146,6 +147,49 @@ def _json_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a number JSON allows")
 
 
+#: YAML constructs that a quote or bracket opens: an error inside one names the line it opened on
+#: (an unterminated quote otherwise shows up at the end of the file).
+_YAML_OPENED = ("while scanning a quoted scalar", "while parsing a flow")
+_TOML_AT = re.compile(r"\(at line (\d+), column \d+\)$")
+
+
+def _yaml_message(e: yaml.MarkedYAMLError, source: str) -> str:
+    problem = e.problem or e.context or "syntax error"
+    if e.context and e.context_mark is not None and e.context.startswith(_YAML_OPENED):
+        opened = e.context_mark.line + 1
+        at = f" on line {e.problem_mark.line + 1}" if e.problem_mark is not None else ""
+        what = e.context.removeprefix("while scanning ").removeprefix("while parsing ")
+        return f"{source}:{opened}: invalid YAML ({what} that opens on this line: {problem}{at})"
+    mark = e.problem_mark or e.context_mark
+    line = f":{mark.line + 1}" if mark is not None else ""
+    return f"{source}{line}: invalid YAML ({problem})"
+
+
+def _toml_message(e: tomllib.TOMLDecodeError, text: str, source: str) -> str:
+    message = str(e)
+    at = _TOML_AT.search(message)
+    if at is not None:
+        problem = message[: at.start()].strip()
+        if problem == "Illegal character '\\n'":  # a one-line string runs into the line's end
+            problem += ": a quote opened on this line is not closed"
+        return f"{source}:{at.group(1)}: invalid TOML ({problem})"
+    if message.startswith("Unterminated string"):
+        # Only a multi-line string can run to the end of the document: name where it opened.
+        opened, quote = None, None
+        for n, line in enumerate(text.splitlines(), start=1):
+            for q in re.findall(r'"""|\'\'\'', line):
+                if quote is None:
+                    opened, quote = n, q
+                elif q == quote:
+                    opened, quote = None, None
+        if opened is not None:
+            return (
+                f"{source}:{opened}: invalid TOML (a multi-line string opens on this line and is "
+                "never closed)"
+            )
+    return f"{source}: invalid TOML ({message})"
+
+
 def parse_mapping(text: str, fmt: str, source: str) -> dict[str, Any]:
     """Parse a JSON, YAML or TOML document whose top level is a table.
 
@@ -175,14 +219,12 @@ def parse_mapping(text: str, fmt: str, source: str) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise ConfigError(f"{source}:{e.lineno}: invalid JSON ({e.msg})") from None
     except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise ConfigError(f"{source}{line}: invalid YAML ({e.problem or e.context})") from None
+        raise ConfigError(_yaml_message(e, source)) from None
     except yaml.YAMLError as e:
         text_e = " ".join(str(e).split())  # PyYAML's reader errors span lines
         raise ConfigError(f"{source}: invalid YAML ({text_e})") from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{source}: invalid TOML ({e})") from None
+        raise ConfigError(_toml_message(e, text, source)) from None
     except (ValueError, RecursionError) as e:
         raise ConfigError(f"{source}: {e}") from None
     if not isinstance(data, dict):

@@ -186,25 +186,55 @@ def read_header(path: str | os.PathLike[str]) -> tuple[str, ...]:
 def _rows(
     label: str, reader: Any, header: tuple[str, ...], limit: int
 ) -> tuple[list[list[str]], list[int]]:
-    """Up to ``limit`` data rows of a ``csv.reader`` and their line numbers."""
+    """Up to ``limit`` data rows of a ``csv.reader`` and the line each starts on.
+
+    A quote that is never closed makes the reader join every following line into one field, so
+    the error shows up where the file (or the field-size limit) ends: the message names the line
+    the row started on, where the quote opened, instead.
+    """
     width = len(header)
     rows: list[list[str]] = []
     lines: list[int] = []
-    for row in reader:
-        if len(row) != width:
-            if not row:
-                continue
-            line = reader.line_num
+    start = reader.line_num + 1
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error as exc:
+            raise TraceFormatError(
+                f"CSV syntax error in the row that starts here ({exc})"
+                + (
+                    f"; a quote opened on this line is not closed before line {reader.line_num}"
+                    if reader.line_num > start
+                    else ""
+                ),
+                path=label,
+                line=start,
+                field=None,
+            ) from None
+        if row is None:
+            break
+        if len(row) != width and row:
+            if reader.line_num > start:
+                raise TraceFormatError(
+                    f"a quote opened on this line runs on to line {reader.line_num} (an "
+                    f"unterminated quote: the row reads as {len(row)} fields, the header has "
+                    f"{width})",
+                    path=label,
+                    line=start,
+                    field=None,
+                )
             raise TraceFormatError(
                 f"row has {len(row)} fields, the header has {width}",
                 path=label,
-                line=line,
+                line=start,
                 field=header[len(row)] if len(row) < width else None,
             )
-        rows.append(row)
-        lines.append(reader.line_num)
-        if len(rows) >= limit:
-            break
+        if row:
+            rows.append(row)
+            lines.append(start)
+            if len(rows) >= limit:
+                break
+        start = reader.line_num + 1
     return rows, lines
 
 
