@@ -265,8 +265,30 @@ class Scenario:
 
     @property
     def job_size_limit(self) -> int:
-        """Largest job size drawn (``max_job_gpus`` or half the cluster)."""
+        """Largest job size drawn (``max_job_gpus`` or half the cluster).
+
+        Raises:
+            ConfigError: If a job-size field is larger than the cluster (:meth:`check_sizes`).
+        """
+        self.check_sizes()
         return self.max_job_gpus or max(1, self.topology.num_gpus // 2)
+
+    def check_sizes(self) -> None:
+        """Refuse job-size fields larger than the cluster (rather than drawing smaller jobs).
+
+        Needs the compiled topology, so it runs when a file is read (:meth:`from_dict`) and when
+        instances are drawn, not when the built-in scenarios are defined at import.
+
+        Raises:
+            ConfigError: Naming the scenario, the field, its value and the cluster's GPUs.
+        """
+        n_gpus = self.topology.num_gpus
+        for name in ("max_job_gpus", "background_max_gpus", "queue_min_gpus"):
+            if getattr(self, name) > n_gpus:
+                raise ConfigError(
+                    f"scenario {self.name}: {name}={getattr(self, name)} is larger than the "
+                    f"cluster ({self.cluster}: {n_gpus} GPUs)"
+                )
 
     def replace(self, **changes: Any) -> Scenario:
         """A copy with some fields changed (validated)."""
@@ -308,7 +330,9 @@ class Scenario:
                         f"abnormal={_show(ab)} must be a profile name or a table "
                         f"(got {type(ab).__name__})"
                     )
-            return cls(**kwargs)
+            scenario = cls(**kwargs)
+            scenario.check_sizes()
+            return scenario
         except (ConfigError, TypeError, ValueError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
