@@ -28,7 +28,8 @@ import importlib
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NoReturn, TextIO
 
@@ -109,6 +110,18 @@ def _os_message(exc: OSError) -> str:
     return str(exc)
 
 
+@contextlib.contextmanager
+def _warnings_as_lines(prog: str) -> Iterator[None]:
+    """Show each warning as one line on stderr, ``PROG: warning: MESSAGE`` (not file and line)."""
+
+    def show(message: Warning | str, *args: object, **kwargs: object) -> None:
+        print(f"{prog}: warning: {_one_line(str(message))}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
+
+
 def run_cli(func: Callable[[], int | None], prog: str) -> int:
     """Run a command body, turning user errors into one line on stderr and an exit status.
 
@@ -118,11 +131,14 @@ def run_cli(func: Callable[[], int | None], prog: str) -> int:
 
     Returns:
         ``func``'s status; 2 after a :class:`CropGymError`, :class:`ValueError` or an ``OSError``
-        naming a bad path; 1 after another ``OSError``, a :class:`MemoryError` or an :class:`OverflowError`; 130 after Ctrl-C. Other exceptions propagate
-        (they are bugs), as does everything when ``CROP_GYM_TRACEBACK`` is set.
+        naming a bad path; 1 after another ``OSError``, a :class:`MemoryError` or an
+        :class:`OverflowError`; 130 after Ctrl-C. Other exceptions propagate (they are bugs), as
+        does everything when ``CROP_GYM_TRACEBACK`` is set. Warnings the command raises are one
+        line each, ``PROG: warning: ...``, on stderr.
     """
     try:
-        return int(func() or 0)
+        with _warnings_as_lines(prog):
+            return int(func() or 0)
     except BrokenPipeError:
         # The reader of our stdout went away (``| head``): stop quietly, as other tools do.
         with contextlib.suppress(OSError, ValueError, AttributeError):
