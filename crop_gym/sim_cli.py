@@ -197,6 +197,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="save a JCT CDF + utilisation figure (png/pdf/svg)",
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse trace columns the format does not read (without it, a misspelt optional "
+        "column such as 'wieght' warns and is ignored)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -269,7 +275,11 @@ def run(args: argparse.Namespace) -> int:
     policy = make_policy(args.policy)
     model_map = parse_map(args.map)
     workload = load_workload(
-        args.trace, format=args.format, model_map=model_map or None, max_jobs=args.jobs
+        args.trace,
+        format=args.format,
+        model_map=model_map or None,
+        max_jobs=args.jobs,
+        strict=args.strict,
     )
     jobs = workload.jobs[: args.jobs] if args.jobs is not None else workload.jobs
     cluster = args.cluster or default_cluster(workload.name)

@@ -142,6 +142,12 @@ def register(subparsers: Any) -> None:
         metavar="POLICY",
         help="policy the summary's headline compares with the best other (default crop)",
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse trace columns the format does not read (without it, a misspelt optional "
+        "column such as 'wieght' warns and is ignored)",
+    )
     p.add_argument("--no-plot", action="store_true", help="do not draw summary.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -187,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
     from crop_gym.study.report import plot_summary, summarize, summary_csv, summary_markdown
     from crop_gym.study.results import finished_records, merged_csv, merged_json, scalar_metrics
     from crop_gym.study.runner import StudyOutcome, run_study
+    from crop_gym.workloads.loader import check_trace_columns
 
     check_input_file(args.study, what="study")
     spec = build_spec(args)
@@ -199,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
     inputs = [args.study, *spec.trace_files]
     out.mkdir(parents=True, exist_ok=True)
     folders = check_outputs({f"--out {n}": str(out / n) for n in names}, inputs=inputs)
+    for trace in spec.trace_files:  # once here, not in every worker (they do not warn again)
+        check_trace_columns(trace, strict=args.strict)
     if args.report_only:
         runs = expand(spec)
         found = finished_records(out, runs)

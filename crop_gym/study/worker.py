@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -60,11 +61,14 @@ def execute_run(run: Run) -> dict[str, Any]:
     from crop_gym.model.timing import PerfConfig
     from crop_gym.policies import make_policy
     from crop_gym.sim import SimConfig, Simulator
+    from crop_gym.workloads.csv_columns import TraceColumnWarning
     from crop_gym.workloads.loader import load_workload
 
     _maybe_crash(run)
     cpu0 = time.process_time()
-    workload = load_workload(run.trace, max_jobs=run.jobs)
+    with warnings.catch_warnings():  # the driver checked the columns (crop-gym study --strict)
+        warnings.simplefilter("ignore", TraceColumnWarning)
+        workload = load_workload(run.trace, max_jobs=run.jobs)
     jobs = list(workload.jobs[: run.jobs] if run.jobs is not None else workload.jobs)
     if run.arrival_scale != 1.0:
         jobs = [dataclasses.replace(j, arrival=j.arrival * run.arrival_scale) for j in jobs]

@@ -69,6 +69,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="also write the summary as JSON ('-': to stdout, the summary table then goes to stderr)",
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse columns the format does not read (without it, a misspelt optional column "
+        "such as 'wieght' warns and is ignored)",
+    )
     p.add_argument("--list", action="store_true", help="list the bundled traces and exit")
     p.set_defaults(func=run)
 
@@ -106,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
     check_input_file(args.spec, what="trace")
     out = report_stream(args.json)
     model_map = parse_map(args.map)
-    workload = load_workload(args.spec, format=args.format, model_map=model_map or None)
+    workload = load_workload(
+        args.spec, format=args.format, model_map=model_map or None, strict=args.strict
+    )
     summary = summarize(workload)
     text = json.dumps(summary, indent=2) + "\n"
     written = []
