@@ -62,6 +62,7 @@ SIM_FIELDS: tuple[str, ...] = (
     "max_time_s",
     "skip_oversized",
     "stall_events",
+    "events_per_job",
     "max_events",
 )
 #: Hardware profiles of the ``hardware`` axis: name → one-line description. ``default`` is the
