@@ -45,7 +45,12 @@ from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import ideal_time
 from crop_gym.model.topology import Topology, make_topology
-from crop_gym.sim.config import SimConfig, SimulationError, check_simulator_args
+from crop_gym.sim.config import (
+    EVENT_BUDGET_BASE,
+    SimConfig,
+    SimulationError,
+    check_simulator_args,
+)
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
 from crop_gym.sim.ledger import DONE, QUEUED, RUNNING, JobLedger, SlotTable
 from crop_gym.sim.progress import SimProgress
@@ -418,7 +423,7 @@ class Simulator:
             raise SimulationError(
                 f"t={self.now:.6g}s: stopped after the run's event budget of {self.event_budget} "
                 f"events (SimConfig.events_per_job={cfg.events_per_job} x {len(self.jobs)} jobs "
-                f"+ 50000, max_events={cfg.max_events}) with {len(self.jobs) - self._n_done} "
+                f"+ {EVENT_BUDGET_BASE}, max_events={cfg.max_events}) with {len(self.jobs) - self._n_done} "
                 "job(s) unfinished: events come faster than simulated time advances (raise "
                 "failure_horizon_s or mean_abnormal_duration_s, lower onset_rate_per_gpu_hour, set "
                 "max_time_s, or raise events_per_job)"
