@@ -168,6 +168,14 @@ def register(subparsers: Any) -> None:
         help="show the policy at most the N oldest queued jobs",
     )
     p.add_argument(
+        "--events-per-job",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the run's event budget grows by N events per job (default 50: 20,000 + 50 per job, "
+        "at most 10^7); a run that spends it stops with one line",
+    )
+    p.add_argument(
         "--max-hours",
         type=number_at_least(0.0, inclusive=False),
         default=None,
@@ -295,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
         max_queue_view=args.max_queue_view,
         max_time_s=None if args.max_hours is None else args.max_hours * 3600.0,
         skip_oversized=args.skip_oversized,
+        **({} if args.events_per_job is None else {"events_per_job": args.events_per_job}),
     )
     topology = hardware.topology(cluster)
     sim = Simulator(jobs, topology, profile=args.abnormal, config=config, seed=args.seed)
@@ -314,6 +323,7 @@ def run(args: argparse.Namespace) -> int:
         writers[args.plot] = result.plot
     written = write_outputs(writers, folders)
     print(format_metrics(result.summary()), file=out)
+    print(f"event budget    {sim.event_budget:,} (used {sim.events:,})", file=out)
     if not hardware.is_default:
         print(f"hardware        {hardware.spec}", file=out)
     for path in written:

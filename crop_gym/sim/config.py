@@ -42,14 +42,14 @@ MAX_COUNT = 10**10
 #: Default :attr:`SimConfig.max_events`, the cap on every run's event budget whatever its size.
 DEFAULT_MAX_EVENTS = 10_000_000
 #: Events every run may use besides its per-job allowance (:meth:`SimConfig.event_budget`).
-EVENT_BUDGET_BASE = 50_000
-#: Default :attr:`SimConfig.events_per_job`. The published study (810 runs of every bundled trace
-#: in full, up to the severe profile) used at most 23 events per job and at most a tenth of the
-#: budget this gives; at the largest allowed rates (an onset per device-minute, one-second
-#: episodes and repairs, a 60 s failure horizon) an event costs about 0.5 ms on a 1,024-GPU
-#: cluster, so the budget of the largest trace (15,802 jobs) stops such a run within about 15
-#: minutes on a 2-core machine, where the fixed 10^7 of before took hours.
-DEFAULT_EVENTS_PER_JOB = 100
+EVENT_BUDGET_BASE = 20_000
+#: Default :attr:`SimConfig.events_per_job`. The published study (810 runs: every bundled trace in
+#: full, up to the severe profile) used at most 21 % of the budget this gives (cluster06 on n64g8,
+#: severe: 29,601 events for 2,396 jobs). At the largest allowed rates (an onset per
+#: device-minute, one-second episodes and repairs, a 60 s failure horizon) an event costs 0.8 to
+#: 1.5 ms on a 2-core machine, so such a run stops within about 3 minutes for a 2,000-job trace and
+#: 20 minutes for the largest bundled one (15,802 jobs), where the fixed 10^7 of before took hours.
+DEFAULT_EVENTS_PER_JOB = 50
 
 
 class SimulationError(CropGymError, ValueError):
@@ -176,7 +176,7 @@ class SimConfig:
             object.__setattr__(self, name, value)
 
     def event_budget(self, jobs: int) -> int:
-        """Events a run of ``jobs`` jobs may take: ``min(max_events, 50,000 + events_per_job ×
+        """Events a run of ``jobs`` jobs may take: ``min(max_events, 20,000 + events_per_job ×
         jobs)`` (:data:`EVENT_BUDGET_BASE`)."""
         return min(self.max_events, EVENT_BUDGET_BASE + self.events_per_job * int(jobs))
 
