@@ -14,17 +14,63 @@ A re-run with the same ``--out`` skips the runs already finished there (docs/STU
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from collections.abc import Callable
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from crop_gym.cli import int_at_least, number_at_least
 
-__all__ = ["register", "run"]
+__all__ = ["ENDING_SIGNALS", "Terminated", "register", "run"]
 
 _positive_int = int_at_least(1)
 _count = int_at_least(0)
+
+#: Signals whose default action ends the driver and that a study turns into :class:`Terminated`,
+#: so that it stops its workers first (SIGINT is Ctrl-C, already an exception; SIGKILL cannot be
+#: caught: on Linux the workers then get SIGTERM from the kernel, see
+#: :func:`crop_gym.study.worker.worker_init`). Timer signals are left to profilers and tests.
+ENDING_SIGNALS: tuple[str, ...] = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGXCPU")
+
+
+class Terminated(BaseException):
+    """The driver got one of :data:`ENDING_SIGNALS` (a ``BaseException``, as KeyboardInterrupt is,
+    so that no ``except Exception`` on the way swallows it).
+
+    Attributes:
+        signum: The signal's number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_end_the_study() -> Iterator[None]:
+    """Raise :class:`Terminated` on any of :data:`ENDING_SIGNALS` until the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = {}
+    for name in ENDING_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, end)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
 
 #: Merged outputs written under ``--out`` after the runs (see :mod:`crop_gym.study.results`).
 MERGED_OUTPUTS: tuple[str, ...] = (
@@ -220,9 +266,18 @@ def run(args: argparse.Namespace) -> int:
             args.backend, workers=workers, address=args.address, retries=args.retries
         )
         print(f"study: {spec.size} runs, results in {out}", flush=True)
-        outcome = run_study(
-            spec, out, backend, resume=not args.rerun, progress=not args.no_progress
-        )
+        try:
+            with _signals_end_the_study():
+                outcome = run_study(
+                    spec, out, backend, resume=not args.rerun, progress=not args.no_progress
+                )
+        except Terminated as stop:
+            print(
+                f"crop-gym study: stopped by {stop}; its workers are stopped and the runs "
+                "finished are kept: run the same command again to resume",
+                file=sys.stderr,
+            )
+            return 128 + stop.signum
         print(
             f"{outcome.executed} run(s) executed on {backend.name} in {outcome.wall_s:.1f} s, "
             f"{outcome.skipped} already finished",
