@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import importlib
+import io
 import math
 import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import NoReturn, TextIO, cast
 
+from crop_gym import __version__
 from crop_gym.errors import ConfigError, CropGymError
 from crop_gym.io import write_outputs  # the one writer; here for the commands that import it
 
@@ -91,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="crop-gym",
         description="GPU-cluster job placement: CROP, baselines, simulator and RL environments.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
     for name in COMMAND_MODULES:
         try:
@@ -101,7 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    for command in sub.choices.values():
+        _add_quiet(command)
     return parser
+
+
+def _add_quiet(command: argparse.ArgumentParser) -> None:
+    """Give a sub-command ``-q``/``--quiet`` (see :func:`report_stream`)."""
+    command.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print nothing but errors and warnings (no report, no progress bar); files named by "
+        "the options, and '-' outputs, are still written",
+    )
 
 
 def _os_message(exc: OSError) -> str:
@@ -194,7 +211,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     if not getattr(args, "func", None):
         parser.error("give a command")
-    return run_cli(lambda: args.func(args), f"crop-gym {args.command}")
+    if not args.quiet:
+        return run_cli(lambda: args.func(args), f"crop-gym {args.command}")
+    if hasattr(args, "no_progress"):
+        args.no_progress = True
+    token = _QUIET.set(True)
+    try:
+        return run_cli(lambda: args.func(args), f"crop-gym {args.command}")
+    finally:
+        _QUIET.reset(token)
 
 
 # --------------------------------------------------------------------------- shared by commands
@@ -264,9 +289,26 @@ def check_plot_path(flag: str, path: str | None) -> None:
         )
 
 
+#: Whether the command running now was given ``--quiet`` (set by :func:`main` for its duration).
+_QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("crop_gym_cli_quiet", default=False)
+
+
 def report_stream(*outputs: str | None) -> TextIO:
-    """Where the human-readable report goes: stderr when one of ``outputs`` is ``-``, else stdout."""
+    """Where the human-readable report goes: stderr when one of ``outputs`` is ``-``, else stdout;
+    nowhere under ``--quiet`` (a stream that discards what it is given)."""
+    if _QUIET.get():
+        return cast(TextIO, _Discard())
     return sys.stderr if "-" in outputs else sys.stdout
+
+
+class _Discard(io.TextIOBase):
+    """A text stream that keeps nothing (the report under ``--quiet``)."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 if __name__ == "__main__":  # pragma: no cover
