@@ -95,10 +95,13 @@ def run(args: argparse.Namespace) -> int:
         if args.spec or args.json is not None or args.format or args.map:
             raise ConfigError("--list takes no trace, --json, --format or --map")
 
+        from crop_gym.cli import report_stream
+
+        out = report_stream()
         width = max(len(name) for name in BUNDLED_TRACES)
-        print(f"{'name':<{width}}  {'format':<11}  {'jobs':>7}  description")
+        print(f"{'name':<{width}}  {'format':<11}  {'jobs':>7}  description", file=out)
         for t in BUNDLED_TRACES.values():
-            print(f"{t.name:<{width}}  {t.format:<11}  {t.jobs:>7,}  {t.description}")
+            print(f"{t.name:<{width}}  {t.format:<11}  {t.jobs:>7,}  {t.description}", file=out)
         return 0
     if not args.spec:
         raise ConfigError("give a trace file or bundled trace name, or --list")
