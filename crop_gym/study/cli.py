@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,15 @@ def register(subparsers: Any) -> None:
         "--reference",
         default="crop",
         metavar="POLICY",
-        help="policy the summary's headline compares with the best other (default crop)",
+        help="policy the summary's headline compares with the best other (default crop; its own "
+        "variants, POLICY-..., are left out of the headline)",
+    )
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="also write the summary (intervals, headline, warnings) as JSON ('-': to stdout, the "
+        "report then goes to stderr)",
     )
     p.add_argument(
         "--strict",
@@ -229,14 +238,21 @@ def build_spec(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``crop-gym study``; returns the exit code."""
-    from crop_gym.cli import check_input_file, write_outputs
+    from crop_gym.cli import check_input_file, report_stream, write_outputs
     from crop_gym.errors import ConfigError
     from crop_gym.io import check_outputs
     from crop_gym.plotting import save_figure
     from crop_gym.study.backends import make_backend
     from crop_gym.study.figures import jct_cdf_figure
     from crop_gym.study.grid import expand
-    from crop_gym.study.report import plot_summary, summarize, summary_csv, summary_markdown
+    from crop_gym.study.report import (
+        few_seeds_warning,
+        plot_summary,
+        summarize,
+        summary_csv,
+        summary_json,
+        summary_markdown,
+    )
     from crop_gym.study.results import finished_records, merged_csv, merged_json, scalar_metrics
     from crop_gym.study.runner import StudyOutcome, run_study
     from crop_gym.workloads.loader import check_trace_columns
@@ -251,7 +267,10 @@ def run(args: argparse.Namespace) -> int:
     names = [n for n in MERGED_OUTPUTS if not (args.no_plot and n.endswith(".png"))]
     inputs = [args.study, *spec.trace_files]
     out.mkdir(parents=True, exist_ok=True)
-    folders = check_outputs({f"--out {n}": str(out / n) for n in names}, inputs=inputs)
+    folders = check_outputs(
+        {**{f"--out {n}": str(out / n) for n in names}, "--json": args.json}, inputs=inputs
+    )
+    report = report_stream(args.json)
     for trace in spec.trace_files:  # once here, not in every worker (they do not warn again)
         check_trace_columns(trace, strict=args.strict)
     if args.report_only:
@@ -265,7 +284,7 @@ def run(args: argparse.Namespace) -> int:
         backend = make_backend(
             args.backend, workers=workers, address=args.address, retries=args.retries
         )
-        print(f"study: {spec.size} runs, results in {out}", flush=True)
+        print(f"study: {spec.size} runs, results in {out}", file=report, flush=True)
         try:
             with _signals_end_the_study():
                 outcome = run_study(
@@ -281,12 +300,16 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{outcome.executed} run(s) executed on {backend.name} in {outcome.wall_s:.1f} s, "
             f"{outcome.skipped} already finished",
+            file=report,
             flush=True,
         )
     records = outcome.ordered_records()
     metrics = scalar_metrics(records)
     rows = summarize(records, metrics, resamples=args.bootstrap, seed=args.bootstrap_seed)
     missing = len(outcome.runs) - len(records)
+    warning = few_seeds_warning(rows)
+    if warning is not None:
+        warnings.warn(warning, stacklevel=1)
     writers: dict[str, Callable[[Path], object]] = {
         str(out / "results.json"): lambda p: p.write_text(merged_json(records), encoding="utf-8"),
         str(out / "results.csv"): lambda p: p.write_text(merged_csv(records), encoding="utf-8"),
@@ -300,8 +323,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plot:
         writers[str(out / "summary.png")] = lambda p: plot_summary(rows, p)
         writers[str(out / "jct_cdf.png")] = lambda p: save_figure(jct_cdf_figure(records), p)
+    if args.json is not None:
+        text = summary_json(rows, metrics, reference=args.reference)
+        writers[args.json] = lambda p: p.write_text(text, encoding="utf-8")
     for path in write_outputs(writers, folders):
-        print(f"wrote {path}")
+        print(f"wrote {path}", file=report)
     if missing:
-        print(f"{missing} run(s) of the study not finished yet: run again without --report-only")
+        print(
+            f"{missing} run(s) of the study not finished yet: run again without --report-only",
+            file=report,
+        )
     return 0
