@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ENV_IDS", "register_envs"]
+__all__ = ["ENV_IDS", "EPISODE_CAPS", "register_envs"]
 
 NAMESPACE = "crop_gym"
 
@@ -102,6 +102,32 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
 }
 
 
+#: ID → its ``spec.max_episode_steps``: the environment's own step cap in the ID's configuration
+#: (``max_steps``: ``2 K`` in candidate mode, ``2 K (max job GPUs + 1)`` in GPU mode, ``20 x
+#: window_jobs`` online), so that wrappers, SB3 and rl-zoo3 see it. The environment truncates
+#: itself at that step, so Gymnasium's TimeLimit never changes an episode of the ID as registered
+#: (tests/test_episode_caps.py checks both). Arguments that raise the environment's own cap (a larger
+#: ``scenario``, ``max_steps``, ``window_jobs``) need ``gym.make(..., max_episode_steps=N)``, as
+#: with any Gymnasium ID.
+EPISODE_CAPS: dict[str, int] = {
+    f"{NAMESPACE}/Placement-v0": 32,
+    f"{NAMESPACE}/Placement-Testbed8-v0": 8,
+    f"{NAMESPACE}/Placement-Healthy-v0": 32,
+    f"{NAMESPACE}/Placement-Severe-v0": 32,
+    f"{NAMESPACE}/Placement-Pollux64-v0": 32,
+    f"{NAMESPACE}/Placement-512-v0": 128,
+    f"{NAMESPACE}/Placement-1024-v0": 400,
+    f"{NAMESPACE}/Placement-RTX-v0": 32,
+    f"{NAMESPACE}/Placement-Mixed-v0": 32,
+    f"{NAMESPACE}/Placement-Fragmented-v0": 16,
+    f"{NAMESPACE}/PlacementGPU-v0": 1056,
+    f"{NAMESPACE}/PlacementGPU-Testbed8-v0": 40,
+    f"{NAMESPACE}/OnlinePlacement-v0": 640,
+    f"{NAMESPACE}/OnlinePlacement-v1": 960,
+    f"{NAMESPACE}/OnlinePlacement-Bursty-v1": 960,
+}
+
+
 def register_envs() -> None:
     """Register every ID of :data:`ENV_IDS` that is not registered yet (idempotent)."""
     from gymnasium.envs.registration import register, registry
@@ -113,5 +139,6 @@ def register_envs() -> None:
                 entry_point=entry_point,
                 vector_entry_point=_STATIC_VECTOR if entry_point == _STATIC else None,
                 kwargs=dict(kwargs),
+                max_episode_steps=EPISODE_CAPS[env_id],
                 disable_env_checker=False,
             )
