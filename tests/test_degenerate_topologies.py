@@ -131,7 +131,7 @@ def test_every_job_size_can_be_placed_on_every_candidate(tree: Callable[[], nx.D
             assert math.isfinite(state.F) and state.F > 0
             assert pytest.approx(gain) == state.F
             scratch = evaluate_from_scratch(topo, empty.health, empty.perf, [job], [gpus])
-            assert state.F == pytest.approx(scratch.F)
+            assert pytest.approx(scratch.F) == state.F
 
 
 @pytest.mark.parametrize("tree", _cases())
