@@ -70,7 +70,7 @@ def test_every_extreme_run_ends_within_its_budget(case: int) -> None:
         mean_repair_s=rng.choice([MIN_REPAIR_S, 60.0, 3600.0]),
         checkpoint_interval_s=rng.choice([1.0, 60.0, 1800.0]),
         events_per_job=rng.choice([1, 5, 20]),
-        max_events=rng.choice([500, 2_000, 10**7]),
+        max_events=rng.choice([500, 2_000, 5_000]),
         max_time_s=rng.choice([None, 3600.0]),
         skip_oversized=True,
     )
