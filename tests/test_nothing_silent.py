@@ -14,9 +14,9 @@ import warnings
 from pathlib import Path
 
 import gymnasium as gym
-import networkx as nx
 import numpy as np
 import pytest
+from helpers import small_tree
 
 import crop_gym  # noqa: F401  (registers the IDs)
 from crop_gym.cli import main
@@ -81,22 +81,10 @@ def test_a_window_as_long_as_the_trace_is_allowed() -> None:
 
 
 # ----------------------------------------------------------------- booleans taken as numbers
-def _tree() -> nx.DiGraph:
-    g = nx.DiGraph(root="sw")
-    g.add_node("sw", kind="switch")
-    for s in range(2):
-        g.add_node(f"s{s}", kind="server")
-        g.add_edge("sw", f"s{s}", bandwidth=1e9, latency=1e-5)
-        for i in range(2):
-            g.add_node(f"s{s}g{i}", kind="gpu")
-            g.add_edge(f"s{s}", f"s{s}g{i}", bandwidth=4e9, latency=1e-6)
-    return g
-
-
 @pytest.mark.parametrize("value", [True, False, np.bool_(True), np.bool_(False)], ids=repr)
 @pytest.mark.parametrize("attr", ["bandwidth", "latency"])
 def test_a_boolean_edge_attribute_is_not_a_number(attr: str, value: object) -> None:
-    g = _tree()
+    g = small_tree()
     g.edges["sw", "s0"][attr] = value
     with pytest.raises(TopologyError, match=rf"edge \('sw', 's0'\).*{attr}"):
         Topology.from_graph(g)

@@ -14,10 +14,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import pytest
-from helpers import no_hang
+from helpers import no_hang, small_tree
 
 import crop_gym.cli
 from crop_gym.cli import main
@@ -94,18 +93,6 @@ def test_ctrl_c_while_the_arguments_are_read_is_one_line(
 
 
 # ----------------------------------------------------------------- edge attributes
-def _tree() -> nx.DiGraph:
-    g = nx.DiGraph(root="sw")
-    g.add_node("sw", kind="switch")
-    for s in range(2):
-        g.add_node(f"s{s}", kind="server")
-        g.add_edge("sw", f"s{s}", bandwidth=1e9, latency=1e-5)
-        for i in range(2):
-            g.add_node(f"s{s}g{i}", kind="gpu")
-            g.add_edge(f"s{s}", f"s{s}g{i}", bandwidth=4e9, latency=1e-6)
-    return g
-
-
 BAD_VALUES: list[Any] = [
     "fast",
     "1e9",
@@ -129,7 +116,7 @@ BAD_VALUES: list[Any] = [
 @pytest.mark.parametrize("value", BAD_VALUES, ids=repr)
 @pytest.mark.parametrize("edge", [("sw", "s1"), ("s0", "s0g1")])
 def test_a_bad_edge_attribute_names_the_edge(attr: str, value: Any, edge: tuple[str, str]) -> None:
-    g = _tree()
+    g = small_tree()
     g.edges[edge][attr] = value
     with pytest.raises(TopologyError) as exc:
         Topology.from_graph(g)
@@ -139,13 +126,13 @@ def test_a_bad_edge_attribute_names_the_edge(attr: str, value: Any, edge: tuple[
 
 @pytest.mark.parametrize("value", [1, 2.5e9, np.float32(1e9), np.int64(7)], ids=repr)
 def test_real_numbers_of_any_type_are_edge_attributes(value: Any) -> None:
-    g = _tree()
+    g = small_tree()
     g.edges["sw", "s1"]["bandwidth"] = value
     assert Topology.from_graph(g).num_gpus == 4
 
 
 def test_a_zero_bandwidth_is_refused_and_a_zero_latency_taken() -> None:
-    g = _tree()
+    g = small_tree()
     g.edges["sw", "s1"]["latency"] = 0
     Topology.from_graph(g)
     g.edges["sw", "s1"]["bandwidth"] = 0
