@@ -1,18 +1,18 @@
-"""Small helpers: atomic writes, JSON encoding, run metadata, library versions."""
+"""Small helpers: JSON encoding and writing (through :mod:`crop_gym.io`'s one writer), run
+metadata, library versions."""
 
 from __future__ import annotations
 
 import json
 import platform
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from crop_gym.io import atomic_write_with
+from crop_gym.io import OutputFolder, atomic_write_text
 
-__all__ = ["atomic_write", "atomic_write_json", "read_json", "to_jsonable", "versions"]
+__all__ = ["atomic_write_json", "read_json", "to_jsonable", "versions"]
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -32,15 +32,10 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Write a file atomically: ``write(tmp)`` then rename over ``path`` (see :mod:`crop_gym.io`)."""
-    return atomic_write_with(path, write)
-
-
-def atomic_write_json(path: str | Path, data: Any) -> Path:
-    """Write ``data`` as indented JSON, atomically."""
+def atomic_write_json(path: str | Path, data: Any, *, folder: OutputFolder | None = None) -> Path:
+    """Write ``data`` as indented JSON, atomically (into ``folder`` as pinned, if given)."""
     text = json.dumps(to_jsonable(data), indent=2, sort_keys=False) + "\n"
-    return atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+    return atomic_write_text(path, text, folder=folder)
 
 
 def read_json(path: str | Path) -> Any:

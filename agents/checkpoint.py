@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import pickle
 import zipfile
 import zlib
@@ -32,21 +33,20 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from crop_gym.agents._io import atomic_write, to_jsonable
+from crop_gym.agents._io import to_jsonable
+from crop_gym.agents.algorithms import ALGO_CLASSES, algo_class, policy_class
+from crop_gym.agents.config import algo_parameters, check_entry, check_env_id, resolve_schedule
 from crop_gym.errors import ConfigError
-from crop_gym.io import check_regular_input, parse_mapping
+from crop_gym.io import atomic_write_with, check_regular_input, parse_mapping
 
 __all__ = [
-    "ALGO_CLASSES",
     "DEFAULT_CHECKPOINT",
     "DEFAULT_ONLINE_CHECKPOINT",
     "META_NAME",
-    "algo_class",
     "checkpoint_metadata",
     "default_checkpoint",
     "export_checkpoint",
     "load_checkpoint",
-    "policy_class",
     "read_metadata",
     "resolve_model_path",
     "save_checkpoint",
@@ -57,17 +57,11 @@ __all__ = [
 META_NAME = "crop_gym_agent.json"
 #: Format tag of the metadata.
 FORMAT = "crop_gym-agent/1"
-#: Algorithm name → "module:Class".
-ALGO_CLASSES: dict[str, str] = {
-    "maskable_ppo": "sb3_contrib:MaskablePPO",
-    "ppo": "stable_baselines3:PPO",
-    "dqn": "crop_gym.agents.policies:MaskedDQN",
-}
 
 
 def default_checkpoint(name: str = "default") -> Path:
     """Path of a checkpoint shipped with the package (one of :data:`SHIPPED_CHECKPOINTS`)."""
-    return Path(str(resources.files("agents") / "checkpoints" / f"{name}.zip"))
+    return Path(str(resources.files("crop_gym.agents") / "checkpoints" / f"{name}.zip"))
 
 
 DEFAULT_CHECKPOINT = "default"
@@ -78,38 +72,6 @@ DEFAULT_ONLINE_CHECKPOINT = "default-online"
 DEFAULT_SEVERE_CHECKPOINT = "default-severe"
 #: Every shipped checkpoint name.
 SHIPPED_CHECKPOINTS = (DEFAULT_CHECKPOINT, DEFAULT_ONLINE_CHECKPOINT, DEFAULT_SEVERE_CHECKPOINT)
-
-
-def algo_class(algo: str) -> Any:
-    """The SB3 algorithm class of ``algo``."""
-    import importlib
-
-    try:
-        module, cls = ALGO_CLASSES[algo].split(":")
-    except (KeyError, TypeError):
-        raise ConfigError(
-            f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGO_CLASSES)}"
-        ) from None
-    return getattr(importlib.import_module(module), cls)
-
-
-def policy_class(algo: str, policy: str) -> Any:
-    """The SB3 policy of ``policy`` (``CandidateScorer`` or ``MultiInputPolicy``) for ``algo``.
-
-    ``CandidateScorer`` is :class:`~crop_gym.agents.policies.MaskableScorerPolicy` (MaskablePPO),
-    :class:`~crop_gym.agents.policies.ScorerPolicy` (PPO) or :class:`~crop_gym.agents.policies.ScorerDQNPolicy`
-    (DQN); ``MultiInputPolicy`` is SB3's name for its default network.
-    """
-    if policy == "MultiInputPolicy":
-        return policy
-    if policy != "CandidateScorer":
-        raise ConfigError(f"policy={policy!r} must be CandidateScorer or MultiInputPolicy")
-    from crop_gym.agents.policies import MaskableScorerPolicy, ScorerDQNPolicy, ScorerPolicy
-
-    classes = {"maskable_ppo": MaskableScorerPolicy, "ppo": ScorerPolicy, "dqn": ScorerDQNPolicy}
-    if algo not in classes:
-        raise ConfigError(f"unknown algorithm {algo!r}; algorithms: {', '.join(classes)}")
-    return classes[algo]
 
 
 def checkpoint_metadata(**fields: Any) -> dict[str, Any]:
@@ -156,7 +118,7 @@ def save_checkpoint(
                     dst.writestr(item, src.read(item.filename))
             dst.writestr(META_NAME, meta_text)
 
-    return atomic_write(dest, write)
+    return atomic_write_with(dest, write)
 
 
 def update_metadata(src: str | Path, dest: str | Path, **fields: Any) -> Path:
@@ -171,8 +133,8 @@ def update_metadata(src: str | Path, dest: str | Path, **fields: Any) -> Path:
     meta = read_metadata(path)
     meta.update(to_jsonable(fields))
     meta_text = json.dumps(meta, indent=2)
-    with _open_zip(path) as z:
-        members = [(i, _read_member(z, path, i.filename, MAX_WEIGHTS_BYTES)) for i in z.infolist()]
+    with _Members(path) as z:
+        members = [(i, z.read(i.filename, MAX_WEIGHTS_BYTES)) for i in z.infolist()]
 
     def write(tmp: Path) -> None:
         with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as dst:
@@ -181,7 +143,7 @@ def update_metadata(src: str | Path, dest: str | Path, **fields: Any) -> Path:
                     dst.writestr(info, raw)
             dst.writestr(META_NAME, meta_text)
 
-    return atomic_write(Path(dest), write)
+    return atomic_write_with(Path(dest), write)
 
 
 def export_checkpoint(
@@ -241,9 +203,18 @@ def resolve_model_path(model: str | Path) -> Path:
 MAX_DATA_BYTES = 64 << 20
 #: Largest ``.pth`` member read (bytes).
 MAX_WEIGHTS_BYTES = 1 << 30
-#: Pickled SB3 fields the safe loader rebuilds (from the metadata, the environment, the settings).
+#: Largest total of every member's uncompressed size (bytes): a zip of many members, each under
+#: its own limit, is refused as a whole, whatever its headers claim.
+MAX_CHECKPOINT_BYTES = 1 << 30
+#: Largest rollout or replay buffer a checkpoint's settings may ask for (bytes, estimated from the
+#: environment's observations before anything is allocated).
+MAX_BUFFER_BYTES = 8 << 30
+#: SB3 fields the safe loader rebuilds (from the metadata, the environment, the settings): their
+#: stored values, pickled or not, are never read.
 _REBUILT = frozenset(
     {
+        "batch_norm_stats",  # DQN: references to the network's running statistics, made in setup
+        "batch_norm_stats_target",
         "policy_class",
         "observation_space",
         "action_space",
@@ -253,7 +224,7 @@ _REBUILT = frozenset(
         "replay_buffer_class",
     }
 )
-#: Pickled run-time state that acting does not need and training resets.
+#: Run-time state that acting does not need and training resets: never read either.
 _RUNTIME = frozenset(
     {
         "_last_obs",
@@ -265,9 +236,11 @@ _RUNTIME = frozenset(
 )
 #: Pickled hyperparameters taken from the metadata's ``hyperparameters`` (else the default).
 _FROM_META = frozenset({"learning_rate", "clip_range", "clip_range_vf", "train_freq"})
-#: Plain ``data`` fields never copied onto the model.
+#: Attributes a stored field may never set (SB3 excludes them from its own files).
 _PROTECTED = frozenset({"policy", "env", "device", "policy_aliases", "_vec_normalize_env"})
 _TRUST_HINT = "pass --trust-checkpoint (trust=True) to unpickle it, only for a file you trust"
+#: How every torch file since torch 1.6 begins (a zip archive); SB3 writes no other kind.
+_TORCH_ZIP_MAGIC = b"PK\x03\x04"
 
 
 def _one_line(exc: BaseException) -> str:
@@ -276,64 +249,112 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def _open_zip(path: Path) -> zipfile.ZipFile:
-    check_regular_input(path, what="checkpoint")
-    try:
-        return zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as e:
-        raise ConfigError(f"{path}: not a readable checkpoint zip ({_one_line(e)})") from None
+class _Members:
+    """The members of one checkpoint zip, read within one budget of decompressed bytes for all.
 
+    The budget starts at :data:`MAX_CHECKPOINT_BYTES`; the sizes the zip's directory declares are
+    checked against it before anything is read, and every read stops at what is left of it (a
+    header that under-declares a member cannot get past).
+    """
 
-def _read_member(z: zipfile.ZipFile, path: Path, name: str, limit: int) -> bytes:
-    try:
-        info = z.getinfo(name)
-    except KeyError:
-        raise ConfigError(f"{path}: not an SB3 checkpoint (no {name!r} member)") from None
-    if info.file_size > limit:
-        raise ConfigError(f"{path}: member {name!r} is larger than {limit} bytes")
-    try:
-        with z.open(info) as fh:
-            raw = fh.read(limit + 1)
-    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, RuntimeError) as e:
-        raise ConfigError(f"{path}: member {name!r} is damaged ({_one_line(e)})") from None
-    except NotImplementedError as e:
-        raise ConfigError(f"{path}: member {name!r}: {_one_line(e)}") from None
-    if len(raw) > limit:
-        raise ConfigError(f"{path}: member {name!r} is larger than {limit} bytes")
-    return raw
+    def __init__(self, path: Path) -> None:
+        check_regular_input(path, what="checkpoint")
+        self.path = path
+        try:
+            self.zip = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as e:
+            raise ConfigError(f"{path}: not a readable checkpoint zip ({_one_line(e)})") from None
+        declared = sum(i.file_size for i in self.zip.infolist())
+        if declared > MAX_CHECKPOINT_BYTES:
+            self.zip.close()
+            raise ConfigError(
+                f"{path}: its members hold {declared} bytes uncompressed, more than the "
+                f"{MAX_CHECKPOINT_BYTES} a checkpoint may hold"
+            )
+        self.left = MAX_CHECKPOINT_BYTES
 
+    def __enter__(self) -> _Members:
+        return self
 
-def _json_member(z: zipfile.ZipFile, path: Path, name: str) -> dict[str, Any]:
-    raw = _read_member(z, path, name, MAX_DATA_BYTES)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: member {name!r} is not UTF-8 text (byte {e.start})") from None
-    if name == META_NAME:
-        return parse_mapping(text, "json", f"{path}:{name}")
-    try:  # SB3 writes NaN/Infinity for non-finite floats: plain json, no parse_mapping
-        data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        raise ConfigError(f"{path}: member {name!r} is not JSON ({_one_line(e)})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: member {name!r} is not a JSON object")
-    return data
+    def __exit__(self, *exc: object) -> None:
+        self.zip.close()
 
+    def names(self) -> list[str]:
+        """The members' names."""
+        return self.zip.namelist()
 
-def _weights(z: zipfile.ZipFile, path: Path, name: str) -> Any:
-    import torch as th
+    def infos(self) -> list[zipfile.ZipInfo]:
+        """The members' directory entries."""
+        return self.zip.infolist()
 
-    raw = _read_member(z, path, name, MAX_WEIGHTS_BYTES)
-    try:
-        return th.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:
-        raise ConfigError(
-            f"{path}: member {name!r} holds objects other than tensors; {_TRUST_HINT}"
-        ) from None
-    except Exception as e:  # (torch raises many kinds on damaged files)
-        raise ConfigError(
-            f"{path}: member {name!r} is not a torch weights file ({_one_line(e)})"
-        ) from None
+    def read(self, name: str, limit: int) -> bytes:
+        """Member ``name``, refused if larger than ``limit`` or than what is left of the budget."""
+        path = self.path
+        try:
+            info = self.zip.getinfo(name)
+        except KeyError:
+            raise ConfigError(f"{path}: not an SB3 checkpoint (no {name!r} member)") from None
+        cap = min(limit, self.left)
+        if info.file_size > limit:
+            raise ConfigError(f"{path}: member {name!r} is larger than {limit} bytes")
+        try:
+            with self.zip.open(info) as fh:
+                raw = fh.read(cap + 1)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, RuntimeError) as e:
+            raise ConfigError(f"{path}: member {name!r} is damaged ({_one_line(e)})") from None
+        except NotImplementedError as e:
+            raise ConfigError(f"{path}: member {name!r}: {_one_line(e)}") from None
+        if len(raw) > limit:
+            raise ConfigError(f"{path}: member {name!r} is larger than {limit} bytes")
+        if len(raw) > cap:
+            raise ConfigError(
+                f"{path}: its members hold more than the {MAX_CHECKPOINT_BYTES} bytes uncompressed "
+                "a checkpoint may hold"
+            )
+        self.left -= len(raw)
+        return raw
+
+    def json(self, name: str) -> dict[str, Any]:
+        """A JSON member (the metadata strictly; SB3's ``data`` with its NaN and Infinity)."""
+        path = self.path
+        raw = self.read(name, MAX_DATA_BYTES)
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(
+                f"{path}: member {name!r} is not UTF-8 text (byte {e.start})"
+            ) from None
+        if name == META_NAME:
+            return parse_mapping(text, "json", f"{path}:{name}")
+        try:  # SB3 writes NaN/Infinity for non-finite floats: plain json, no parse_mapping
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise ConfigError(f"{path}: member {name!r} is not JSON ({_one_line(e)})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: member {name!r} is not a JSON object")
+        return data
+
+    def weights(self, name: str) -> Any:
+        """A torch member, loaded with ``weights_only=True`` (tensors and plain values only)."""
+        import torch as th
+
+        path = self.path
+        raw = self.read(name, MAX_WEIGHTS_BYTES)
+        if not raw.startswith(_TORCH_ZIP_MAGIC):
+            raise ConfigError(
+                f"{path}: member {name!r} is not a torch weights file (torch writes a zip "
+                f"archive; this begins {raw[:8]!r})"
+            )
+        try:
+            return th.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError:
+            raise ConfigError(
+                f"{path}: member {name!r} holds objects other than tensors; {_TRUST_HINT}"
+            ) from None
+        except Exception as e:  # (torch raises many kinds on damaged files)
+            raise ConfigError(
+                f"{path}: member {name!r} is not a torch weights file ({_one_line(e)})"
+            ) from None
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
@@ -342,17 +363,14 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     Raises:
         ConfigError: One line naming the file if it is not a zip or its metadata is not JSON.
     """
-    p = Path(path)
-    with _open_zip(p) as z:
-        if META_NAME not in z.namelist():
+    with _Members(Path(path)) as z:
+        if META_NAME not in z.names():
             return {}
-        return _json_member(z, p, META_NAME)
+        return z.json(META_NAME)
 
 
 def _spaces(path: Path, meta: dict[str, Any]) -> tuple[Any, Any]:
     """The observation and action spaces of the environment the checkpoint was trained on."""
-    from crop_gym.agents.config import check_env_id
-
     env_id = meta.get("env_id")
     if not isinstance(env_id, str) or not env_id:
         raise ConfigError(f"{path}: the metadata names no environment (env_id)")
@@ -373,36 +391,158 @@ def _spaces(path: Path, meta: dict[str, Any]) -> tuple[Any, Any]:
     return spaces
 
 
+def _check_stored_values(path: Path, name: str, model: Any, plain: dict[str, Any]) -> None:
+    """Every stored field is one the algorithm saves, of the type and range it takes.
+
+    Constructor arguments are checked as a hyperparameter file's are (:func:`check_entry`: types
+    and ranges); SB3's counters by the type of the fresh model's value.
+    """
+    where = f"{path}: 'data'"
+    settable = (set(vars(model)) | {"n_envs"}) - set(model._excluded_save_params()) - _PROTECTED
+    unknown = sorted(set(plain) - settable - _REBUILT - _RUNTIME)
+    if unknown:
+        raise ConfigError(
+            f"{where}: field(s) {', '.join(map(repr, unknown))} the loader does not know "
+            f"({name} stores none of them)"
+        )
+    params = {*algo_parameters(name), "n_envs"}
+    check_entry(name, {k: v for k, v in plain.items() if k in params}, where)
+    for key, value in plain.items():
+        if key in params or key in _REBUILT or key in _RUNTIME:
+            continue
+        current = getattr(model, key, None)
+        if isinstance(current, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(current, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(current, float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        else:  # a field whose fresh value is None: any JSON scalar
+            ok = value is None or isinstance(value, str | int | float)
+        if not ok:
+            raise ConfigError(
+                f"{where}: {key} must be {type(current).__name__ if current is not None else 'a scalar'}"
+                f", got {value!r}"
+            )
+
+
+def _observation_bytes(space: Any) -> int:
+    """Bytes of one observation as SB3's buffers store it (float32 and the like per element)."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return sum(_observation_bytes(s) for s in space.spaces.values())
+    shape = getattr(space, "shape", None) or (1,)
+    return 4 * math.prod(int(d) for d in shape)
+
+
+def _check_buffer_size(path: Path, model: Any) -> None:
+    """Refuse settings whose rollout or replay buffer would exceed :data:`MAX_BUFFER_BYTES`."""
+    from gymnasium import spaces
+
+    obs = _observation_bytes(model.observation_space)
+    act = model.action_space
+    mask = 4 * int(act.n) if isinstance(act, spaces.Discrete) else 0
+    row = obs + mask + 32  # the observation, the action mask, action/reward/value/advantage
+    n_envs = int(getattr(model, "n_envs", 1) or 1)
+    if hasattr(model, "buffer_size"):  # off-policy: observations and next observations
+        rows, field = int(model.buffer_size), f"buffer_size={model.buffer_size}"
+        need = rows * (obs + row)
+    else:
+        rows, field = int(model.n_steps) * n_envs, f"n_steps={model.n_steps} x n_envs={n_envs}"
+        need = rows * row
+    if need > MAX_BUFFER_BYTES:
+        raise ConfigError(
+            f"{path}: 'data': {field} rows of this environment's observations need "
+            f"{need / 2**30:.1f} GiB, more than the {MAX_BUFFER_BYTES / 2**30:.0f} GiB a checkpoint "
+            "may ask for"
+        )
+
+
+def _check_network(path: Path, name: str, model: Any, weights: Any) -> None:
+    """The network ``policy_kwargs`` asks for has exactly the shapes of the stored weights.
+
+    The policy is built on torch's ``meta`` device, which allocates nothing and runs no
+    initialisation, so a 100,000-wide request costs what a 64-wide one does; only then is the real
+    network built.
+    """
+    import torch as th
+
+    if not isinstance(weights, dict) or not all(isinstance(v, th.Tensor) for v in weights.values()):
+        raise ConfigError(f"{path}: member 'policy.pth' is not a state dict of tensors")
+    from torch.overrides import TorchFunctionMode
+
+    class KeepOnMeta(TorchFunctionMode):
+        """Leave meta tensors where they are when a layer moves itself (SB3's ``.to(device)``)."""
+
+        def __torch_function__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
+            if func is th.Tensor.to and args and isinstance(args[0], th.Tensor) and args[0].is_meta:
+                return args[0]
+            return func(*args, **(kwargs or {}))
+
+    extra = {"use_sde": model.use_sde} if name == "ppo" else {}  # what PPO's setup passes on
+    try:
+        with th.device("meta"), KeepOnMeta():
+            probe = model.policy_class(
+                model.observation_space,
+                model.action_space,
+                lambda _: 0.0,
+                **extra,
+                **model.policy_kwargs,
+            )
+    except Exception as e:  # (the policy's own checks of its keyword arguments)
+        raise ConfigError(f"{path}: 'data': policy_kwargs are refused ({_one_line(e)})") from None
+    wanted = {k: tuple(v.shape) for k, v in probe.state_dict().items()}
+    stored = {k: tuple(v.shape) for k, v in weights.items()}
+    if wanted != stored:
+        diff = sorted(set(wanted) ^ set(stored)) or sorted(
+            k for k in wanted if wanted[k] != stored[k]
+        )
+        key = diff[0]
+        raise ConfigError(
+            f"{path}: 'data': policy_kwargs ask for a network that policy.pth does not hold "
+            f"({len(diff)} tensor(s) differ; {key}: asked {wanted.get(key)}, stored "
+            f"{stored.get(key)})"
+        )
+
+
 def _safe_load(
     path: Path, meta: dict[str, Any], name: str, env: Any, kwargs: dict[str, Any]
 ) -> Any:
-    """Rebuild an SB3 model from the JSON fields and the tensors only (nothing unpickled)."""
-    from stable_baselines3.common.save_util import recursive_getattr, recursive_setattr
+    """Rebuild an SB3 model from the JSON fields and the tensors only (nothing unpickled).
 
-    from crop_gym.agents.config import check_entry, resolve_schedule
+    Everything is checked before a network or buffer is built: every stored field is known and of
+    its type and range, the buffers fit :data:`MAX_BUFFER_BYTES`, and the network ``policy_kwargs``
+    asks for has the stored weights' shapes.
+    """
+    from stable_baselines3.common.save_util import recursive_getattr, recursive_setattr
 
     if not meta:
         raise ConfigError(
             f"{path}: no crop_gym metadata ({META_NAME}), so its policy class is only stored "
             f"pickled; {_TRUST_HINT}"
         )
-    with _open_zip(path) as z:
-        data = _json_member(z, path, "data")
+    with _Members(path) as z:
+        data = z.json("data")
         pickled = {k for k, v in data.items() if isinstance(v, dict) and ":serialized:" in v}
         needed = sorted(pickled - _REBUILT - _RUNTIME - _FROM_META)
         if needed:
             raise ConfigError(f"{path}: {', '.join(needed)} stored only pickled; {_TRUST_HINT}")
-        names = [n for n in z.namelist() if n.endswith(".pth")]
+        names = [n for n in z.names() if n.endswith(".pth")]
         if "policy.pth" not in names:
             raise ConfigError(f"{path}: not an SB3 checkpoint (no 'policy.pth' member)")
-        tensors = {n[: -len(".pth")]: _weights(z, path, n) for n in names}
+        tensors = {n[: -len(".pth")]: z.weights(n) for n in names}
     plain = {k: v for k, v in data.items() if k not in pickled}
     pkw = plain.get("policy_kwargs")
     if pkw is not None and not isinstance(pkw, dict):
-        raise ConfigError(f"{path}: policy_kwargs in 'data' is not a mapping")
+        raise ConfigError(f"{path}: 'data': policy_kwargs is not a mapping")
     policy = meta.get("policy") or (
         "CandidateScorer" if "scorer" in (pkw or {}) else "MultiInputPolicy"
     )
+    if not isinstance(policy, str):
+        raise ConfigError(f"{path}: the metadata's policy must be a name, got {policy!r}")
     hyper = meta.get("hyperparameters") or {}
     if not isinstance(hyper, dict):
         raise ConfigError(f"{path}: hyperparameters in the metadata is not a mapping")
@@ -411,14 +551,13 @@ def _safe_load(
     pvars = tensors.pop("pytorch_variables", None)
     try:
         model = algo_class(name)(
-            policy=policy_class(name, str(policy)), env=env, device="cpu", _init_setup_model=False
+            policy=policy_class(name, policy), env=env, device="cpu", _init_setup_model=False
         )
         if env is None:
             model.observation_space, model.action_space = _spaces(path, meta)
-        skip = _PROTECTED | ({"n_envs"} if env is not None else set())
+        _check_stored_values(path, name, model, plain)
         for k, v in plain.items():
-            # Only data attributes: never a name that shadows a method or property of the class.
-            if k in skip or k.startswith("__") or hasattr(type(model), k):
+            if k in _REBUILT or k in _RUNTIME or (k == "n_envs" and env is not None):
                 continue
             setattr(model, k, v)
         if isinstance(model.policy_kwargs, dict):
@@ -426,6 +565,8 @@ def _safe_load(
         for k, v in restore.items():
             setattr(model, k, tuple(v) if isinstance(v, list) else resolve_schedule(v))
         model.__dict__.update(kwargs)
+        _check_buffer_size(path, model)
+        _check_network(path, name, model, tensors.get("policy"))
         model._setup_model()
         model.set_parameters(tensors, exact_match=True, device="cpu")
         for var, value in (pvars or {}).items() if isinstance(pvars, dict) else ():

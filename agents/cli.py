@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+import warnings
+from typing import Any, TextIO
 
 from crop_gym.agents.config import VEC_ENVS
-from crop_gym.cli import int_at_least
+from crop_gym.cli import int_at_least, report_stream
 
 __all__ = ["register"]
 
@@ -55,7 +56,8 @@ _pos_int = int_at_least(1)
 
 def register(subparsers: Any) -> None:
     """Add ``train`` and ``eval`` to the ``crop-gym`` parser."""
-    from crop_gym.agents.config import ALGOS, EVAL_SEED_BASE
+    from crop_gym.agents.algorithms import ALGOS
+    from crop_gym.agents.config import EVAL_SEED_BASE
 
     t = subparsers.add_parser(
         "train",
@@ -231,21 +233,23 @@ def _train(args: argparse.Namespace) -> int:
         argv=["crop-gym", *sys.argv[1:]],
         trust_checkpoint=args.trust_checkpoint,
         dry_run=args.dry_run,
-        log=lambda msg: print(f"crop-gym train: {msg}", file=sys.stderr),
+        log=lambda msg: print(f"crop-gym train: {msg}", file=report_stream("-")),
     )
+    out = report_stream()
     if args.dry_run:
         import yaml
 
         print(
             f"ok: {meta['algo']} on {meta['env_id']} ({meta['config_source']}), "
-            f"{meta['steps']} steps; resolved config:"
+            f"{meta['steps']} steps; resolved config:",
+            file=out,
         )
-        print(yaml.safe_dump(meta["config"], sort_keys=False), end="")
+        print(yaml.safe_dump(meta["config"], sort_keys=False), end="", file=out)
         return 0
     fin = meta.get("final_validation") or {}
     best = meta.get("best_validation") or {}
     rl = (meta.get("phases") or {}).get("rl") or {}
-    print(f"run: {args.out}  ({meta['algo']} on {meta['env_id']}, seed {meta['seed']})")
+    print(f"run: {args.out}  ({meta['algo']} on {meta['env_id']}, seed {meta['seed']})", file=out)
     if "bc" in meta.get("phases", {}):
         bc = meta["phases"]["bc"]
         line = f"behaviour cloning: agreement with CROP {bc['train_agreement']:.3f} (train)"
@@ -253,10 +257,11 @@ def _train(args: argparse.Namespace) -> int:
             line += f", {bc['val_agreement']:.3f} (held-out episodes)"
         if bc.get("val_equivalent_agreement") is not None:
             line += f", {bc['val_equivalent_agreement']:.3f} counting CROP-equivalent choices"
-        print(line)
+        print(line, file=out)
     if rl.get("steps_per_s"):
         print(
-            f"RL: {rl['steps']} steps, {rl['steps_per_s']:.1f} steps/s ({rl['steps_per_s_excluding_eval']:.1f} excluding validation)"
+            f"RL: {rl['steps']} steps, {rl['steps_per_s']:.1f} steps/s ({rl['steps_per_s_excluding_eval']:.1f} excluding validation)",
+            file=out,
         )
     for label, row in (("final", fin), ("best", best)):
         if row.get("ratio_to_crop") is not None:
@@ -266,13 +271,15 @@ def _train(args: argparse.Namespace) -> int:
                 else ""
             )
             print(
-                f"{label} validation (steps {row['steps']}): ratio to CROP {row['ratio_to_crop']:.4f}{extra}"
+                f"{label} validation (steps {row['steps']}): ratio to CROP {row['ratio_to_crop']:.4f}{extra}",
+                file=out,
             )
     ttt = meta.get("time_to_target") or {}
     hit = ttt.get("ratio_to_crop")
     if hit:
         print(
-            f"reached {ttt['target']} x CROP (mean F) at step {hit['steps']} ({hit['phase']}), {hit['wall_s']:.0f} s into the run"
+            f"reached {ttt['target']} x CROP (mean F) at step {hit['steps']} ({hit['phase']}), {hit['wall_s']:.0f} s into the run",
+            file=out,
         )
     return 0
 
@@ -301,7 +308,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     th.set_num_threads(1)
     path = resolve_model_path(args.model)
-    check_outputs({"--json": args.json}, inputs=[path])
+    folders = check_outputs({"--json": args.json}, inputs=[path])
     if args.env is not None:
         check_env_id(args.env)
     model, meta = load_checkpoint(path, algo=args.algo, trust=args.trust_checkpoint)
@@ -311,9 +318,10 @@ def _eval(args: argparse.Namespace) -> int:
     check_env_id(env_id, where=f"{path}: env_id")
     env_kwargs = meta.get("env_kwargs") if env_id == meta.get("env_id") else {}
     if args.seed < TRAIN_SEED_LIMIT:
-        print(
-            f"warning: --seed {args.seed} is in the training seed range [0, {TRAIN_SEED_LIMIT}); use >= 10^9 for held-out results",
-            file=sys.stderr,
+        warnings.warn(
+            f"--seed {args.seed} is in the training seed range [0, {TRAIN_SEED_LIMIT}); use "
+            ">= 10^9 for held-out results",
+            stacklevel=1,
         )
     agent = PolicyAgent(model, direct=False if args.predict else None)
     baselines = _baseline_list(args.baselines)
@@ -342,39 +350,42 @@ def _eval(args: argparse.Namespace) -> int:
         "versions": versions(),
     }
     if args.json == "-":
-        import contextlib
         import json
 
         from crop_gym.agents._io import to_jsonable
 
-        with contextlib.redirect_stdout(sys.stderr):
-            _print_report(report)
+        _print_report(report, report_stream(args.json))
         print(json.dumps(to_jsonable(report), indent=2))
         return 0
-    _print_report(report)
+    out = report_stream(args.json)
+    _print_report(report, out)
     if args.json:
-        atomic_write_json(args.json, report)
-        print(f"wrote {args.json}")
+        atomic_write_json(args.json, report, folder=folders[args.json])
+        print(f"wrote {args.json}", file=out)
     return 0
 
 
-def _print_report(rep: dict[str, Any]) -> None:
+def _print_report(rep: dict[str, Any], out: TextIO) -> None:
     print(
         f"{rep['agent']} trained on {rep['trained_on']} (seed {rep['train_seed']}), evaluated on {rep['env_id']}, "
-        f"{rep['episodes']} episodes, seeds {rep['first_seed']}..{rep['first_seed'] + rep['episodes'] - 1}"
+        f"{rep['episodes']} episodes, seeds {rep['first_seed']}..{rep['first_seed'] + rep['episodes'] - 1}",
+        file=out,
     )
     if rep["kind"] == "static":
         print(
-            f"  {'policy':<22} mean F {rep['policy_mean_F']:9.3f}   mean gain {rep['policy_mean_gain']:8.3f}"
+            f"  {'policy':<22} mean F {rep['policy_mean_F']:9.3f}   mean gain {rep['policy_mean_gain']:8.3f}",
+            file=out,
         )
         for name, b in rep["baselines"].items():
             print(
                 f"  {name:<22} mean F {b['mean_F']:9.3f}   mean gain {b['mean_gain']:8.3f}   "
-                f"policy/it: F {b['ratio']:.4f}, gain {b['gain_ratio'] if b['gain_ratio'] is None else round(b['gain_ratio'], 4)}"
+                f"policy/it: F {b['ratio']:.4f}, gain {b['gain_ratio'] if b['gain_ratio'] is None else round(b['gain_ratio'], 4)}",
+                file=out,
             )
         if rep.get("ratio_to_crop") is not None:
             print(
-                f"  ratio_to_crop {rep['ratio_to_crop']:.4f}   gain_ratio_to_crop {rep['gain_ratio_to_crop']:.4f}   episodes vs CROP {rep['episodes_vs_crop']}"
+                f"  ratio_to_crop {rep['ratio_to_crop']:.4f}   gain_ratio_to_crop {rep['gain_ratio_to_crop']:.4f}   episodes vs CROP {rep['episodes_vs_crop']}",
+                file=out,
             )
     else:
 
@@ -403,21 +414,25 @@ def _print_report(rep: dict[str, Any]) -> None:
         for name, j, t, c, e in rows:
             print(
                 f"  {name:<14} mean JCT {h(j):7.3f} h   time in system {h(t):7.3f} h   "
-                f"completed {c:5d}   effective GPU-h {e:9.2f}"
+                f"completed {c:5d}   effective GPU-h {e:9.2f}",
+                file=out,
             )
         for name, m in (rep.get("reference_mean_jct_h") or {}).items():
             print(
                 f"  {name:<14} mean JCT {m:7.3f} h (time in system, same env and windows)   "
-                f"policy/it {rep['mean_jct_ratio_to'][name]:.4f}"
+                f"policy/it {rep['mean_jct_ratio_to'][name]:.4f}",
+                file=out,
             )
         if rep.get("mean_jct_ratio_to_crop") is not None:
             print(
                 f"  policy mean JCT {rep['policy_mean_jct_h']:.3f} h   "
-                f"mean_jct_ratio_to_crop {rep['mean_jct_ratio_to_crop']:.4f} (< 1: faster than CROP)"
+                f"mean_jct_ratio_to_crop {rep['mean_jct_ratio_to_crop']:.4f} (< 1: faster than CROP)",
+                file=out,
             )
         if rep.get("jct_ratio_to_crop") is not None:
             print(
                 f"  time_in_system_ratio_to_crop {rep['time_in_system_ratio_to_crop']:.4f}   "
                 f"jct_ratio_to_crop {rep['jct_ratio_to_crop']:.4f} (< 1: faster than CROP)   "
-                f"ratio_to_crop (GPU-h) {rep['ratio_to_crop']:.4f}"
+                f"ratio_to_crop (GPU-h) {rep['ratio_to_crop']:.4f}",
+                file=out,
             )

@@ -36,11 +36,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from crop_gym.agents.algorithms import ALGOS, POLICIES, algo_class
 from crop_gym.errors import ConfigError
 from crop_gym.io import parse_mapping, read_mapping
 
 __all__ = [
-    "ALGOS",
     "EVAL_SEED_BASE",
     "RUN_KEYS",
     "TRAIN_SEED_LIMIT",
@@ -66,8 +66,6 @@ VALIDATION_SEED_BASE = 5 * 10**8
 #: First held-out test seed (``crop-gym eval``, docs/RESULTS.md).
 EVAL_SEED_BASE = 10**9
 
-#: Algorithms and their config files.
-ALGOS: tuple[str, ...] = ("maskable_ppo", "ppo", "dqn")
 #: The kinds of vector environment (``vec_env``; agents/envs.py ``make_vec_env``).
 VEC_ENVS: tuple[str, ...] = ("dummy", "subproc", "batched")
 
@@ -173,7 +171,7 @@ _INTEGERS = frozenset(
 )
 #: String keys and their allowed values.
 _CHOICES: dict[str, tuple[str, ...]] = {
-    "policy": ("CandidateScorer", "MultiInputPolicy"),
+    "policy": POLICIES,
     "vec_env": VEC_ENVS,
     "critic": ("detached", "separate", "shared"),
     "teacher": (
@@ -267,14 +265,12 @@ def config_path(algo: str) -> Path:
     """The bundled config file of ``algo``."""
     if algo not in ALGOS:
         raise ConfigError(f"unknown algorithm {algo!r}; algorithms: {', '.join(ALGOS)}")
-    return Path(str(resources.files("agents") / "configs" / f"{algo}.yml"))
+    return Path(str(resources.files("crop_gym.agents") / "configs" / f"{algo}.yml"))
 
 
 def algo_parameters(algo: str) -> dict[str, Any]:
     """Constructor arguments an entry may set for ``algo``, with their defaults (imports SB3)."""
     import inspect
-
-    from crop_gym.agents.checkpoint import algo_class
 
     sig = inspect.signature(algo_class(algo))
     return {

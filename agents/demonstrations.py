@@ -18,8 +18,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from crop_gym.agents._io import atomic_write
 from crop_gym.agents.teachers import teacher_of
+from crop_gym.io import atomic_write_with
 
 __all__ = ["Demonstrations", "rollouts"]
 
@@ -98,7 +98,7 @@ class Demonstrations:
             with open(tmp, "wb") as fh:
                 np.savez_compressed(fh, **arrays)  # type: ignore[arg-type]
 
-        return atomic_write(path, write)
+        return atomic_write_with(path, write)
 
     @classmethod
     def load(cls, path: str | Path) -> Demonstrations:

@@ -9,6 +9,7 @@ import gymnasium as gym
 
 import crop_gym  # noqa: F401  (registers the crop_gym/ IDs)
 from crop_gym.agents.config import VEC_ENVS
+from crop_gym.envs.online import OnlinePlacementEnv
 
 __all__ = ["ScaleReward", "ScorerObservation", "is_online", "make_env", "make_vec_env"]
 
@@ -78,7 +79,7 @@ class ScorerObservation(gym.ObservationWrapper):  # type: ignore[type-arg]
 
 def is_online(env: gym.Env[Any, Any]) -> bool:
     """Whether ``env`` is the online (simulator) placement environment."""
-    return type(env.unwrapped).__name__ in ("OnlinePlacementEnv", "OnlinePlacementV1Env")
+    return isinstance(env.unwrapped, OnlinePlacementEnv)
 
 
 def make_env(

@@ -14,9 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from crop_gym.agents._io import atomic_write, atomic_write_json, versions
+from crop_gym.agents._io import atomic_write_json, versions
 from crop_gym.agents.checkpoint import checkpoint_metadata, read_metadata, save_checkpoint
 from crop_gym.agents.config import EVAL_SEED_BASE, TRAIN_SEED_LIMIT, VALIDATION_SEED_BASE, RunConfig
+from crop_gym.io import atomic_write_with
 
 __all__ = [
     "GAIN_THRESHOLDS",
@@ -116,7 +117,7 @@ def plot_curve(curve: list[dict[str, Any]], path: str | Path, *, title: str = ""
     def write(tmp: Path) -> None:
         fig.savefig(tmp, dpi=110, format="png")
 
-    dest = atomic_write(path, write)
+    dest = atomic_write_with(path, write)
     plt.close(fig)
     return dest
 

@@ -36,8 +36,8 @@ from typing import Any
 import gymnasium as gym
 import yaml
 
-from crop_gym.agents._io import atomic_write
-from crop_gym.agents.checkpoint import algo_class, load_checkpoint, policy_class, save_checkpoint
+from crop_gym.agents.algorithms import algo_class, policy_class
+from crop_gym.agents.checkpoint import load_checkpoint, save_checkpoint
 from crop_gym.agents.config import (
     TRAIN_SEED_LIMIT,
     RunConfig,
@@ -57,7 +57,7 @@ from crop_gym.agents.runstate import (
     time_to_target,
 )
 from crop_gym.errors import ConfigError
-from crop_gym.io import check_outputs
+from crop_gym.io import atomic_write_with, check_outputs
 
 __all__ = [
     "GAIN_THRESHOLDS",
@@ -88,7 +88,7 @@ def policy_spec(
 ) -> tuple[Any, dict[str, Any]]:
     """The SB3 policy (class or name) and its kwargs for ``algo`` on ``env``.
 
-    ``CandidateScorer`` maps to the scorer policy of ``algo`` (:func:`crop_gym.agents.checkpoint.policy_class`);
+    ``CandidateScorer`` maps to the scorer policy of ``algo`` (:func:`crop_gym.agents.algorithms.policy_class`);
     the scorer's observation spec is read from ``env``. ``MultiInputPolicy`` is SB3's default.
     """
     from crop_gym.agents.networks import ObsSpec
@@ -428,7 +428,7 @@ def _run(
             "sessions": int(prev_meta.get("sessions", 1)),
         }
     run.meta["sessions"] = int((prev_meta or {}).get("sessions", 0)) + 1
-    atomic_write(
+    atomic_write_with(
         outdir / "config.yml",
         lambda p: p.write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False), encoding="utf-8"),
     )

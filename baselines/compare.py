@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from crop_gym.errors import ConfigError, check_range
+from crop_gym.errors import ConfigError, check_int, check_range
 from crop_gym.io import atomic_write
 from crop_gym.model.state import ClusterState
 from crop_gym.policy import Placement, PlacementPolicy, apply, make_policy
@@ -30,6 +30,7 @@ from crop_gym.scenario import PlacementInstance, Scenario, ScenarioSampler, get_
 
 __all__ = [
     "DEFAULT_POLICIES",
+    "MAX_SEEDS",
     "METRICS",
     "CompareResult",
     "Runs",
@@ -42,6 +43,9 @@ __all__ = [
 ]
 
 #: Policies compared by default (``crop-plain`` returns exactly what ``crop`` returns, only slower).
+#: The most seeds one comparison takes (as :mod:`crop_gym.study` caps a study's seeds).
+MAX_SEEDS = 10_000
+
 DEFAULT_POLICIES: tuple[str, ...] = (
     "crop",
     "crop-nonrobust",
@@ -171,7 +175,7 @@ def run_compare(
 
     Args:
         scenario: Built-in scenario name, scenario file or :class:`Scenario`.
-        seeds: Number of instances (>= 1).
+        seeds: Number of instances, in ``[1, MAX_SEEDS]`` (10,000, as a study caps them).
         first_seed: Seed of the first instance (later ones count up).
         policies: Registered policy names (default :data:`DEFAULT_POLICIES`).
         exact: Add the exact optimum of F and the min-communication MILP.
@@ -181,7 +185,7 @@ def run_compare(
         ConfigError: For an unknown scenario or policy, a bad seed count, or ``exact=True`` on an
             instance too large for the exact solver (checked before anything runs).
     """
-    check_range("seeds", seeds, 1)
+    check_int("seeds", seeds, 1, MAX_SEEDS)
     check_range("first_seed", first_seed, 0)
     sc = get_scenario(scenario)
     names = list(DEFAULT_POLICIES if policies is None else policies)

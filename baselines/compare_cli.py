@@ -104,7 +104,9 @@ def _run(args: argparse.Namespace) -> int:
     check_plot_path("--plot", args.plot)
     scenario_file = None if args.scenario in SCENARIOS else args.scenario
     hw_files = hardware_files(args.hardware)
-    check_outputs({"--json": args.json, "--plot": args.plot}, inputs=[scenario_file, *hw_files])
+    pinned = check_outputs(
+        {"--json": args.json, "--plot": args.plot}, inputs=[scenario_file, *hw_files]
+    )
     check_input_file(scenario_file, what="scenario")
     for f in hw_files:
         check_input_file(f, what="hardware profile")
@@ -127,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
         writers[args.json] = functools.partial(write_json, result)
     if args.plot is not None:
         writers[args.plot] = functools.partial(write_plot, result)
-    written = write_outputs(writers)
+    written = write_outputs(writers, pinned)
     print(format_table(result), file=out)
     for path in written:
         print(f"wrote {path}", file=out)

@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
 
     from crop_gym.calibration import calibration_json, choose_default, fit_all
     from crop_gym.cli import report_stream, write_outputs
-    from crop_gym.io import atomic_write_text, check_outputs
+    from crop_gym.io import check_outputs
 
     if args.write == "-":
         from crop_gym.errors import ConfigError
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     inputs: list[Path] = _measurement_files()
     if target is None or os.path.realpath(target) != os.path.realpath(default_calibration_path()):
         inputs.append(default_calibration_path())
-    check_outputs({"--json": args.json, "--write": target}, inputs=inputs)
+    folders = check_outputs({"--json": args.json, "--write": target}, inputs=inputs)
     out = report_stream(args.json)
 
     algorithms = ("ring", "hierarchical") if allreduce == "both" else (allreduce,)
@@ -270,10 +270,10 @@ def run(args: argparse.Namespace) -> int:
             "algorithms": {a: r.to_dict() for a, r in results.items()},
         }
         summary_text = json.dumps(summary, indent=2) + "\n"
-        writers[args.json] = lambda p: atomic_write_text(p, summary_text)
+        writers[args.json] = lambda p: p.write_text(summary_text, encoding="utf-8")
     if target is not None:
         content_text = json.dumps(calibration_json(results, default, reason), indent=2) + "\n"
-        writers[str(target)] = lambda p: atomic_write_text(p, content_text)
-    for path in write_outputs(writers):
+        writers[str(target)] = lambda p: p.write_text(content_text, encoding="utf-8")
+    for path in write_outputs(writers, folders):
         print(f"wrote {path}", file=out)
     return 0

@@ -15,12 +15,13 @@ Errors. Every error caused by the user's input ends the command with **one line*
 range), :class:`~crop_gym.errors.CropGymError` and other :class:`ValueError` s (a bad trace, scenario
 or name), and :class:`OSError` s on the user's paths (a missing file). Other ``OSError`` s (a full
 disk) exit 1. Ctrl-C prints ``crop-gym COMMAND: interrupted`` and exits 130, leaving no output
-written (see :func:`write_outputs`). Any other exception is a bug and keeps its traceback; so does
+written (see :func:`crop_gym.io.write_outputs`). Any other exception is a bug and keeps its traceback; so does
 every error when the environment variable ``CROP_GYM_TRACEBACK`` is set to a non-empty value.
 
 Outputs. Commands check their output paths with :func:`crop_gym.io.check_outputs` *before* running
 (an output may not be an input, another output, a directory, a symlink, a FIFO or a device, and its
-folder must exist and be writable) and write them together with :func:`write_outputs` at the end.
+folder must exist and take a file) and write them together with :func:`crop_gym.io.write_outputs` at
+the end.
 ``-`` as a text output (``--json -``, ``--csv -``) writes it to stdout; the human-readable report
 then goes to stderr (:func:`report_stream`).
 """
@@ -29,18 +30,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
+import io
 import math
 import os
-import signal
 import sys
-import tempfile
-import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import NoReturn, TextIO
+from typing import NoReturn, TextIO, cast
 
+from crop_gym import __version__
 from crop_gym.errors import ConfigError, CropGymError
+from crop_gym.io import write_outputs  # the one writer; here for the commands that import it
 
 __all__ = [
     "COMMAND_GROUP",
@@ -105,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="crop-gym",
         description="GPU-cluster job placement: CROP, baselines, simulator and RL environments.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
     eps = command_entry_points()
     if not eps:
@@ -124,13 +128,38 @@ def build_parser() -> argparse.ArgumentParser:
                 f"unavailable: {type(exc).__name__}: {_one_line(str(exc))}",
                 file=sys.stderr,
             )
+    for command in sub.choices.values():
+        _add_quiet(command)
     return parser
+
+
+def _add_quiet(command: argparse.ArgumentParser) -> None:
+    """Give a sub-command ``-q``/``--quiet`` (see :func:`report_stream`)."""
+    command.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="print nothing but errors and warnings (no report, no progress bar); files named by "
+        "the options, and '-' outputs, are still written",
+    )
 
 
 def _os_message(exc: OSError) -> str:
     if exc.filename is not None and exc.strerror:
         return f"{exc.filename}: {exc.strerror}"
     return str(exc)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines(prog: str) -> Iterator[None]:
+    """Show each warning as one line on stderr, ``PROG: warning: MESSAGE`` (not file and line)."""
+
+    def show(message: Warning | str, *args: object, **kwargs: object) -> None:
+        print(f"{prog}: warning: {_one_line(str(message))}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        yield
 
 
 def run_cli(func: Callable[[], int | None], prog: str) -> int:
@@ -142,11 +171,14 @@ def run_cli(func: Callable[[], int | None], prog: str) -> int:
 
     Returns:
         ``func``'s status; 2 after a :class:`CropGymError`, :class:`ValueError` or an ``OSError``
-        naming a bad path; 1 after another ``OSError``; 130 after Ctrl-C. Other exceptions propagate
-        (they are bugs), as does everything when ``CROP_GYM_TRACEBACK`` is set.
+        naming a bad path; 1 after another ``OSError``, a :class:`MemoryError` or an
+        :class:`OverflowError`; 130 after Ctrl-C. Other exceptions propagate (they are bugs), as
+        does everything when ``CROP_GYM_TRACEBACK`` is set. Warnings the command raises are one
+        line each, ``PROG: warning: ...``, on stderr.
     """
     try:
-        return int(func() or 0)
+        with _warnings_as_lines(prog):
+            return int(func() or 0)
     except BrokenPipeError:
         # The reader of our stdout went away (``| head``): stop quietly, as other tools do.
         with contextlib.suppress(OSError, ValueError, AttributeError):
@@ -158,6 +190,18 @@ def run_cli(func: Callable[[], int | None], prog: str) -> int:
             raise
         print(f"{prog}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (MemoryError, OverflowError) as exc:
+        # An input that asks for more than the machine holds or a number can be (a count no
+        # option capped): one line, not a traceback. Options that size the work should refuse
+        # such values first, naming themselves.
+        if os.environ.get("CROP_GYM_TRACEBACK"):
+            raise
+        what = "out of memory" if isinstance(exc, MemoryError) else f"a number is too large ({exc})"
+        print(
+            f"{prog}: error: {what}: the input asks for more than this machine holds",
+            file=sys.stderr,
+        )
+        return 1
     except (CropGymError, ValueError) as exc:
         if os.environ.get("CROP_GYM_TRACEBACK"):
             raise
@@ -174,13 +218,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``crop-gym`` console script.
 
     Argument errors raise :class:`SystemExit` (status 2) after one line on stderr, as argparse does;
-    errors while the command runs are returned as the status (see :func:`run_cli`).
+    errors while the command runs are returned as the status (see :func:`run_cli`). Ctrl-C from the
+    first line on is ``crop-gym: interrupted`` and status 130; only the import of the ``crop_gym``
+    package itself (Gymnasium's registry, before this function runs) is outside its reach.
     """
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        # Building the parser imports every command's module (a second or so): Ctrl-C then, or
+        # while the arguments are read, is one line too, not a traceback.
+        parser = build_parser()
+        args = parser.parse_args(argv)
+    except KeyboardInterrupt:
+        if os.environ.get("CROP_GYM_TRACEBACK"):
+            raise
+        print("crop-gym: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not getattr(args, "func", None):
         parser.error("give a command")
-    return run_cli(lambda: args.func(args), f"crop-gym {args.command}")
+    if not args.quiet:
+        return run_cli(lambda: args.func(args), f"crop-gym {args.command}")
+    if hasattr(args, "no_progress"):
+        args.no_progress = True
+    token = _QUIET.set(True)
+    try:
+        return run_cli(lambda: args.func(args), f"crop-gym {args.command}")
+    finally:
+        _QUIET.reset(token)
 
 
 # --------------------------------------------------------------------------- shared by commands
@@ -250,68 +312,26 @@ def check_plot_path(flag: str, path: str | None) -> None:
         )
 
 
+#: Whether the command running now was given ``--quiet`` (set by :func:`main` for its duration).
+_QUIET: contextvars.ContextVar[bool] = contextvars.ContextVar("crop_gym_cli_quiet", default=False)
+
+
 def report_stream(*outputs: str | None) -> TextIO:
-    """Where the human-readable report goes: stderr when one of ``outputs`` is ``-``, else stdout."""
+    """Where the human-readable report goes: stderr when one of ``outputs`` is ``-``, else stdout;
+    nowhere under ``--quiet`` (a stream that discards what it is given)."""
+    if _QUIET.get():
+        return cast(TextIO, _Discard())
     return sys.stderr if "-" in outputs else sys.stdout
 
 
-@contextlib.contextmanager
-def _interrupts_ignored() -> Iterator[None]:
-    """Ignore SIGINT until the block ends (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
+class _Discard(io.TextIOBase):
+    """A text stream that keeps nothing (the report under ``--quiet``)."""
 
+    def writable(self) -> bool:
+        return True
 
-def write_outputs(outputs: Mapping[str, Callable[[Path], object]]) -> list[str]:
-    """Write a command's outputs all or none, atomically each.
-
-    Every writer first writes a temporary file (in the destination's folder, with the destination's
-    suffix, which figure writers read the format from; for ``-``, in the system's temporary folder);
-    only when all have succeeded are they moved over their destinations (``-``: copied to stdout),
-    with Ctrl-C held (and then ignored: the work is done) until the moves are done. A failure or
-    Ctrl-C before that leaves every destination untouched and no temporary file behind.
-
-    Args:
-        outputs: Destination path (``-`` for stdout) → a writer that writes the whole content to the
-            path it is given. Call :func:`crop_gym.io.check_outputs` on the paths first.
-
-    Returns:
-        The destinations written, except ``-``, in order.
-    """
-    staged: list[tuple[Path, str]] = []
-    try:
-        for dest, write in outputs.items():
-            if dest == "-":
-                fd, name = tempfile.mkstemp(prefix=".crop-gym-stdout-")
-            else:
-                d = Path(dest)
-                fd, name = tempfile.mkstemp(
-                    prefix=f".tmp-{d.stem}-", suffix=d.suffix, dir=d.parent or Path(".")
-                )
-            os.close(fd)
-            staged.append((Path(name), dest))
-            write(Path(name))
-        with _interrupts_ignored():
-            for tmp, dest in staged:
-                if dest == "-":
-                    sys.stdout.write(tmp.read_text(encoding="utf-8"))
-                    sys.stdout.flush()
-                else:
-                    mask = os.umask(0)
-                    os.umask(mask)
-                    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes 0600; give the usual permissions
-                    os.replace(tmp, dest)
-    finally:
-        for tmp, _ in staged:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-    return [dest for dest in outputs if dest != "-"]
+    def write(self, text: str) -> int:
+        return len(text)
 
 
 if __name__ == "__main__":  # pragma: no cover

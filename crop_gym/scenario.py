@@ -97,6 +97,8 @@ _AB_FLOATS = (
 )
 _AB_PAIRS = ("slow_factor", "gpu_fail_prob", "degradation", "link_fail_prob")
 _AB_MAX_GPUS = 1 << 20
+#: Every field an ``abnormal`` table may set besides ``profile`` (the profile's own fields).
+_AB_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(AbnormalityProfile))
 
 
 def _show(v: Any) -> str:
@@ -153,7 +155,8 @@ def _abnormal_overrides(table: Mapping[Any, Any]) -> tuple[str, dict[str, Any]]:
             ab[key] = (_check_number(f"{where}[0]", v[0]), _check_number(f"{where}[1]", v[1]))
         elif key == "abnormal_gpus" and v is not None:
             ab[key] = _check_int(where, v, 0, _AB_MAX_GPUS)
-        # unknown keys are refused by get_profile, naming them
+        elif key not in _AB_FIELDS:
+            raise ConfigError(f"{where}: unknown field; fields: profile, {', '.join(_AB_FIELDS)}")
     return base, ab
 
 
@@ -263,8 +266,30 @@ class Scenario:
 
     @property
     def job_size_limit(self) -> int:
-        """Largest job size drawn (``max_job_gpus`` or half the cluster)."""
+        """Largest job size drawn (``max_job_gpus`` or half the cluster).
+
+        Raises:
+            ConfigError: If a job-size field is larger than the cluster (:meth:`check_sizes`).
+        """
+        self.check_sizes()
         return self.max_job_gpus or max(1, self.topology.num_gpus // 2)
+
+    def check_sizes(self) -> None:
+        """Refuse job-size fields larger than the cluster (rather than drawing smaller jobs).
+
+        Needs the compiled topology, so it runs when a file is read (:meth:`from_dict`) and when
+        instances are drawn, not when the built-in scenarios are defined at import.
+
+        Raises:
+            ConfigError: Naming the scenario, the field, its value and the cluster's GPUs.
+        """
+        n_gpus = self.topology.num_gpus
+        for name in ("max_job_gpus", "background_max_gpus", "queue_min_gpus"):
+            if getattr(self, name) > n_gpus:
+                raise ConfigError(
+                    f"scenario {self.name}: {name}={getattr(self, name)} is larger than the "
+                    f"cluster ({self.cluster}: {n_gpus} GPUs)"
+                )
 
     def replace(self, **changes: Any) -> Scenario:
         """A copy with some fields changed (validated)."""
@@ -298,13 +323,17 @@ class Scenario:
                     kwargs["abnormal"] = get_profile(ab)
                 elif isinstance(ab, Mapping):
                     base, overrides = _abnormal_overrides(ab)
-                    kwargs["abnormal"] = get_profile(base, **overrides)
+                    # replace(), not get_profile(base, **overrides): a field such as ``name``
+                    # would collide with get_profile's own parameter.
+                    kwargs["abnormal"] = dataclasses.replace(get_profile(base), **overrides)
                 elif not isinstance(ab, AbnormalityProfile):
                     raise ConfigError(
                         f"abnormal={_show(ab)} must be a profile name or a table "
                         f"(got {type(ab).__name__})"
                     )
-            return cls(**kwargs)
+            scenario = cls(**kwargs)
+            scenario.check_sizes()
+            return scenario
         except (ConfigError, TypeError, ValueError) as exc:
             raise ConfigError(f"{source}: {exc}") from None
 

@@ -168,6 +168,14 @@ def register(subparsers: Any) -> None:
         help="show the policy at most the N oldest queued jobs",
     )
     p.add_argument(
+        "--events-per-job",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the run's event budget grows by N events per job (default 50: 20,000 + 50 per job, "
+        "at most 10^7); a run that spends it stops with one line",
+    )
+    p.add_argument(
         "--max-hours",
         type=number_at_least(0.0, inclusive=False),
         default=None,
@@ -196,6 +204,12 @@ def register(subparsers: Any) -> None:
         metavar="PATH",
         default=None,
         help="save a JCT CDF + utilisation figure (png/pdf/svg)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse trace columns the format does not read (without it, a misspelt optional "
+        "column such as 'wieght' warns and is ignored)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
@@ -257,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_plot_path("--plot", args.plot)
     hw_files = hardware_files(args.hardware)
-    check_outputs(
+    folders = check_outputs(
         {"--json": args.json, "--csv": args.csv, "--plot": args.plot},
         inputs=[args.trace, *hw_files],
     )
@@ -269,7 +283,11 @@ def run(args: argparse.Namespace) -> int:
     policy = make_policy(args.policy)
     model_map = parse_map(args.map)
     workload = load_workload(
-        args.trace, format=args.format, model_map=model_map or None, max_jobs=args.jobs
+        args.trace,
+        format=args.format,
+        model_map=model_map or None,
+        max_jobs=args.jobs,
+        strict=args.strict,
     )
     jobs = workload.jobs[: args.jobs] if args.jobs is not None else workload.jobs
     cluster = args.cluster or default_cluster(workload.name)
@@ -285,6 +303,7 @@ def run(args: argparse.Namespace) -> int:
         max_queue_view=args.max_queue_view,
         max_time_s=None if args.max_hours is None else args.max_hours * 3600.0,
         skip_oversized=args.skip_oversized,
+        **({} if args.events_per_job is None else {"events_per_job": args.events_per_job}),
     )
     topology = hardware.topology(cluster)
     sim = Simulator(jobs, topology, profile=args.abnormal, config=config, seed=args.seed)
@@ -302,8 +321,9 @@ def run(args: argparse.Namespace) -> int:
         writers[args.csv] = result.to_csv
     if args.plot is not None:
         writers[args.plot] = result.plot
-    written = write_outputs(writers)
+    written = write_outputs(writers, folders)
     print(format_metrics(result.summary()), file=out)
+    print(f"event budget    {sim.event_budget:,} (used {sim.events:,})", file=out)
     if not hardware.is_default:
         print(f"hardware        {hardware.spec}", file=out)
     for path in written:

@@ -81,7 +81,7 @@ def placement_figures(out: Path) -> list[Path]:
     """Frames of the static envs at 8, 64 and 1,024 GPUs and of the online v1 env at 64."""
     import numpy as np
 
-    from crop_gym.envs.online_v1 import OnlinePlacementV1Env
+    from crop_gym.envs.online import OnlinePlacementEnv
     from crop_gym.envs.placement import PlacementEnv
 
     written = []
@@ -95,7 +95,7 @@ def placement_figures(out: Path) -> list[Path]:
             env.step(int(valid[0]))
         written.append(_save_frame(env.render(), out / name))
         env.close()
-    online = OnlinePlacementV1Env(cluster="leafspine-64", render_mode="rgb_array")
+    online = OnlinePlacementEnv(cluster="leafspine-64", render_mode="rgb_array")
     online.reset(seed=0)
     for _ in range(40):
         online.step(int(np.flatnonzero(online.action_masks())[0]))

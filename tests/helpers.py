@@ -80,6 +80,20 @@ def assert_same(a: Any, b: Any) -> None:
         assert a == b
 
 
+def small_tree() -> nx.DiGraph:
+    """A switch over two servers of two GPUs, as ``Topology.from_graph`` takes it (edge attributes
+    to spoil in a test: ``g.edges["sw", "s0"]["bandwidth"] = ...``)."""
+    g = nx.DiGraph(root="sw")
+    g.add_node("sw", kind="switch")
+    for s in range(2):
+        g.add_node(f"s{s}", kind="server")
+        g.add_edge("sw", f"s{s}", bandwidth=1e9, latency=1e-5)
+        for i in range(2):
+            g.add_node(f"s{s}g{i}", kind="gpu")
+            g.add_edge(f"s{s}", f"s{s}g{i}", bandwidth=4e9, latency=1e-6)
+    return g
+
+
 def union_topology(topology: Topology, n: int) -> Topology:
     """``n`` copies of ``topology`` under a new root (nodes numbered copy after copy)."""
     g0, root0 = topology.graph, topology.node_names[0]

@@ -17,6 +17,7 @@ pytest.importorskip("sb3_contrib")
 import gymnasium as gym  # noqa: E402
 
 import crop_gym  # noqa: E402, F401
+from crop_gym.agents.algorithms import ALGOS  # noqa: E402
 from crop_gym.agents.checkpoint import (  # noqa: E402
     default_checkpoint,
     load_checkpoint,
@@ -24,7 +25,6 @@ from crop_gym.agents.checkpoint import (  # noqa: E402
     save_checkpoint,
 )
 from crop_gym.agents.config import (  # noqa: E402
-    ALGOS,
     EVAL_SEED_BASE,
     TRAIN_SEED_LIMIT,
     VALIDATION_SEED_BASE,

@@ -265,6 +265,7 @@ def test_cli_case(
     assert Path(names["L"]).is_symlink() and not (tmp_path / "target.json").exists()
     assert Path(names["LT"]).is_symlink()
     assert Path(names["NUL"]).is_char_device() and Path(os.devnull).is_char_device()
-    assert not [p.name for p in tmp_path.rglob(".tmp-*")]  # no temporary left
+    left = [*tmp_path.rglob(".tmp-*"), *tmp_path.rglob(".*.tmp"), *tmp_path.rglob(".crop-gym-*")]
+    assert not [p.name for p in left]  # no temporary or probe file left
     if verdict != "ok":
         assert not (tmp_path / "out.json").exists() and not (tmp_path / "out.png").exists()

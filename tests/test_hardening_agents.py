@@ -234,7 +234,8 @@ def test_eval_json_to_stdout(capsys: pytest.CaptureFixture[str]) -> None:
 
 # ------------------------------------------------------------------------------ configs
 def test_bundled_configs_have_no_aliases_and_resolve() -> None:
-    from crop_gym.agents.config import ALGOS, config_path
+    from crop_gym.agents.algorithms import ALGOS
+    from crop_gym.agents.config import config_path
 
     for algo in ALGOS:
         text = config_path(algo).read_text()

@@ -251,8 +251,9 @@ def test_hardware_option_errors(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 def test_study_grid_hardware_axis() -> None:
     from crop_gym.sim import SimConfig
-    from crop_gym.study.grid import HARDWARE_PROFILES, cluster_on
     from crop_gym.study.grid import apply_hardware as grid_apply
+    from crop_gym.study.grid import cluster_on
+    from crop_gym.study.spec import HARDWARE_PROFILES
 
     assert {"default", "azure-v100", DEFAULT_HARDWARE} <= set(HARDWARE_PROFILES)
     config = SimConfig()

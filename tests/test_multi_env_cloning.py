@@ -123,7 +123,7 @@ def _bc(also_on: str) -> str:
         ("[crop_gym/Nope-v0]", "bc.also_on: unknown environment"),
         (
             "[crop_gym/OnlinePlacement-v1]",
-            r"OnlinePlacement-v1 \(OnlinePlacementV1Env\) is not of the run\'s kind \(PlacementEnv\)",
+            r"OnlinePlacement-v1 \(OnlinePlacementEnv\) is not of the run\'s kind \(PlacementEnv\)",
         ),
         ("crop_gym/Placement-v0", "also_on must be a list of strings"),
     ],

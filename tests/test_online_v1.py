@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import crop_gym  # noqa: F401  (registers the IDs)
-from crop_gym.envs.online_v1 import action_mask
+from crop_gym.envs.online import action_mask
 from crop_gym.errors import ConfigError
 from crop_gym.wrappers import SafeStop
 
@@ -49,8 +49,9 @@ def test_wait_keeps_jobs_queued_and_advances_time() -> None:
     assert info["time_s"] > t0 and info["placed"] is None
     assert info["queued"] >= queued - info["completed"]  # nobody was started by waiting
     terms = info["reward_terms"]
-    assert set(terms) == {"effective", "waiting"}
-    assert terms["effective"] >= 0 >= terms["waiting"]
+    assert set(terms) == {"effective", "waiting", "in_system"}
+    assert terms["effective"] >= 0 >= terms["waiting"] >= terms["in_system"]
+    # v1 weighs effective and waiting (ONLINE_WEIGHTS); in_system is reported, not rewarded.
     assert float(r) == pytest.approx(terms["effective"] + terms["waiting"])
     assert terms["waiting"] < 0  # jobs were queued over the interval
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from crop_gym.envs import GPUPlacementEnv, PlacementEnv
-from crop_gym.envs.online_v1 import OnlinePlacementV1Env
+from crop_gym.envs.online import OnlinePlacementEnv
 from crop_gym.envs.picture import (
     AGGREGATE_ABOVE,
     FIGSIZE,
@@ -70,7 +70,7 @@ def test_static_env_frames(scenario: str, gpus: int) -> None:
     ("cluster", "gpus"), [("testbed-8", 8), ("leafspine-64", 64), ("n128g8", 1024)]
 )
 def test_online_env_frames(cluster: str, gpus: int) -> None:
-    env = OnlinePlacementV1Env(cluster=cluster, window_jobs=24, render_mode="rgb_array")
+    env = OnlinePlacementEnv(cluster=cluster, window_jobs=24, render_mode="rgb_array")
     env.reset(seed=0)
     assert env.topology.num_gpus == gpus
     _check_frame(env.render())

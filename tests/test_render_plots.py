@@ -111,7 +111,9 @@ def test_study_bars_accept_seeds_with_equal_values() -> None:
     assert len(bars_figure(recs).axes) == 3
 
 
-def test_jct_cdf_keeps_crop_on_top_and_distinct() -> None:
+def test_jct_cdf_draws_crop_under_the_others_and_distinct() -> None:
+    # CROP is a wide band under the other lines (issue 30: on top, its thick line hid a policy
+    # with the same curve).
     fig = jct_cdf_figure(_records(), "cluster10 on n32g8")
     assert len(fig.axes) == 2  # one panel per profile
     for ax in fig.axes:
@@ -120,10 +122,10 @@ def test_jct_cdf_keeps_crop_on_top_and_distinct() -> None:
         lines = {ln.get_label(): ln for ln in ax.get_lines()}
         crop = lines["crop"]
         others = [ln for name, ln in lines.items() if name != "crop"]
-        assert all(crop.get_zorder() > ln.get_zorder() for ln in others)
+        assert all(crop.get_zorder() < ln.get_zorder() for ln in others)
         assert all(crop.get_linewidth() > ln.get_linewidth() for ln in others)
         assert lines["crop-plain"].get_linestyle() != crop.get_linestyle()
-        assert ax.get_lines()[-1] is crop  # drawn last
+        assert ax.get_lines()[0] is crop  # drawn first
     assert set(_legend_texts(fig)) == {"crop", "crop-plain", "first-fit", "random"}
 
 

@@ -55,7 +55,7 @@ def run_measured(args: argparse.Namespace) -> int:
     from crop_gym.calibration.measurements import load_measurements
     from crop_gym.calibration.report import error_report, format_error_table
     from crop_gym.cli import report_stream, write_outputs
-    from crop_gym.io import atomic_write_text, check_outputs
+    from crop_gym.io import check_outputs
     from crop_gym.model.hardware import get_hardware
 
     elasticflow = {
@@ -82,7 +82,9 @@ def run_measured(args: argparse.Namespace) -> int:
             raise ConfigError(
                 f"--profiles needs --out PROFILE.json (a .json file), got {args.out!r}"
             )
-        check_outputs({"--out": args.out, "--json": args.json}, inputs=_inputs(args.profiles))
+        folders = check_outputs(
+            {"--out": args.out, "--json": args.json}, inputs=_inputs(args.profiles)
+        )
         out = report_stream(args.json)
         meas = load_measurements(args.profiles, cluster=args.cluster, app_map=app_map)
         profile = fit_profile(
@@ -104,7 +106,7 @@ def run_measured(args: argparse.Namespace) -> int:
         )
         print(format_error_table(report, "in-sample |predicted / measured - 1|:"), file=out)
         profile_text = profile.to_json()
-        writers[args.out] = lambda p: atomic_write_text(p, profile_text)
+        writers[args.out] = lambda p: p.write_text(profile_text, encoding="utf-8")
         summary: dict[str, Any] = {"profile": args.out, "name": profile.name, "fit": fit}
     else:
         mode = "--evaluate"
@@ -123,7 +125,7 @@ def run_measured(args: argparse.Namespace) -> int:
             mode,
         )
         hw_input = [args.hardware] if Path(args.hardware).exists() else []
-        check_outputs({"--json": args.json}, inputs=[*_inputs(args.evaluate), *hw_input])
+        folders = check_outputs({"--json": args.json}, inputs=[*_inputs(args.evaluate), *hw_input])
         out = report_stream(args.json)
         profile = get_hardware(args.hardware)
         meas = load_measurements(args.evaluate, cluster=args.cluster, app_map=app_map)
@@ -137,7 +139,7 @@ def run_measured(args: argparse.Namespace) -> int:
         summary = {"hardware": profile.name, "folder": args.evaluate}
     if args.json is not None:
         text = json.dumps({**summary, **report.to_mapping()}, indent=2) + "\n"
-        writers[args.json] = lambda p: atomic_write_text(p, text)
-    for path in write_outputs(writers):
+        writers[args.json] = lambda p: p.write_text(text, encoding="utf-8")
+    for path in write_outputs(writers, folders):
         print(f"wrote {path}", file=out)
     return 0

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
         ObservationBuilder,
     )
     from crop_gym.envs.online import OnlinePlacementEnv
-    from crop_gym.envs.online_v1 import OnlinePlacementV1Env
     from crop_gym.envs.placement import PlacementEnv
     from crop_gym.envs.registration import ENV_IDS, register_envs
     from crop_gym.envs.render import ClusterRenderer, draw_placement
@@ -42,7 +41,6 @@ __all__ = [
     "GPUPlacementEnv",
     "ObservationBuilder",
     "OnlinePlacementEnv",
-    "OnlinePlacementV1Env",
     "PlacementEnv",
     "build_action_tables",
     "draw_placement",
@@ -61,7 +59,6 @@ _WHERE = {
     "draw_placement": "render",
     "GPUPlacementEnv": "gpu_placement",
     "OnlinePlacementEnv": "online",
-    "OnlinePlacementV1Env": "online_v1",
     "PlacementEnv": "placement",
     "ENV_IDS": "registration",
     "register_envs": "registration",

@@ -54,7 +54,7 @@ class TraceWindows:
         name: The trace's name.
         pool: ``Job[P]`` the trace's jobs that fit the cluster, in arrival order.
         skipped: Jobs of the trace larger than the cluster.
-        window_jobs: Jobs per episode (at most ``len(pool)``).
+        window_jobs: Jobs per episode (at most ``len(pool)``: more is refused, not shortened).
         arrival_scale: Factor applied to arrival gaps (``< 1`` compresses them so queues form).
         burst_s: If set, arrivals are batched to the start of each ``burst_s`` interval.
     """
@@ -78,7 +78,7 @@ class TraceWindows:
         """Load ``trace`` and keep the jobs that fit ``topology``.
 
         Raises:
-            ConfigError: If no job fits, or a scale is not > 0.
+            ConfigError: If no job fits, a window holds more jobs than fit, or a scale is not > 0.
         """
         from crop_gym.workloads import load_workload
 
@@ -90,11 +90,16 @@ class TraceWindows:
         pool = tuple(j for j in workload.jobs if j.num_gpus <= G)
         if not pool:
             raise ConfigError(f"no job of {trace!r} fits on {topology.name} ({G} GPUs)")
+        if window_jobs > len(pool):
+            raise ConfigError(
+                f"window_jobs={window_jobs} is larger than the {len(pool)} jobs of {trace!r} "
+                f"that fit on {topology.name} ({G} GPUs)"
+            )
         return cls(
             name=workload.name,
             pool=pool,
             skipped=len(workload.jobs) - len(pool),
-            window_jobs=min(window_jobs, len(pool)),
+            window_jobs=window_jobs,
             arrival_scale=float(arrival_scale),
             burst_s=None if burst_s is None else float(burst_s),
         )

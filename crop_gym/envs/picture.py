@@ -40,18 +40,27 @@ from crop_gym.model.topology import Topology
 __all__ = [
     "AGGREGATE_ABOVE",
     "FIGSIZE",
+    "TEXT_PT",
     "PlacementLayout",
     "draw_placement",
     "draw_state",
     "draw_topology",
     "new_placement_figure",
     "placement_layout",
+    "server_labels",
 ]
 
 #: Clusters with more GPUs than this are drawn one bar per server.
 AGGREGATE_ABOVE = 128
-#: Size (inches) of the figure :func:`new_placement_figure` makes; at 80 dpi it is 960 x 512 pixels.
-FIGSIZE = (12.0, 6.4)
+#: Size (inches) of the figure :func:`new_placement_figure` makes; at 80 dpi it is 1,440 x 760
+#: pixels, wide enough for a projector with :data:`TEXT_PT` text.
+FIGSIZE = (18.0, 9.5)
+#: Size (points) of every text of the picture: title, legend, switch and server names, health
+#: counts. Job numbers inside GPU cells take it too when the cell holds it, else the largest size
+#: the cell holds down to :data:`_MIN_CELL_PT`; a name that does not fit at this size is left out
+#: rather than shrunk (the legend explains the rest).
+TEXT_PT = 12.0
+_MIN_CELL_PT = 9.0
 
 FREE = (0.87, 0.87, 0.87, 1.0)
 FAILED = (0.22, 0.22, 0.22, 1.0)
@@ -162,10 +171,29 @@ def _px_per_unit(ax: Any, lay: PlacementLayout) -> float:
     )
 
 
-def _text_size(px: float, dpi: float, chars: float = 2) -> float:
-    """Font size (points) for ``chars`` characters in a cell ``px`` pixels wide; 0 if too small."""
-    pt = min(9.0, 0.9 * px / max(chars, 1.6) * 72.0 / dpi * 1.5)
-    return pt if pt >= 5.0 else 0.0
+def _text_width_px(chars: int, dpi: float, pt: float = TEXT_PT) -> float:
+    """About how many pixels ``chars`` characters of DejaVu Sans take at ``pt`` points."""
+    return 0.62 * pt * chars * dpi / 72.0
+
+
+def _cell_text_size(px: float, dpi: float, chars: int) -> float:
+    """Font size (points) for ``chars`` characters in a cell ``px`` pixels wide: :data:`TEXT_PT`
+    when it fits, else smaller down to :data:`_MIN_CELL_PT`; 0 when not even that fits."""
+    pt = min(TEXT_PT, 0.85 * px / (0.62 * max(chars, 1.5)) * 72.0 / dpi)
+    return pt if pt >= _MIN_CELL_PT else 0.0
+
+
+def server_labels(topology: Topology) -> list[str]:
+    """One label per server, each different: the shortest tail of its node name (``srv0``, else
+    ``tor0/srv0``) that no other server shares, so that every server is named once."""
+    names = [str(topology.node_names[n]).split("/") for n in topology.server_node]
+    depth = 1
+    while depth < max((len(n) for n in names), default=1):
+        tails = ["/".join(n[-depth:]) for n in names]
+        if len(set(tails)) == len(tails):
+            return tails
+        depth += 1
+    return ["/".join(n) for n in names]
 
 
 def draw_topology(ax: Any, topology: Topology, *, aggregate: bool | None = None) -> PlacementLayout:
@@ -195,9 +223,12 @@ def draw_topology(ax: Any, topology: Topology, *, aggregate: bool | None = None)
         ax.add_patch(
             Rectangle((x, y), w, hh, fill=False, edgecolor="0.6", lw=0.8, ls=":", zorder=0.5)
         )
-    # Switches: boxes of about 60 x 18 pixels, at most 2 x 0.6 units.
+    # Switches: boxes that hold their names at TEXT_PT (at most 2 x 0.6 units).
     sw = lay.node_xy[lay.switches]
-    half_w, half_h = min(1.0, 30.0 / ppu), min(0.3, 9.0 / ppu)
+    sw_names = [str(topo.node_names[n]).rsplit("/", 1)[-1] for n in lay.switches]
+    text_px = _text_width_px(max((len(n) for n in sw_names), default=4), dpi)
+    half_w = min(1.0, (text_px + 12.0) / 2 / ppu)
+    half_h = min(0.3, (TEXT_PT * dpi / 72.0 + 8.0) / 2 / ppu)
     size = np.full((len(sw), 2), (2 * half_w, 2 * half_h))
     ax.add_collection(
         PolyCollection(
@@ -207,23 +238,21 @@ def draw_topology(ax: Any, topology: Topology, *, aggregate: bool | None = None)
             zorder=2,
         )
     )
-    fs = _text_size(ppu * 2 * half_w, dpi, 5)
-    if fs:
-        for n, (x, y) in zip(lay.switches, sw, strict=True):
-            name = str(topo.node_names[n]).rsplit("/", 1)[-1]
-            ax.text(x, y, name, ha="center", va="center", color="w", fontsize=min(fs, 7), zorder=3)
+    for name, (x, y) in zip(sw_names, sw, strict=True):
+        if _text_width_px(len(name), dpi) <= ppu * 2 * half_w:
+            ax.text(x, y, name, ha="center", va="center", color="w", fontsize=TEXT_PT, zorder=3)
     sb = lay.server_box
     ax.add_collection(
         PolyCollection(_rects(sb), facecolors="white", edgecolors="0.35", linewidths=0.8, zorder=2)
     )
-    fs = _text_size(ppu * sb[0, 2], dpi, 9)
-    if fs and not agg:
-        for s in range(topo.num_servers):
-            x, y, w, _ = sb[s]
-            name = str(topo.node_names[topo.server_node[s]]).rsplit("/", 1)[-1]
-            ax.text(
-                x + w / 2, y - 0.08, name, ha="center", va="top", fontsize=min(fs, 7), color="0.3"
-            )
+    if not agg:
+        labels = server_labels(topo)
+        if max(_text_width_px(len(n), dpi) for n in labels) <= ppu * sb[0, 2]:
+            for s, name in enumerate(labels):
+                x, y, w, _ = sb[s]
+                ax.text(
+                    x + w / 2, y - 0.06, name, ha="center", va="top", fontsize=TEXT_PT, color="0.3"
+                )
     return lay
 
 
@@ -340,7 +369,7 @@ def draw_placement(
             f"F = {state.F:.2f} effective GPUs   free {state.num_free}/{topo.num_gpus}"
         )
     if title:
-        ax.set_title(title, loc="left", fontsize=8, family="monospace")
+        ax.set_title(title, loc="left", fontsize=TEXT_PT, family="monospace")
     return ax
 
 
@@ -394,10 +423,10 @@ def _draw_gpus(
                 list(_crosses(lay.gpu_cell[h.gpu_failed])), colors="w", linewidths=1.5, zorder=5
             )
         )
-    fs = _text_size(ppu, dpi, 2)
-    if fs:
-        for g, text in first:
-            x, y, w, hh = lay.gpu_cell[g]
+    for g, text in first:
+        x, y, w, hh = lay.gpu_cell[g]
+        fs = _cell_text_size(ppu * w, dpi, len(text))
+        if fs:
             ax.text(x + w / 2, y + hh / 2, text, ha="center", va="center", fontsize=fs, zorder=6)
 
 
@@ -466,13 +495,11 @@ def _draw_servers_aggregated(
         )
     )
     sb = lay.server_box
-    fs = _text_size(ppu, dpi, 1.2)
-    if fs:
-        for cx, cy, wd, text in seg_labels:
-            if wd * ppu >= 0.6 * fs * len(text) * dpi / 72.0 + 2:
-                ax.text(cx, cy, text, ha="center", va="center", fontsize=fs, zorder=6)
-    fs = _text_size(ppu * sb[0, 2], dpi, 9)
-    if fs:
+    for cx, cy, wd, text in seg_labels:
+        fs = _cell_text_size(wd * ppu, dpi, len(text))
+        if fs:
+            ax.text(cx, cy, text, ha="center", va="center", fontsize=fs, zorder=6)
+    if _text_width_px(8, dpi) <= ppu * sb[0, 2]:  # "x1 !2 ?3"
         for n_failed, n_slow, n_prone, s in counts:
             parts = [
                 f"x{n_failed}" if n_failed else "",
@@ -488,7 +515,7 @@ def _draw_servers_aggregated(
                     text,
                     ha="center",
                     va="top",
-                    fontsize=min(fs, 7),
+                    fontsize=TEXT_PT,
                     color="0.15",
                 )
 
@@ -556,13 +583,19 @@ def _legend(
     ]
     labels_h += ["link crossed by rings (darker: more)", "degraded / failure-prone link"]
     labels = [h.get_label() for h in handles[: len(handles) - len(labels_h)]] + labels_h
-    kw: dict[str, Any] = {"fontsize": 7, "handlelength": 1.6, "borderaxespad": 0.2}
+    kw: dict[str, Any] = {"fontsize": TEXT_PT, "handlelength": 1.6, "borderaxespad": 0.2}
     if outside:
         return ax.legend(
             handles, labels, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, **kw
         )
     return ax.legend(
-        handles, labels, loc="upper left", frameon=False, title="legend", title_fontsize=8, **kw
+        handles,
+        labels,
+        loc="upper left",
+        frameon=False,
+        title="legend",
+        title_fontsize=TEXT_PT,
+        **kw,
     )
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["ENV_IDS", "register_envs"]
+__all__ = ["ENV_IDS", "EPISODE_CAPS", "register_envs"]
 
 NAMESPACE = "crop_gym"
 
 _STATIC = "crop_gym.envs.placement:PlacementEnv"
 _GPU = "crop_gym.envs.gpu_placement:GPUPlacementEnv"
-_ONLINE_V1 = "crop_gym.envs.online_v1:OnlinePlacementV1Env"
+_ONLINE = "crop_gym.envs.online:OnlinePlacementEnv"
 #: The batched environment of every candidate-mode ID (``gymnasium.make_vec``).
 _STATIC_VECTOR = "crop_gym.envs.vector:PlacementVectorEnv"
 
@@ -85,20 +85,55 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
         "the 8-GPU testbed in GPU mode (small enough to teach with)",
     ),
     f"{NAMESPACE}/OnlinePlacement-v0": (
-        "crop_gym.envs.online:OnlinePlacementEnv",
-        {},
+        _ONLINE,
+        {
+            "trace": "elasticflow:cluster10",
+            "window_jobs": 32,
+            "horizon_hours": 24.0,
+            "onset_rate_per_gpu_hour": None,
+            "mean_abnormal_duration_s": None,
+            "group_identical": True,
+            "observe_queue": False,
+            "reward": "effective",
+        },
         "online: 32-job windows of ElasticFlow cluster10 (10x arrival rate) on leafspine-64, mild abnormalities; stop advances time",
     ),
     f"{NAMESPACE}/OnlinePlacement-v1": (
-        _ONLINE_V1,
+        _ONLINE,
         {},
         "online v1: 48-job windows of ElasticFlow cluster04 (10x arrival rate, queues form) on leafspine-64, changing health; pick the job, its GPUs, or wait",
     ),
     f"{NAMESPACE}/OnlinePlacement-Bursty-v1": (
-        _ONLINE_V1,
+        _ONLINE,
         {"arrival_scale": 0.25, "burst_s": 1800.0},
         "OnlinePlacement-v1 with arrivals in bursts (4x arrival rate, batched every 30 simulated minutes)",
     ),
+}
+
+
+#: ID → its ``spec.max_episode_steps``: the environment's own step cap in the ID's configuration
+#: (``max_steps``: ``2 K`` in candidate mode, ``2 K (max job GPUs + 1)`` in GPU mode, ``20 x
+#: window_jobs`` online), so that wrappers, SB3 and rl-zoo3 see it. The environment truncates
+#: itself at that step, so Gymnasium's TimeLimit never changes an episode of the ID as registered
+#: (tests/test_episode_caps.py checks both). Arguments that raise the environment's own cap (a larger
+#: ``scenario``, ``max_steps``, ``window_jobs``) need ``gym.make(..., max_episode_steps=N)``, as
+#: with any Gymnasium ID.
+EPISODE_CAPS: dict[str, int] = {
+    f"{NAMESPACE}/Placement-v0": 32,
+    f"{NAMESPACE}/Placement-Testbed8-v0": 8,
+    f"{NAMESPACE}/Placement-Healthy-v0": 32,
+    f"{NAMESPACE}/Placement-Severe-v0": 32,
+    f"{NAMESPACE}/Placement-Pollux64-v0": 32,
+    f"{NAMESPACE}/Placement-512-v0": 128,
+    f"{NAMESPACE}/Placement-1024-v0": 400,
+    f"{NAMESPACE}/Placement-RTX-v0": 32,
+    f"{NAMESPACE}/Placement-Mixed-v0": 32,
+    f"{NAMESPACE}/Placement-Fragmented-v0": 16,
+    f"{NAMESPACE}/PlacementGPU-v0": 1056,
+    f"{NAMESPACE}/PlacementGPU-Testbed8-v0": 40,
+    f"{NAMESPACE}/OnlinePlacement-v0": 640,
+    f"{NAMESPACE}/OnlinePlacement-v1": 960,
+    f"{NAMESPACE}/OnlinePlacement-Bursty-v1": 960,
 }
 
 
@@ -113,5 +148,6 @@ def register_envs() -> None:
                 entry_point=entry_point,
                 vector_entry_point=_STATIC_VECTOR if entry_point == _STATIC else None,
                 kwargs=dict(kwargs),
+                max_episode_steps=EPISODE_CAPS[env_id],
                 disable_env_checker=False,
             )

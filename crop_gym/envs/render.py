@@ -15,7 +15,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from crop_gym.envs.picture import draw_placement, draw_state, draw_topology, new_placement_figure
+from crop_gym.envs.picture import (
+    TEXT_PT,
+    draw_placement,
+    draw_state,
+    draw_topology,
+    new_placement_figure,
+)
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import Topology
 
@@ -112,7 +118,7 @@ class ClusterRenderer:
         if self._fig is None:
             self._fig = new_placement_figure()
             self._title = self._fig.text(
-                0.005, 0.985, "", fontsize=8, family="monospace", va="top", ha="left"
+                0.005, 0.985, "", fontsize=TEXT_PT, family="monospace", va="top", ha="left"
             )
             self._layout = draw_topology(self._fig.axes[0], self.topology)
             self._drawn: list[Any] = []

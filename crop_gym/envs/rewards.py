@@ -9,10 +9,10 @@ Static environments (candidate and GPU mode) reward a placement with its change 
 Stop, defer and invalid actions give both terms 0. The reward is :func:`total` of the terms, and the
 environment reports the terms in ``info["reward_terms"]``.
 
-The online environment's rewards (:func:`online_reward`) are rates over the simulated interval a
-step advanced over. ``OnlinePlacement-v1`` names its terms (:func:`online_terms`, in the style of
-HighwayEnv's ``_rewards``) and weighs them (:data:`ONLINE_WEIGHTS`); the reward is
-:func:`weighted` of the two.
+The online environment's rewards are rates over the simulated interval a step advanced over: named
+terms (:func:`online_terms`, in the style of HighwayEnv's ``_rewards``) weighed by the version's
+weights (:data:`ONLINE_WEIGHTS` for v1, one term of :data:`REWARD_PRESETS` for v0); the reward
+is :func:`weighted` of them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from __future__ import annotations
 __all__ = [
     "HOUR",
     "NO_TERMS",
+    "ONLINE_TERMS",
     "ONLINE_WEIGHTS",
-    "online_reward",
+    "REWARD_PRESETS",
     "online_terms",
     "placement_terms",
     "total",
@@ -47,48 +48,43 @@ def total(terms: dict[str, float]) -> float:
     return terms["own_value"] + terms["interference"]
 
 
-def online_reward(
-    mode: str, *, area: float, in_system: float, num_gpus: int, window_jobs: int
-) -> float:
-    """The online environment's reward for one step.
-
-    Args:
-        mode: ``"effective"``: effective GPU-hours ``∫ F dt`` over the interval, per cluster GPU
-            (cluster-hours of fully effective use); ``"jct"``: minus the job-hours spent in the
-            system over the interval, per window job (the return is minus the mean JCT in hours).
-        area: ``∫ F dt`` over the interval (GPU-seconds).
-        in_system: ``∫ (queued + running) dt`` over the interval (job-seconds).
-        num_gpus: GPUs of the cluster.
-        window_jobs: Jobs of the episode.
-    """
-    if mode == "effective":
-        return area / (num_gpus * HOUR)
-    return -in_system / HOUR / window_jobs
-
+#: The names of :func:`online_terms`.
+ONLINE_TERMS: tuple[str, ...] = ("effective", "waiting", "in_system")
 
 #: Default weights of :func:`online_terms` (``OnlinePlacement-v1``).
 ONLINE_WEIGHTS: dict[str, float] = {"effective": 1.0, "waiting": 1.0}
 
+#: One-term weights by name (the online environment's ``reward`` shorthand, ``OnlinePlacement-v0``'s
+#: two reward modes): ``jct`` makes the undiscounted return minus the mean JCT in hours.
+REWARD_PRESETS: dict[str, dict[str, float]] = {
+    "effective": {"effective": 1.0},
+    "jct": {"in_system": 1.0},
+}
+
 
 def online_terms(
-    *, area: float, queued: float, num_gpus: int, window_jobs: int
+    *, area: float, queued: float, in_system: float, num_gpus: int, window_jobs: int
 ) -> dict[str, float]:
-    """The named reward terms of one ``OnlinePlacement-v1`` step (over the interval it advanced).
+    """The named reward terms of one online step (over the interval it advanced).
 
     * ``effective``: effective GPU-hours gained, ``∫ F dt`` per cluster GPU and hour (cluster-hours
       of fully effective use; ``>= 0``);
     * ``waiting``: minus the job-hours spent *queued*, per window job (``<= 0``; its sum over an
-      episode is minus the mean queueing time in hours).
+      episode is minus the mean queueing time in hours);
+    * ``in_system``: minus the job-hours spent in the system (queued or running), per window job
+      (``<= 0``; its sum over a finished episode is minus the mean JCT in hours, Little's law).
 
     Args:
         area: ``∫ F dt`` over the interval (GPU-seconds).
         queued: ``∫ queued jobs dt`` over the interval (job-seconds).
+        in_system: ``∫ (queued + running) dt`` over the interval (job-seconds).
         num_gpus: GPUs of the cluster.
         window_jobs: Jobs of the episode.
     """
     return {
         "effective": area / (num_gpus * HOUR),
         "waiting": -queued / (HOUR * window_jobs),
+        "in_system": -in_system / HOUR / window_jobs,
     }
 
 

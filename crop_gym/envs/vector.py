@@ -59,7 +59,9 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
     **Arguments**: ``num_envs`` (an integer >= 1), ``autoreset_mode`` (an
     :class:`~gymnasium.vector.AutoresetMode` or its value), then every keyword argument of
     :class:`~crop_gym.envs.placement.PlacementEnv` except ``render_mode`` (a batch does not
-    render; render a single environment).
+    render; render a single environment). ``max_episode_steps`` (what ``gym.make_vec`` passes from
+    the ID's spec) caps each environment's episodes as Gymnasium's TimeLimit caps the single
+    environment's: at the smaller of it and the environment's own ``max_steps``.
     """
 
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}  # noqa: RUF012
@@ -71,6 +73,7 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
         *,
         autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         render_mode: str | None = None,
+        max_episode_steps: int | None = None,
         **kwargs: Any,
     ) -> None:
         n = check_count("num_envs", num_envs)
@@ -90,6 +93,9 @@ class PlacementVectorEnv(VectorEnv[Obs, NDArray[np.int64], NDArray[Any]]):
         # One single environment gives the spaces and the settings (it is not stepped).
         self.single = PlacementEnv(scenario, **kwargs)
         one = self.single
+        if max_episode_steps is not None:  # the ID's cap, as TimeLimit applies it to one env
+            cap = check_count("max_episode_steps", max_episode_steps)
+            one.max_steps = min(one.max_steps, cap)
         self.num_envs = n
         self.render_mode = None
         self.single_observation_space = one.observation_space

@@ -25,6 +25,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache, cached_property
@@ -68,6 +69,24 @@ class GpuHardware(Protocol):
     def model_grad_bytes(self, model: str) -> float: ...
     @property
     def model_compute_sharing(self) -> Mapping[str, float]: ...
+
+
+def _edge_number(u: Hashable, v: Hashable, attr: str, value: Any, *, positive: bool) -> float:
+    """An edge attribute as a float: a real number (not a bool, a string or ``None``), finite, and
+    ``> 0`` (``positive``) or ``>= 0``; else a :class:`TopologyError` naming the edge.
+
+    ``float()`` alone would take ``True`` as 1 byte/s and ``"1e9"`` as a number: both refused.
+    """
+    rule = "> 0" if positive else ">= 0"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TopologyError(
+            f"edge ({u!r}, {v!r}) has a non-numeric {attr} {value!r} "
+            f"({type(value).__name__}; it must be a number {rule})"
+        )
+    x = float(value)
+    if not math.isfinite(x) or (x <= 0 if positive else x < 0):
+        raise TopologyError(f"edge ({u!r}, {v!r}) has {attr} {x!r}; it must be {rule} and finite")
+    return x
 
 
 @dataclass(frozen=True, eq=False)
@@ -342,25 +361,11 @@ class Topology:
         for i in range(1, n_nodes):
             u, v = order[parent[i]], order[i]
             data = und.edges[u, v]
-            bw = data.get("bandwidth")
-            if bw is None:
+            if "bandwidth" not in data:
                 raise TopologyError(f"edge ({u!r}, {v!r}) has no 'bandwidth' attribute")
-            try:
-                bw = float(bw)
-            except (TypeError, ValueError):
-                raise TopologyError(
-                    f"edge ({u!r}, {v!r}) has a non-numeric bandwidth {bw!r}"
-                ) from None
-            if not (bw > 0 and math.isfinite(bw)):
-                raise TopologyError(
-                    f"edge ({u!r}, {v!r}) has bandwidth {bw!r}; it must be > 0 and finite"
-                )
-            lat = float(data.get("latency", 0.0))
-            if not (lat >= 0 and math.isfinite(lat)):
-                raise TopologyError(
-                    f"edge ({u!r}, {v!r}) has latency {lat!r}; it must be >= 0 and finite"
-                )
-            link_bw[i], link_lat[i] = bw, lat
+            link_bw[i] = _edge_number(u, v, "bandwidth", data["bandwidth"], positive=True)
+            if "latency" in data:
+                link_lat[i] = _edge_number(u, v, "latency", data["latency"], positive=False)
 
         children_count = np.bincount(parent[1:], minlength=n_nodes)
         for i, n in enumerate(order):

@@ -7,7 +7,8 @@ events every running job trains at the constant speed ``1 / T_j`` iterations per
 accounts for contention on shared links and for device health). Progress is integrated **exactly**
 (:class:`~crop_gym.sim.ledger.JobLedger`); there is no time step. Events at one instant are taken
 in the order completions, health events, arrivals (time 0 included); then the policy is asked.
-Work is bounded (docs/SIMULATOR.md, "Bounded work"): validated rates, and ``max_events``.
+Work is bounded (docs/SIMULATOR.md, "Bounded work"): validated rates, and an event budget
+proportional to the run (:meth:`SimConfig.event_budget`).
 
 A failure (of a GPU the job holds, or of a link its ring crosses) stops the job: it loses the work
 done since its last checkpoint (checkpoints every ``checkpoint_interval_s`` of wall-clock time since
@@ -46,7 +47,7 @@ from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import ideal_time
 from crop_gym.model.topology import Topology, make_topology
 from crop_gym.policy import PlacementPolicy
-from crop_gym.sim.config import SimConfig, SimulationError
+from crop_gym.sim.config import EVENT_BUDGET_BASE, SimConfig, SimulationError
 from crop_gym.sim.health import HealthChange, HealthProcess, ScriptedFailure
 from crop_gym.sim.ledger import DONE, QUEUED, RUNNING, JobLedger
 from crop_gym.sim.result import RunTotals, SimResult, Timeline
@@ -167,6 +168,8 @@ class Simulator:
         self.skipped: tuple[Job, ...] = tuple(big)
         self.jobs: tuple[Job, ...] = tuple(j for j in all_jobs if j.num_gpus <= G)
         self._index = {j.job_id: i for i, j in enumerate(self.jobs)}
+        #: Events this run may take (:meth:`SimConfig.event_budget`, proportional to its jobs).
+        self.event_budget = self.config.event_budget(len(self.jobs))
         ss = np.random.SeedSequence(seed)
         health_seq, policy_seq = ss.spawn(2)
         self.policy_rng = np.random.default_rng(policy_seq)
@@ -455,18 +458,20 @@ class Simulator:
 
         Raises:
             SimulationError: If jobs are queued, nothing runs, no arrival is pending and no event can
-                ever change that (a policy that never places), if :attr:`SimConfig.max_events`
-                events have been processed, or if the simulation is over.
+                ever change that (a policy that never places), if the run's event budget
+                (:meth:`SimConfig.event_budget`) is spent, or if the simulation is over.
         """
         if self.done:
             raise SimulationError("the simulation is over")
         cfg = self.config
-        if self.events >= cfg.max_events:
+        if self.events >= self.event_budget:
             raise SimulationError(
-                f"t={self.now:.6g}s: stopped after SimConfig.max_events={cfg.max_events} events "
-                f"with {len(self.jobs) - self._n_done} job(s) unfinished: events come faster than "
-                "simulated time advances (raise failure_horizon_s or mean_abnormal_duration_s, "
-                "lower onset_rate_per_gpu_hour, set max_time_s, or raise max_events)"
+                f"t={self.now:.6g}s: stopped after the run's event budget of {self.event_budget} "
+                f"events (SimConfig.events_per_job={cfg.events_per_job} x {len(self.jobs)} jobs "
+                f"+ {EVENT_BUDGET_BASE}, max_events={cfg.max_events}) with {len(self.jobs) - self._n_done} "
+                "job(s) unfinished: events come faster than simulated time advances (raise "
+                "failure_horizon_s or mean_abnormal_duration_s, lower onset_rate_per_gpu_hour, set "
+                "max_time_s, or raise events_per_job)"
             )
         run = self._running_jobs()
         self._sync(run)

@@ -10,9 +10,9 @@ See docs/STUDY.md.
 from __future__ import annotations
 
 from crop_gym.study.backends import BACKENDS, LocalBackend, RayBackend, StudyError, make_backend
-from crop_gym.study.grid import HARDWARE_PROFILES, Run, apply_hardware, cluster_on, expand
+from crop_gym.study.grid import Run, apply_hardware, cluster_on, expand
 from crop_gym.study.runner import StudyOutcome, run_study
-from crop_gym.study.spec import StudySpec, load_study
+from crop_gym.study.spec import HARDWARE_PROFILES, StudySpec, load_study
 
 __all__ = [
     "BACKENDS",

@@ -5,6 +5,13 @@ order; it writes nothing (the driver writes each record, :mod:`crop_gym.study.re
 :func:`crop_gym.study.worker.execute_run`, a pure function of the run, so the numbers of a run are
 the same whichever backend ran it (only the wall-clock timings differ).
 
+Signals. A local pool's workers never outlive the driver: they ignore Ctrl-C (the driver stops
+them), the driver terminates them whenever it leaves a study early (an error, Ctrl-C, or a signal
+that ``crop-gym study`` turns into :class:`~crop_gym.study.cli.Terminated`), and on Linux the kernel
+sends them SIGTERM when the driver dies however it dies (:func:`crop_gym.study.worker.worker_init`).
+Ray tasks are cancelled (``force=True``) and a Ray started for the study is shut down. The records
+written before stay, so running the same command again resumes.
+
 Lost workers. A run whose worker process dies (killed, out of memory, a lost node) is run again:
 Ray retries the task up to ``retries`` times (``max_retries``); the local pool, which cannot tell
 which of its runs killed it, is rebuilt and the unfinished runs resubmitted, giving up after
@@ -15,6 +22,9 @@ which of its runs killed it, is rebuilt and the unfinished runs resubmitted, giv
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -23,7 +33,7 @@ from typing import Any, Protocol
 
 from crop_gym.errors import CropGymError
 from crop_gym.study.grid import Run
-from crop_gym.study.worker import execute_run
+from crop_gym.study.worker import execute_run, worker_init
 
 __all__ = ["BACKENDS", "Backend", "LocalBackend", "RayBackend", "StudyError", "make_backend"]
 
@@ -76,13 +86,21 @@ class LocalBackend:
         breaks = 0
         context = multiprocessing.get_context("spawn")
         while pending:
+            before = set(multiprocessing.active_children())
             pool = ProcessPoolExecutor(
-                max_workers=min(self.workers, len(pending)), mp_context=context
+                max_workers=min(self.workers, len(pending)),
+                mp_context=context,
+                initializer=worker_init,
+                initargs=(os.getpid(),),
             )
+            finished = False
+            workers: set[multiprocessing.process.BaseProcess] = set()
             try:
                 futures: dict[Future[dict[str, Any]], Run] = {
                     pool.submit(execute_run, run): run for run in pending.values()
                 }
+                # Every worker starts during the submissions (spawned pools start them on demand).
+                workers = set(multiprocessing.active_children()) - before
                 progressed = False
                 broken = False
                 while futures and not broken:
@@ -106,8 +124,24 @@ class LocalBackend:
                             f"a worker process died {breaks} times in a row with no run finished; "
                             f"{len(pending)} run(s) left (first: {next(iter(pending))})"
                         )
+                finished = True
             finally:
-                pool.shutdown(wait=True, cancel_futures=True)
+                if not finished:  # an error, Ctrl-C, a signal, or the caller stopped iterating
+                    _stop(workers)
+                pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def _stop(workers: set[multiprocessing.process.BaseProcess], grace_s: float = 5.0) -> None:
+    """Terminate ``workers`` now (SIGTERM, then SIGKILL after ``grace_s``): their runs are lost
+    and will be run again on the next start, as runs in flight always are."""
+    for proc in workers:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in workers:
+        proc.join(grace_s)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(grace_s)
 
 
 def _checked(run: Run, func: Any) -> dict[str, Any]:
@@ -147,10 +181,16 @@ class RayBackend:
             ) from None
         started = False
         if not ray.is_initialized():
+            # ray.init replaces the SIGTERM handler with one that exits at once; keep the
+            # caller's (crop-gym study's raises, so that the tasks are cancelled below).
+            on_term = signal.getsignal(signal.SIGTERM) if _main_thread() else None
             try:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
             except ConnectionError as exc:
                 raise StudyError(f"--address {self.address}: {_first_line(exc)}") from None
+            finally:
+                if on_term is not None:
+                    signal.signal(signal.SIGTERM, on_term)
             started = True
         refs: dict[Any, Run] = {}
         try:
@@ -159,11 +199,11 @@ class RayBackend:
             )(execute_run)
             refs = {task.remote(run): run for run in runs}
             while refs:
-                done, _ = ray.wait(list(refs), num_returns=1)
+                done, _ = _unwrapped(ray.wait, list(refs), num_returns=1)
                 for ref in done:
                     run = refs.pop(ref)
                     try:
-                        record = ray.get(ref)
+                        record = _unwrapped(ray.get, ref)
                     except ray.exceptions.RayTaskError as exc:
                         cause = exc.cause if isinstance(exc.cause, Exception) else exc
                         raise StudyError(f"run {run.run_id}: {_first_line(cause)}") from None
@@ -178,6 +218,26 @@ class RayBackend:
                 ray.cancel(ref, force=True)
             if started:
                 ray.shutdown()
+
+
+def _unwrapped(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, a Ray function that waits in compiled code.
+
+    A signal handler that raises while Ray waits (Ctrl-C's KeyboardInterrupt, crop-gym study's
+    Terminated) reaches Python as a ``SystemError`` caused by that exception: raise the exception
+    itself, so that it stops the study as it would anywhere else.
+    """
+    try:
+        return call(*args, **kwargs)
+    except SystemError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, BaseException) and not isinstance(cause, Exception):
+            raise cause from None
+        raise
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def make_backend(

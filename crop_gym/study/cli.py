@@ -14,17 +14,64 @@ A re-run with the same ``--out`` skips the runs already finished there (docs/STU
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from collections.abc import Callable
+import signal
+import sys
+import threading
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from crop_gym.cli import int_at_least, number_at_least
 
-__all__ = ["register", "run"]
+__all__ = ["ENDING_SIGNALS", "Terminated", "register", "run"]
 
 _positive_int = int_at_least(1)
 _count = int_at_least(0)
+
+#: Signals whose default action ends the driver and that a study turns into :class:`Terminated`,
+#: so that it stops its workers first (SIGINT is Ctrl-C, already an exception; SIGKILL cannot be
+#: caught: on Linux the workers then get SIGTERM from the kernel, see
+#: :func:`crop_gym.study.worker.worker_init`). Timer signals are left to profilers and tests.
+ENDING_SIGNALS: tuple[str, ...] = ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGXCPU")
+
+
+class Terminated(BaseException):
+    """The driver got one of :data:`ENDING_SIGNALS` (a ``BaseException``, as KeyboardInterrupt is,
+    so that no ``except Exception`` on the way swallows it).
+
+    Attributes:
+        signum: The signal's number.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_end_the_study() -> Iterator[None]:
+    """Raise :class:`Terminated` on any of :data:`ENDING_SIGNALS` until the block ends."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def end(signum: int, frame: object) -> None:
+        raise Terminated(signum)
+
+    previous = {}
+    for name in ENDING_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, end)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
 
 #: Merged outputs written under ``--out`` after the runs (see :mod:`crop_gym.study.results`).
 MERGED_OUTPUTS: tuple[str, ...] = (
@@ -140,7 +187,21 @@ def register(subparsers: Any) -> None:
         "--reference",
         default="crop",
         metavar="POLICY",
-        help="policy the summary's headline compares with the best other (default crop)",
+        help="policy the summary's headline compares with the best other (default crop; its own "
+        "variants, POLICY-..., are left out of the headline)",
+    )
+    p.add_argument(
+        "--json",
+        metavar="PATH",
+        default=None,
+        help="also write the summary (intervals, headline, warnings) as JSON ('-': to stdout, the "
+        "report then goes to stderr)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse trace columns the format does not read (without it, a misspelt optional "
+        "column such as 'wieght' warns and is ignored)",
     )
     p.add_argument("--no-plot", action="store_true", help="do not draw summary.png")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -177,16 +238,24 @@ def build_spec(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``crop-gym study``; returns the exit code."""
-    from crop_gym.cli import check_input_file, write_outputs
+    from crop_gym.cli import check_input_file, report_stream, write_outputs
     from crop_gym.errors import ConfigError
     from crop_gym.io import check_outputs
     from crop_gym.plotting import save_figure
     from crop_gym.study.backends import make_backend
     from crop_gym.study.figures import jct_cdf_figure
     from crop_gym.study.grid import expand
-    from crop_gym.study.report import plot_summary, summarize, summary_csv, summary_markdown
+    from crop_gym.study.report import (
+        few_seeds_warning,
+        plot_summary,
+        summarize,
+        summary_csv,
+        summary_json,
+        summary_markdown,
+    )
     from crop_gym.study.results import finished_records, merged_csv, merged_json, scalar_metrics
     from crop_gym.study.runner import StudyOutcome, run_study
+    from crop_gym.workloads.loader import check_trace_columns
 
     check_input_file(args.study, what="study")
     spec = build_spec(args)
@@ -198,7 +267,12 @@ def run(args: argparse.Namespace) -> int:
     names = [n for n in MERGED_OUTPUTS if not (args.no_plot and n.endswith(".png"))]
     inputs = [args.study, *spec.trace_files]
     out.mkdir(parents=True, exist_ok=True)
-    check_outputs({f"--out {n}": str(out / n) for n in names}, inputs=inputs)
+    folders = check_outputs(
+        {**{f"--out {n}": str(out / n) for n in names}, "--json": args.json}, inputs=inputs
+    )
+    report = report_stream(args.json)
+    for trace in spec.trace_files:  # once here, not in every worker (they do not warn again)
+        check_trace_columns(trace, strict=args.strict)
     if args.report_only:
         runs = expand(spec)
         found = finished_records(out, runs)
@@ -210,19 +284,32 @@ def run(args: argparse.Namespace) -> int:
         backend = make_backend(
             args.backend, workers=workers, address=args.address, retries=args.retries
         )
-        print(f"study: {spec.size} runs, results in {out}", flush=True)
-        outcome = run_study(
-            spec, out, backend, resume=not args.rerun, progress=not args.no_progress
-        )
+        print(f"study: {spec.size} runs, results in {out}", file=report, flush=True)
+        try:
+            with _signals_end_the_study():
+                outcome = run_study(
+                    spec, out, backend, resume=not args.rerun, progress=not args.no_progress
+                )
+        except Terminated as stop:
+            print(
+                f"crop-gym study: stopped by {stop}; its workers are stopped and the runs "
+                "finished are kept: run the same command again to resume",
+                file=sys.stderr,
+            )
+            return 128 + stop.signum
         print(
             f"{outcome.executed} run(s) executed on {backend.name} in {outcome.wall_s:.1f} s, "
             f"{outcome.skipped} already finished",
+            file=report,
             flush=True,
         )
     records = outcome.ordered_records()
     metrics = scalar_metrics(records)
     rows = summarize(records, metrics, resamples=args.bootstrap, seed=args.bootstrap_seed)
     missing = len(outcome.runs) - len(records)
+    warning = few_seeds_warning(rows)
+    if warning is not None:
+        warnings.warn(warning, stacklevel=1)
     writers: dict[str, Callable[[Path], object]] = {
         str(out / "results.json"): lambda p: p.write_text(merged_json(records), encoding="utf-8"),
         str(out / "results.csv"): lambda p: p.write_text(merged_csv(records), encoding="utf-8"),
@@ -236,8 +323,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plot:
         writers[str(out / "summary.png")] = lambda p: plot_summary(rows, p)
         writers[str(out / "jct_cdf.png")] = lambda p: save_figure(jct_cdf_figure(records), p)
-    for path in write_outputs(writers):
-        print(f"wrote {path}")
+    if args.json is not None:
+        text = summary_json(rows, metrics, reference=args.reference)
+        writers[args.json] = lambda p: p.write_text(text, encoding="utf-8")
+    for path in write_outputs(writers, folders):
+        print(f"wrote {path}", file=report)
     if missing:
-        print(f"{missing} run(s) of the study not finished yet: run again without --report-only")
+        print(
+            f"{missing} run(s) of the study not finished yet: run again without --report-only",
+            file=report,
+        )
     return 0

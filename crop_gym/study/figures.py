@@ -1,4 +1,4 @@
-"""Figures of trace-study records: grouped bars per policy and JCT CDFs, CROP drawn on top.
+"""Figures of trace-study records: grouped bars per policy and JCT CDFs.
 
 The records are those of ``crop-gym study`` (``OUT/results.json``; the full study's are in
 ``docs/results/study/results.json``) or of the older trace evaluation (where the abnormality
@@ -11,8 +11,10 @@ run's job completion times).
   per abnormality profile; axes start at 0; error bars span the seeds (min…max) when there are
   several.
 * :func:`jct_cdf_figure`: one panel per profile (and a row per setting), one line per policy: the
-  CDF whose quantiles are the mean over seeds of the runs' quantiles. CROP is thick, solid, red
-  and drawn last (on top); ablations are dashed; see :mod:`crop_gym.plotting`.
+  CDF whose quantiles are the mean over seeds of the runs' quantiles. CROP is a wide translucent
+  red band drawn *first*, underneath: a policy whose curve is CROP's (``crop-plain`` places as
+  CROP does) stays visible on top of it instead of being hidden; ablations are dashed; see
+  :mod:`crop_gym.plotting`.
 * :func:`write_setting_figures`: both, per setting, as ``<prefix><slug>_bars.png`` and
   ``<prefix><slug>_jct_cdf.png`` (docs/figures is made this way: docs/figures/README.md).
 """
@@ -31,6 +33,7 @@ from crop_gym.plotting import new_figure, policy_style, save_figure
 from crop_gym.study.grid import setting_title
 
 __all__ = [
+    "CROP_BAND",
     "bars_figure",
     "jct_cdf_figure",
     "setting_slug",
@@ -40,6 +43,8 @@ __all__ = [
 ]
 
 Record = Mapping[str, Any]
+#: How CROP's CDF is drawn: wide, translucent and under the other lines (their z-orders are >= 3).
+CROP_BAND: dict[str, Any] = {"lw": 6.0, "alpha": 0.4, "zorder": 2, "solid_capstyle": "butt"}
 _PROFILE_COLOURS = {"none": "tab:blue", "mild": "tab:orange", "severe": "tab:green"}
 _BAR_PANELS = (
     ("mean_jct_s", "mean JCT (hours, lower is better)", 1 / 3600.0),
@@ -133,13 +138,14 @@ def _mean_quantiles(runs: Sequence[Record]) -> np.ndarray | None:
 def jct_cdf_figure(records: Sequence[Record], title: str = "") -> Any:
     """JCT CDFs: a row per setting, a panel per profile, a line per policy; a ``Figure`` (Agg).
 
-    CROP is drawn last with the highest z-order, so it stays visible where lines overlap.
+    CROP is a wide translucent band under every other line (:data:`CROP_BAND`), so that a line
+    that coincides with CROP's stays visible, and CROP still stands out.
     """
     groups = split_by_setting(records)
     profiles = _ordered(records, "profile")
     policies = _ordered(records, "policy")
-    # CROP last: drawn on top, and last in the legend's natural reading of "the subject".
-    draw_order = [p for p in policies if p != "crop"] + [p for p in policies if p == "crop"]
+    # CROP first and lowest: the others are drawn over its band.
+    draw_order = [p for p in policies if p == "crop"] + [p for p in policies if p != "crop"]
     fig = new_figure(5.3 * len(profiles), 3.9 * len(groups) + 0.6)
     axes = fig.subplots(len(groups), len(profiles), squeeze=False)
     for row, (setting, runs) in zip(axes, groups.items(), strict=True):
@@ -150,7 +156,7 @@ def jct_cdf_figure(records: Sequence[Record], title: str = "") -> Any:
                     continue
                 style = policy_style(p, policies)
                 if p == "crop":
-                    style = {**style, "alpha": 0.85}
+                    style = {**style, **CROP_BAND}
                 ax.plot(q / 3600.0, np.linspace(0.0, 1.0, len(q)), label=p, **style)
             ax.set_xscale("log")
             ax.set_ylim(0.0, 1.02)

@@ -19,9 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.hardware import BUNDLED_DIR, bundled_hardware
-from crop_gym.model.hardware_topology import DEFAULT_HARDWARE, ClusterHardware, resolve_hardware
-from crop_gym.study.spec import AUTO_CLUSTER, StudySpec
+from crop_gym.model.hardware_topology import ClusterHardware, resolve_hardware
+from crop_gym.study.spec import AUTO_CLUSTER, HARDWARE_PROFILES, StudySpec
 
 if TYPE_CHECKING:
     from crop_gym.model.topology import Topology
@@ -29,21 +28,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COORDINATES",
-    "HARDWARE_PROFILES",
     "Run",
     "apply_hardware",
     "cluster_on",
     "expand",
     "setting_title",
 ]
-
-#: Hardware profiles of the ``hardware`` axis: name → one-line description. ``default`` is the
-#: simulator's own model (no override; equal to ``a100-elasticflow``), the others the bundled
-#: profiles (:mod:`crop_gym.model.hardware_topology`).
-HARDWARE_PROFILES: dict[str, str] = {
-    "default": f"the simulator's default hardware model (no override; = {DEFAULT_HARDWARE})",
-    **{n: f"bundled profile crop_gym/{BUNDLED_DIR}/{n}.json" for n in bundled_hardware()},
-}
 
 #: Grid coordinates of a run, in the order of the id, the CSV columns and the tables.
 COORDINATES: tuple[str, ...] = (

@@ -28,13 +28,20 @@ from crop_gym.study.grid import COORDINATES, setting_title
 from crop_gym.study.results import csv_cell
 
 __all__ = [
+    "MIN_SEEDS",
     "TABLE_METRICS",
+    "HeadlineCell",
+    "HeadlineRow",
     "Interval",
     "SummaryRow",
     "bootstrap_interval",
+    "few_seeds_warning",
+    "headline",
+    "is_variant",
     "plot_summary",
     "summarize",
     "summary_csv",
+    "summary_json",
     "summary_markdown",
 ]
 
@@ -49,6 +56,9 @@ TABLE_METRICS: dict[str, tuple[str, float, str]] = {
     "job_failures": ("fail", 1.0, "{:,.0f}"),
     "lost_gpu_hours": ("lost GPU-h", 1.0, "{:,.1f}"),
 }
+#: Fewest seeds per setting whose interval is worth quoting (fewer: a warning, see
+#: :func:`few_seeds_warning`).
+MIN_SEEDS = 3
 #: Coordinates that name a table (one table per value of these), the rest name its rows.
 _TABLE_KEYS = ("trace", "cluster", "hardware", "jobs", "arrival_scale", "sim")
 
@@ -112,6 +122,57 @@ def bootstrap_interval(
     tail = (1.0 - level) / 2.0
     low, high = np.quantile(means, [tail, 1.0 - tail])
     return Interval(mean, float(low), float(high), n)
+
+
+@dataclass(frozen=True)
+class HeadlineCell:
+    """The reference against the best other policy on one metric.
+
+    Attributes:
+        metric: The metric (``mean_jct_s``, ``mean_efficiency``).
+        policy: The best other policy on it.
+        change: ``reference mean / best mean - 1`` (means over seeds).
+    """
+
+    metric: str
+    policy: str
+    change: float
+
+
+@dataclass(frozen=True)
+class HeadlineRow:
+    """One setting and abnormality profile of the headline.
+
+    Attributes:
+        title: The setting (:func:`~crop_gym.study.grid.setting_title`).
+        abnormal: The abnormality profile.
+        cells: One :class:`HeadlineCell` per metric with values (metric order of the table).
+    """
+
+    title: str
+    abnormal: str
+    cells: tuple[HeadlineCell, ...]
+
+
+def is_variant(policy: str, reference: str) -> bool:
+    """Whether ``policy`` is one of ``reference``'s own variants, named ``REFERENCE-...``.
+
+    CROP's are ``crop-plain`` (the same greedy without lazy evaluation: the same placements) and
+    ``crop-nonrobust`` (the ablation): the headline compares CROP with the *other* policies, as
+    docs/RESULTS.md does; the tables still show every policy.
+    """
+    return policy.startswith(f"{reference}-")
+
+
+def few_seeds_warning(rows: Sequence[SummaryRow]) -> str | None:
+    """A one-line warning when some setting has fewer than :data:`MIN_SEEDS` seeds, else ``None``."""
+    fewest = min((len(r.seeds) for r in rows), default=MIN_SEEDS)
+    if fewest >= MIN_SEEDS:
+        return None
+    return (
+        f"the summary has settings with {fewest} seed(s): an interval over fewer than "
+        f"{MIN_SEEDS} seeds says little (with one there is none); run more seeds before quoting it"
+    )
 
 
 def _number(v: Any) -> float:
@@ -204,9 +265,12 @@ def summary_markdown(
         + (" (one seed: no interval)." if len(seeds) == 1 else "."),
         "",
     ]
+    warning = few_seeds_warning(rows)
+    if warning is not None:
+        lines += [f"**Warning:** {warning}.", ""]
     tables = _tables(rows)
     if reference is not None and any(r.setting["policy"] == reference for r in rows):
-        lines += _headline(tables, reference)
+        lines += _headline_markdown(headline(rows, reference), reference)
     for group in tables.values():
         lines += [f"## {setting_title(group[0].setting)}", ""]
         header = ["abnormal", "policy", *(TABLE_METRICS[m][0] for m in present)]
@@ -220,40 +284,109 @@ def summary_markdown(
     return "\n".join(lines)
 
 
-def _headline(tables: Mapping[str, list[SummaryRow]], reference: str) -> list[str]:
+#: Metrics of the headline: key → (column title, lower is better).
+_HEADLINE_METRICS: dict[str, tuple[str, bool]] = {
+    "mean_jct_s": ("mean JCT vs best (policy)", True),
+    "mean_efficiency": ("η̄ vs best (policy)", False),
+}
+
+
+def headline(rows: Sequence[SummaryRow], reference: str) -> list[HeadlineRow]:
+    """Per setting and profile, ``reference`` against the best other policy on mean JCT and η̄.
+
+    The reference's own variants (:func:`is_variant`) are left out of the comparison: against
+    ``crop-plain``, which places as CROP does, every row would read +0.0 %.
+    """
+    out = []
+    for group in _tables(rows).values():
+        for abnormal in dict.fromkeys(r.setting["abnormal"] for r in group):
+            by_policy = {r.setting["policy"]: r for r in group if r.setting["abnormal"] == abnormal}
+            ref = by_policy.get(reference)
+            others = [
+                r for p, r in by_policy.items() if p != reference and not is_variant(p, reference)
+            ]
+            if ref is None or not others:
+                continue
+            cells = []
+            for metric, (_, lower_is_better) in _HEADLINE_METRICS.items():
+                cands = [r for r in others if r.stats[metric].n]
+                if not cands or not ref.stats[metric].n:
+                    continue
+                pick = min if lower_is_better else max
+                top = pick(cands, key=lambda r, m=metric: r.stats[m].mean)  # type: ignore[misc]
+                change = ref.stats[metric].mean / top.stats[metric].mean - 1.0
+                cells.append(HeadlineCell(metric, str(top.setting["policy"]), change))
+            out.append(HeadlineRow(setting_title(group[0].setting), str(abnormal), tuple(cells)))
+    return out
+
+
+def _headline_markdown(rows: Sequence[HeadlineRow], reference: str) -> list[str]:
     lines = [
         f"## Headline: {reference} against the best other policy",
         "",
         f"Change of {reference}'s mean JCT and η̄ against the other policy that is best on that "
-        "metric in the same setting (ratio of the means over seeds; negative JCT = faster).",
+        f"metric in the same setting (ratio of the means over seeds; negative JCT = faster); "
+        f"{reference}'s own variants ({reference}-...) left out.",
         "",
-        "| setting | abnormal | mean JCT vs best (policy) | η̄ vs best (policy) |",
-        "|---|---|---|---|",
+        "| setting | abnormal | " + " | ".join(t for t, _ in _HEADLINE_METRICS.values()) + " |",
+        "|---|---|" + "---|" * len(_HEADLINE_METRICS),
     ]
-    for group in tables.values():
-        for abnormal in dict.fromkeys(r.setting["abnormal"] for r in group):
-            rows = {r.setting["policy"]: r for r in group if r.setting["abnormal"] == abnormal}
-            ref = rows.get(reference)
-            others = [r for p, r in rows.items() if p != reference]
-            if ref is None or not others:
-                continue
-            cells = []
-            for metric, lower_is_better in (("mean_jct_s", True), ("mean_efficiency", False)):
-                cands = sorted(
-                    (r for r in others if r.stats[metric].n),
-                    key=lambda r, m=metric: r.stats[m].mean,  # type: ignore[misc]
-                    reverse=not lower_is_better,
-                )
-                if not cands or not ref.stats[metric].n:
-                    cells.append("—")
-                    continue
-                top = cands[0]
-                change = ref.stats[metric].mean / top.stats[metric].mean - 1.0
-                cells.append(f"{change:+.1%} ({top.setting['policy']})")
-            title = setting_title(group[0].setting)
-            lines.append(f"| {title} | {abnormal} | {cells[0]} | {cells[1]} |")
+    for row in rows:
+        by_metric = {c.metric: c for c in row.cells}
+        cells = [
+            f"{by_metric[m].change:+.1%} ({by_metric[m].policy})" if m in by_metric else "—"
+            for m in _HEADLINE_METRICS
+        ]
+        lines.append(f"| {row.title} | {row.abnormal} | " + " | ".join(cells) + " |")
     lines.append("")
     return lines
+
+
+def summary_json(
+    rows: Sequence[SummaryRow], metrics: Sequence[str], *, reference: str | None = "crop"
+) -> str:
+    """The summary as JSON: every setting's intervals, the headline and the warnings.
+
+    ``{"seeds": [...], "warnings": [...], "reference": ..., "headline": [{"setting", "abnormal",
+    METRIC: {"policy", "change"}}], "settings": [{"setting": {...}, "seeds": [...], "stats":
+    {METRIC: {"mean", "low", "high", "n"}}}]}``; non-finite numbers are ``null``.
+    """
+
+    def num(x: float) -> float | None:
+        return x if math.isfinite(x) else None
+
+    warning = few_seeds_warning(rows)
+    has_ref = reference is not None and any(r.setting["policy"] == reference for r in rows)
+    data = {
+        "seeds": sorted({s for r in rows for s in r.seeds}),
+        "warnings": [warning] if warning is not None else [],
+        "reference": reference if has_ref else None,
+        "headline": [
+            {
+                "setting": h.title,
+                "abnormal": h.abnormal,
+                **{c.metric: {"policy": c.policy, "change": num(c.change)} for c in h.cells},
+            }
+            for h in (headline(rows, reference) if has_ref and reference is not None else [])
+        ],
+        "settings": [
+            {
+                "setting": r.setting,
+                "seeds": list(r.seeds),
+                "stats": {
+                    m: {
+                        "mean": num(r.stats[m].mean),
+                        "low": num(r.stats[m].low),
+                        "high": num(r.stats[m].high),
+                        "n": r.stats[m].n,
+                    }
+                    for m in metrics
+                },
+            }
+            for r in rows
+        ],
+    }
+    return json.dumps(data, indent=1, allow_nan=False) + "\n"
 
 
 def plot_summary(rows: Sequence[SummaryRow], path: str | Path) -> None:

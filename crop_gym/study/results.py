@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from crop_gym.io import atomic_write_text
+from crop_gym.io import OutputFolder, atomic_write_text
 from crop_gym.study.grid import COORDINATES, Run
 
 __all__ = [
@@ -84,19 +84,23 @@ def _json_ready(value: Any) -> Any:
     return value
 
 
-def write_record(out: str | os.PathLike[str], record: Mapping[str, Any]) -> Path:
+def write_record(
+    out: str | os.PathLike[str], record: Mapping[str, Any], *, folder: OutputFolder | None = None
+) -> Path:
     """Write one run's record atomically (a reader sees the whole file or none).
 
     Args:
         out: The results folder (``runs/`` is created if missing).
         record: What :func:`crop_gym.study.worker.execute_run` returned.
+        folder: ``out/runs`` as pinned when the study started (:func:`crop_gym.io.pin_folder`): a
+            folder swapped for another (or a link) during the study is refused, not written into.
 
     Returns:
         The file written.
     """
     path = run_path(out, str(record["run_id"]))
     text = json.dumps(_json_ready(dict(record)), indent=1, allow_nan=False) + "\n"
-    return atomic_write_text(path, text)
+    return atomic_write_text(path, text, folder=folder)
 
 
 def load_record(path: str | os.PathLike[str], run_id: str) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from crop_gym.io import atomic_write_text
+from crop_gym.io import atomic_write_text, pin_folder
 from crop_gym.study.backends import Backend
 from crop_gym.study.grid import Run, expand
 from crop_gym.study.results import (
@@ -127,7 +127,13 @@ def run_study(
     out = Path(out)
     (out / RUNS_DIR).mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(out)
-    atomic_write_text(out / "study.json", json.dumps(spec.to_dict(), indent=1) + "\n")
+    # Pinned now: a results folder swapped for another (or a link) mid-study is refused, not used.
+    runs_folder = pin_folder(out / RUNS_DIR, shown=f"--out {out}: {RUNS_DIR}")
+    atomic_write_text(
+        out / "study.json",
+        json.dumps(spec.to_dict(), indent=1) + "\n",
+        folder=pin_folder(out, shown=f"--out {out}"),
+    )
     runs = expand(spec)
     records = finished_records(out, runs) if resume else {}
     # Longest first (by jobs), so that two workers do not end on one long trace alone.
@@ -139,7 +145,7 @@ def run_study(
         for run, record in backend.execute(todo):
             if run.run_id in records:  # a retried task that finished twice: counted once
                 continue
-            write_record(out, record)
+            write_record(out, record, folder=runs_folder)
             records[run.run_id] = record
             executed += 1
             bar.advance(run)

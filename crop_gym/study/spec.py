@@ -28,9 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from crop_gym.errors import ConfigError, check_bool, check_int, check_real
+from crop_gym.model.hardware import BUNDLED_DIR, bundled_hardware
+from crop_gym.model.hardware_topology import DEFAULT_HARDWARE
 
 __all__ = [
     "AUTO_CLUSTER",
+    "HARDWARE_PROFILES",
     "MAX_RUNS",
     "SIM_FIELDS",
     "StudySpec",
@@ -59,8 +62,17 @@ SIM_FIELDS: tuple[str, ...] = (
     "max_time_s",
     "skip_oversized",
     "stall_events",
+    "events_per_job",
     "max_events",
 )
+#: Hardware profiles of the ``hardware`` axis: name → one-line description. ``default`` is the
+#: simulator's own model (no override; equal to ``a100-elasticflow``), the others the bundled
+#: profiles (:mod:`crop_gym.model.hardware_topology`); :mod:`crop_gym.study.grid` applies them to a run.
+HARDWARE_PROFILES: dict[str, str] = {
+    "default": f"the simulator's default hardware model (no override; = {DEFAULT_HARDWARE})",
+    **{n: f"bundled profile crop_gym/{BUNDLED_DIR}/{n}.json" for n in bundled_hardware()},
+}
+
 #: What a study sets in :class:`~crop_gym.sim.SimConfig` unless its ``sim`` table says otherwise:
 #: jobs larger than the cluster are skipped and reported (a trace's few giant jobs would otherwise
 #: refuse the whole trace on a small cluster).
@@ -68,9 +80,7 @@ SIM_DEFAULTS: dict[str, Any] = {"skip_oversized": True}
 
 
 def hardware_names() -> tuple[str, ...]:
-    """The names a study's ``hardware`` axis accepts (see :mod:`crop_gym.study.grid`)."""
-    from crop_gym.study.grid import HARDWARE_PROFILES
-
+    """The names a study's ``hardware`` axis accepts (:data:`HARDWARE_PROFILES`)."""
     return tuple(HARDWARE_PROFILES)
 
 
@@ -129,7 +139,7 @@ class StudySpec:
         traces: Bundled trace names (canonicalised to ``family:trace``) or trace files.
         policies: Registered policy names (:mod:`crop_gym.policy`); ``"all"`` = every one.
         clusters: Topology presets, or ``"auto"`` (ElasticFlow's cluster for each trace).
-        hardware: Hardware profiles (:data:`crop_gym.study.grid.HARDWARE_PROFILES`).
+        hardware: Hardware profiles (:data:`HARDWARE_PROFILES`).
         abnormal: Abnormality profiles (``none``, ``mild``, ``severe``, ``testbed``).
         seeds: Seeds of the health timeline and the policy (a count ``N`` = ``0 .. N-1``).
         jobs: Simulate the first ``jobs`` jobs of each trace (``None`` = all).

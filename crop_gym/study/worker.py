@@ -13,9 +13,13 @@ lost machine would; the retry finds the marker and runs normally.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import os
+import signal
+import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +27,32 @@ import numpy as np
 
 from crop_gym.study.grid import Run, apply_hardware, cluster_on
 
-__all__ = ["CRASH_ONCE_ENV", "JCT_QUANTILES", "execute_run"]
+__all__ = ["CRASH_ONCE_ENV", "JCT_QUANTILES", "execute_run", "worker_init"]
 
 #: Environment variable of the fault-injection hook (see the module docstring).
 CRASH_ONCE_ENV = "CROP_GYM_STUDY_CRASH_ONCE"
 #: JCT percentiles kept per run (0, 1, ..., 100 %): enough for CDF figures, small on disk.
 JCT_QUANTILES = 101
+
+
+#: ``prctl`` option: the signal the kernel sends this process when its parent dies (Linux).
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_init(driver_pid: int) -> None:
+    """Set up a local worker process: it lives no longer than the study's driver.
+
+    Ctrl-C in a terminal reaches the whole process group: the worker ignores it and lets the
+    driver stop it (no traceback from every worker). On Linux the kernel sends the worker SIGTERM
+    when the driver dies, however it dies (``kill -9`` included: no handler of the driver's can
+    catch that); a driver that died before this ran is noticed here.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    if os.getppid() != driver_pid:
+        os._exit(1)
 
 
 def _maybe_crash(run: Run) -> None:
@@ -60,11 +84,14 @@ def execute_run(run: Run) -> dict[str, Any]:
     from crop_gym.model.timing import PerfConfig
     from crop_gym.policy import make_policy
     from crop_gym.sim import SimConfig, Simulator
+    from crop_gym.workloads.csv_columns import TraceColumnWarning
     from crop_gym.workloads.loader import load_workload
 
     _maybe_crash(run)
     cpu0 = time.process_time()
-    workload = load_workload(run.trace, max_jobs=run.jobs)
+    with warnings.catch_warnings():  # the driver checked the columns (crop-gym study --strict)
+        warnings.simplefilter("ignore", TraceColumnWarning)
+        workload = load_workload(run.trace, max_jobs=run.jobs)
     jobs = list(workload.jobs[: run.jobs] if run.jobs is not None else workload.jobs)
     if run.arrival_scale != 1.0:
         jobs = [dataclasses.replace(j, arrival=j.arrival * run.arrival_scale) for j in jobs]

@@ -69,6 +69,12 @@ def register(subparsers: Any) -> None:
         default=None,
         help="also write the summary as JSON ('-': to stdout, the summary table then goes to stderr)",
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="refuse columns the format does not read (without it, a misspelt optional column "
+        "such as 'wieght' warns and is ignored)",
+    )
     p.add_argument("--list", action="store_true", help="list the bundled traces and exit")
     p.set_defaults(func=run)
 
@@ -89,29 +95,36 @@ def run(args: argparse.Namespace) -> int:
         if args.spec or args.json is not None or args.format or args.map:
             raise ConfigError("--list takes no trace, --json, --format or --map")
 
+        from crop_gym.cli import report_stream
+
+        out = report_stream()
         width = max(len(name) for name in BUNDLED_TRACES)
-        print(f"{'name':<{width}}  {'format':<11}  {'jobs':>7}  description")
+        print(f"{'name':<{width}}  {'format':<11}  {'jobs':>7}  description", file=out)
         for t in BUNDLED_TRACES.values():
-            print(f"{t.name:<{width}}  {t.format:<11}  {t.jobs:>7,}  {t.description}")
+            print(f"{t.name:<{width}}  {t.format:<11}  {t.jobs:>7,}  {t.description}", file=out)
         return 0
     if not args.spec:
         raise ConfigError("give a trace file or bundled trace name, or --list")
 
     from crop_gym.cli import check_input_file, report_stream, write_outputs
-    from crop_gym.io import atomic_write_text, check_outputs
+    from crop_gym.io import check_outputs
     from crop_gym.workloads.loader import load_workload
     from crop_gym.workloads.summary import format_summary, summarize
 
-    check_outputs({"--json": args.json}, inputs=[args.spec])
+    folders = check_outputs({"--json": args.json}, inputs=[args.spec])
     check_input_file(args.spec, what="trace")
     out = report_stream(args.json)
     model_map = parse_map(args.map)
-    workload = load_workload(args.spec, format=args.format, model_map=model_map or None)
+    workload = load_workload(
+        args.spec, format=args.format, model_map=model_map or None, strict=args.strict
+    )
     summary = summarize(workload)
     text = json.dumps(summary, indent=2) + "\n"
     written = []
     if args.json is not None:
-        written = write_outputs({args.json: lambda p: atomic_write_text(p, text)})
+        written = write_outputs(
+            {args.json: lambda p: p.write_text(text, encoding="utf-8")}, folders
+        )
     print(format_summary(summary), file=out)
     for path in written:
         print(f"\nwrote {path}", file=out)

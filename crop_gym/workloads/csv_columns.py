@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import codecs
 import csv
+import difflib
 import io
 import os
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +41,9 @@ __all__ = [
     "MAX_TIME_S",
     "MAX_WEIGHT",
     "Table",
+    "TraceColumnWarning",
     "check_batch_vs_gpus",
+    "check_columns",
     "check_max_jobs",
     "check_sorted",
     "check_unique_ids",
@@ -186,30 +190,112 @@ def read_header(path: str | os.PathLike[str]) -> tuple[str, ...]:
 def _rows(
     label: str, reader: Any, header: tuple[str, ...], limit: int
 ) -> tuple[list[list[str]], list[int]]:
-    """Up to ``limit`` data rows of a ``csv.reader`` and their line numbers."""
+    """Up to ``limit`` data rows of a ``csv.reader`` and the line each starts on.
+
+    A quote that is never closed makes the reader join every following line into one field, so
+    the error shows up where the file (or the field-size limit) ends: the message names the line
+    the row started on, where the quote opened, instead.
+    """
     width = len(header)
     rows: list[list[str]] = []
     lines: list[int] = []
-    for row in reader:
-        if len(row) != width:
-            if not row:
-                continue
-            line = reader.line_num
+    start = reader.line_num + 1
+    while True:
+        try:
+            row = next(reader, None)
+        except csv.Error as exc:
+            raise TraceFormatError(
+                f"CSV syntax error in the row that starts here ({exc})"
+                + (
+                    f"; a quote opened on this line is not closed before line {reader.line_num}"
+                    if reader.line_num > start
+                    else ""
+                ),
+                path=label,
+                line=start,
+                field=None,
+            ) from None
+        if row is None:
+            break
+        if len(row) != width and row:
+            if reader.line_num > start:
+                raise TraceFormatError(
+                    f"a quote opened on this line runs on to line {reader.line_num} (an "
+                    f"unterminated quote: the row reads as {len(row)} fields, the header has "
+                    f"{width})",
+                    path=label,
+                    line=start,
+                    field=None,
+                )
             raise TraceFormatError(
                 f"row has {len(row)} fields, the header has {width}",
                 path=label,
-                line=line,
+                line=start,
                 field=header[len(row)] if len(row) < width else None,
             )
-        rows.append(row)
-        lines.append(reader.line_num)
-        if len(rows) >= limit:
-            break
+        if row:
+            rows.append(row)
+            lines.append(start)
+            if len(rows) >= limit:
+                break
+        start = reader.line_num + 1
     return rows, lines
 
 
+class TraceColumnWarning(UserWarning):
+    """A trace column no loader reads whose name is close to one it does (``wieght``)."""
+
+
+def check_columns(
+    path: str,
+    header: Sequence[str],
+    required: Sequence[str],
+    optional: Sequence[str] = (),
+    *,
+    strict: bool = False,
+) -> None:
+    """Look at the columns a format does not read.
+
+    A format reads its required and optional columns and ignores the rest, so that traces may carry
+    more than a loader needs. A misspelt optional column would then be ignored too, and every job
+    would silently get the default (``wieght``: weight 1). So a column the format does not read
+    whose name is close to one it does (:func:`difflib.get_close_matches`, ratio >= 0.75) warns
+    (:class:`TraceColumnWarning`), and with ``strict`` every column the format does not read is
+    refused.
+
+    Raises:
+        TraceFormatError: With ``strict``, naming the first unread column (line 1).
+    """
+    known = [*required, *optional]
+    for name in header:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        if strict:
+            raise TraceFormatError(
+                f"column not read by this format (it reads {', '.join(known)}){hint}",
+                path=path,
+                line=1,
+                field=name,
+            )
+        if close:
+            warnings.warn(
+                TraceColumnWarning(
+                    f"{path}:1: column {name!r} is not read by this format{hint} (every job gets "
+                    f"the default {close[0]}; --strict refuses unread columns)"
+                ),
+                stacklevel=3,
+            )
+
+
 def read_table(
-    path: str | os.PathLike[str], required: Sequence[str], *, max_rows: int | None = None
+    path: str | os.PathLike[str],
+    required: Sequence[str],
+    *,
+    optional: Sequence[str] = (),
+    max_rows: int | None = None,
+    strict: bool = False,
 ) -> Table:
     """Read a CSV file with a header row, streaming it.
 
@@ -219,8 +305,10 @@ def read_table(
     Args:
         path: The CSV file (a regular file).
         required: Columns that must be present.
+        optional: Columns the format reads when present (see :func:`check_columns`).
         max_rows: Stop after this many data rows (the rest of the file is not read); ``None`` reads
             every row.
+        strict: Refuse every column the format does not read (see :func:`check_columns`).
 
     Returns:
         The parsed table.
@@ -248,6 +336,7 @@ def read_table(
                         line=1,
                         field=name,
                     )
+            check_columns(label, header, required, optional, strict=strict)
             rows, lines = _rows(label, reader, header, limit)
         except UnicodeDecodeError:
             raise _utf8_error(label, raw) from None

@@ -64,6 +64,7 @@ def load_elasticflow(
     model_map: Mapping[str, str] | None = None,
     name: str | None = None,
     max_jobs: int | None = None,
+    strict: bool = False,
 ) -> Workload:
     """Load an ElasticFlow trace.
 
@@ -73,6 +74,7 @@ def load_elasticflow(
         name: Workload name (default: the file stem).
         max_jobs: Read only the first ``max_jobs`` rows (the rest of the file is not read); they
             must be sorted by ``submission_time``, as the ElasticFlow traces are.
+        strict: Refuse columns the format does not read (else a misspelt one warns).
 
     Returns:
         The workload, with per-job durations.
@@ -82,7 +84,7 @@ def load_elasticflow(
         ConfigError: If a ``model_map`` target is not in the model zoo.
         FileNotFoundError: If the file does not exist.
     """
-    table = read_table(path, ELASTICFLOW_COLUMNS, max_rows=max_jobs)
+    table = read_table(path, ELASTICFLOW_COLUMNS, max_rows=max_jobs, strict=strict)
     job_ids = string_column(table, "job_id")
     check_unique_ids(table, job_ids, "job_id")
     arrival = number_column(

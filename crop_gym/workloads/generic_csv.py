@@ -66,6 +66,7 @@ def load_generic_csv(
     model_map: Mapping[str, str] | None = None,
     name: str | None = None,
     max_jobs: int | None = None,
+    strict: bool = False,
 ) -> Workload:
     """Load a workload in the generic CSV format.
 
@@ -75,6 +76,7 @@ def load_generic_csv(
         name: Workload name (default: the file stem).
         max_jobs: Read only the first ``max_jobs`` rows (the rest of the file is not read); they
             must be sorted by ``arrival_s``.
+        strict: Refuse columns the format does not read (else a misspelt one warns).
 
     Returns:
         The workload.
@@ -84,7 +86,9 @@ def load_generic_csv(
         ConfigError: If a ``model_map`` target is not in the model zoo.
         FileNotFoundError: If the file does not exist.
     """
-    table = read_table(path, GENERIC_COLUMNS, max_rows=max_jobs)
+    table = read_table(
+        path, GENERIC_COLUMNS, optional=GENERIC_OPTIONAL_COLUMNS, max_rows=max_jobs, strict=strict
+    )
     job_ids = string_column(table, "job_id")
     check_unique_ids(table, job_ids, "job_id")
     arrival = number_column(table, "arrival_s", minimum=0, maximum=MAX_TIME_S, what="arrival time")

@@ -9,14 +9,18 @@ from importlib import resources
 
 from crop_gym.errors import ConfigError, TraceFormatError
 from crop_gym.io import check_regular_input
-from crop_gym.workloads.csv_columns import check_max_jobs, read_header
+from crop_gym.workloads.csv_columns import check_columns, check_max_jobs, read_header
 from crop_gym.workloads.elasticflow import ELASTICFLOW_COLUMNS, load_elasticflow
-from crop_gym.workloads.generic_csv import GENERIC_COLUMNS, load_generic_csv
+from crop_gym.workloads.generic_csv import (
+    GENERIC_COLUMNS,
+    GENERIC_OPTIONAL_COLUMNS,
+    load_generic_csv,
+)
 from crop_gym.workloads.pollux import POLLUX_COLUMNS, load_pollux
 from crop_gym.workloads.registry import bundled_names, bundled_resource, resolve_bundled
 from crop_gym.workloads.workload import Workload
 
-__all__ = ["FORMATS", "detect_format", "load_workload"]
+__all__ = ["FORMATS", "check_trace_columns", "detect_format", "load_workload"]
 
 _Loader = Callable[..., Workload]
 
@@ -27,6 +31,9 @@ FORMATS: dict[str, _Loader] = {
     "csv": load_generic_csv,
     "generic": load_generic_csv,
 }
+
+#: Optional columns each format reads when present (the others: none).
+_OPTIONAL: dict[str, tuple[str, ...]] = {"csv": GENERIC_OPTIONAL_COLUMNS}
 
 _SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("elasticflow", ELASTICFLOW_COLUMNS),
@@ -103,6 +110,7 @@ def load_workload(
     format: str | None = None,
     model_map: Mapping[str, str] | None = None,
     max_jobs: int | None = None,
+    strict: bool = False,
 ) -> Workload:
     """Load a workload from a file or a bundled trace.
 
@@ -118,6 +126,9 @@ def load_workload(
             rows must be in arrival order (a row arriving before the one above it is refused, naming
             its line), so on a file sorted by arrival (every bundled trace is) this is the first
             ``max_jobs`` jobs of the whole workload. ``None`` loads every row.
+        strict: Refuse a file's columns that its format does not read; without it, such a column
+            whose name is close to one the format reads (``wieght``) warns
+            (:class:`~crop_gym.workloads.csv_columns.TraceColumnWarning`) and is ignored.
 
     Returns:
         The workload: jobs sorted by arrival, first arrival at 0.
@@ -141,9 +152,27 @@ def load_workload(
         loader = FORMATS[format or trace.format]
         with resources.as_file(bundled_resource(trace)) as real:
             workload: Workload = loader(
-                real, model_map=model_map, name=trace.name, max_jobs=max_jobs
+                real, model_map=model_map, name=trace.name, max_jobs=max_jobs, strict=strict
             )
         return workload
     fmt = format or detect_format(path)  # refuses a directory, FIFO or device before reading
-    workload = FORMATS[fmt](path, model_map=model_map, max_jobs=max_jobs)
+    workload = FORMATS[fmt](path, model_map=model_map, max_jobs=max_jobs, strict=strict)
     return workload
+
+
+def check_trace_columns(
+    path: str | os.PathLike[str], format: str | None = None, *, strict: bool = False
+) -> None:
+    """Check a trace file's header as its loader will (:func:`~crop_gym.workloads.csv_columns.check_columns`),
+    without reading its rows: a driver does it once before its workers load the file.
+
+    Raises:
+        TraceFormatError: With ``strict``, for a column the format does not read; for a header
+            that matches no format.
+    """
+    fmt = format or detect_format(path)
+    fmt = "csv" if fmt == "generic" else fmt
+    required = dict(_SIGNATURES)[fmt]
+    check_columns(
+        os.fspath(path), _header_columns(path), required, _OPTIONAL.get(fmt, ()), strict=strict
+    )

@@ -106,6 +106,7 @@ def load_pollux(
     applications: Mapping[str, PolluxApplication] | None = None,
     name: str | None = None,
     max_jobs: int | None = None,
+    strict: bool = False,
 ) -> Workload:
     """Load a Pollux workload file.
 
@@ -116,6 +117,7 @@ def load_pollux(
         name: Workload name (default: the file stem).
         max_jobs: Read only the first ``max_jobs`` rows (the rest of the file is not read); they
             must be sorted by ``time``.
+        strict: Refuse columns the format does not read (else a misspelt one warns).
 
     Returns:
         The workload (no durations: Pollux files have none).
@@ -128,7 +130,7 @@ def load_pollux(
     apps = dict(POLLUX_APPLICATIONS if applications is None else applications)
     if not apps:
         raise ConfigError("load_pollux: the application table is empty")
-    table = read_table(path, POLLUX_COLUMNS, max_rows=max_jobs)
+    table = read_table(path, POLLUX_COLUMNS, max_rows=max_jobs, strict=strict)
     job_ids = string_column(table, "name")
     check_unique_ids(table, job_ids, "name")
     arrival = number_column(table, "time", minimum=0, maximum=MAX_TIME_S, what="arrival time")
