@@ -13,9 +13,11 @@ import pytest
 
 from crop_gym.cli import main
 from crop_gym.errors import ConfigError
-from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
-from crop_gym.model.hardware_topology import (
+from crop_gym.model.hardware import (
     DEFAULT_HARDWARE,
+    ComputeCurve,
+    HardwareProfile,
+    LinkLevel,
     apply_hardware,
     combine_profiles,
     resolve_hardware,

@@ -93,7 +93,7 @@ class Topology:
         server_gpu_lo / server_gpu_hi: ``int32[S]`` half-open GPU index range of each server.
         node_gpu_lo / node_gpu_hi: ``int32[N]`` half-open GPU index range of each subtree.
         node_srv_lo / node_srv_hi: ``int32[N]`` half-open server index range of each subtree.
-        hardware: The profile it was built for (:mod:`crop_gym.model.hardware_topology`): jobs'
+        hardware: The profile it was built for (:mod:`crop_gym.model.hardware`): jobs'
             ``M`` and compute come from it (its GPU type has speed 1); ``None``: the model zoo.
     """
 

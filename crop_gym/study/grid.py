@@ -19,8 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.hardware import BUNDLED_DIR, bundled_hardware
-from crop_gym.model.hardware_topology import DEFAULT_HARDWARE, ClusterHardware, resolve_hardware
+from crop_gym.model.hardware import (
+    BUNDLED_DIR,
+    DEFAULT_HARDWARE,
+    ClusterHardware,
+    bundled_hardware,
+    resolve_hardware,
+)
 from crop_gym.study.spec import AUTO_CLUSTER, StudySpec
 
 if TYPE_CHECKING:
@@ -39,7 +44,7 @@ __all__ = [
 
 #: Hardware profiles of the ``hardware`` axis: name → one-line description. ``default`` is the
 #: simulator's own model (no override; equal to ``a100-elasticflow``), the others the bundled
-#: profiles (:mod:`crop_gym.model.hardware_topology`).
+#: profiles (:mod:`crop_gym.model.hardware`).
 HARDWARE_PROFILES: dict[str, str] = {
     "default": f"the simulator's default hardware model (no override; = {DEFAULT_HARDWARE})",
     **{n: f"bundled profile crop_gym/{BUNDLED_DIR}/{n}.json" for n in bundled_hardware()},
