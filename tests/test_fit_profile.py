@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from crop_gym.calibration.fit import fit_profile, measurement_facts, predict_step_time
+from crop_gym.calibration.fit import fit_profile, predict_step_time
 from crop_gym.calibration.measurements import Measurements
+from crop_gym.calibration.spread import spread_facts
 from crop_gym.errors import ConfigError
 from crop_gym.model.facts import placement_facts
 from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
@@ -66,7 +67,13 @@ def truth() -> HardwareProfile:
     )
 
 
-def test_measurement_facts_match_a_real_tree() -> None:
+def test_even_spread_by_hand() -> None:
+    got = even_spread([16, 5, 8, 12], [8, 5, 4, 4], [2, 1, 2, 3])
+    assert got.tolist() == [[8, 8, 0], [5, 0, 0], [4, 4, 0], [4, 4, 4]]
+    assert even_spread(6, 4, 2).tolist() == [[4, 2]]
+
+
+def test_spread_facts_match_a_real_tree() -> None:
     p = truth()
     topo = p.topology(4)
     spreads = [(1,), (3,), (2, 2), (3, 1), (1, 1, 1, 1), (4, 2, 1)]
@@ -75,7 +82,7 @@ def test_measurement_facts_match_a_real_tree() -> None:
     ]
     real = placement_facts(topo, Health.healthy(topo), placements)
     pl = np.array([list(s) + [0] * (4 - len(s)) for s in spreads])
-    facts, b_inter = measurement_facts(pl, p.links[0], p.links[1])
+    facts, b_inter = spread_facts(pl, p.links[0], p.links[1])
     cols = ["k", "g", "s", "b_intra", "a_intra", "a_inter", "slowdown", "survival"]
     for c in cols:
         assert np.array_equal(getattr(facts, c), getattr(real, c)), c

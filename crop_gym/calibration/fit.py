@@ -4,8 +4,9 @@ The measured rows (:class:`~crop_gym.calibration.measurements.Measurements`) are
 iteration-time model itself (:func:`crop_gym.model.timing.job_times`, no second formula): a row of
 ``k`` GPUs spread over nodes as ``(g_1, g_2, ...)`` becomes the placement facts of that spread on a
 tree of ``gpus_per_node``-GPU nodes under one switch, healthy and alone (``k``, ``g = max g_i``,
-``s`` nodes; the GPU links and, on more than one node, the NIC links spanned). A test checks the
-facts against :func:`~crop_gym.model.facts.placement_facts` on a real topology.
+``s`` nodes; the GPU links and, on more than one node, the NIC links spanned:
+:func:`~crop_gym.calibration.spread.spread_facts`, checked against
+:func:`~crop_gym.model.facts.placement_facts` on a real topology by a test).
 
 Free parameters (deterministic robust fit, :func:`scipy.optimize.least_squares`, soft-L1 loss on
 the log error of the step time, fixed starting points, the best kept):
@@ -46,8 +47,8 @@ from numpy.typing import NDArray
 
 from crop_gym.calibration.measurements import Measurements
 from crop_gym.calibration.report import error_report
+from crop_gym.calibration.spread import spread_facts
 from crop_gym.errors import ConfigError
-from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
 from crop_gym.model.jobs import get_model
 from crop_gym.model.timing import PerfConfig, compute_curve, job_times
@@ -59,7 +60,6 @@ __all__ = [
     "SHARED_PARAMETERS",
     "FitReport",
     "fit_profile",
-    "measurement_facts",
     "predict_step_time",
 ]
 
@@ -160,42 +160,9 @@ class FitReport:
         }
 
 
-def measurement_facts(
-    placement: NDArray[np.int64], gpu_link: LinkLevel, nic: LinkLevel
-) -> tuple[PlacementFacts, FloatArray]:
-    """Placement facts and NIC bandwidth per measured row (healthy, alone, one switch).
-
-    Args:
-        placement: ``int[R, N]`` GPUs per node, zero-padded.
-        gpu_link: The GPU link level (bandwidth and latency of a spanned GPU link).
-        nic: The NIC level.
-
-    Returns:
-        ``(facts, b_inter)``: what :func:`~crop_gym.model.facts.placement_facts` and
-        :func:`~crop_gym.model.timing.inter_bandwidth` give on ``build_tree([nodes, gpus], ...)``.
-    """
-    p = np.asarray(placement)
-    k = p.sum(axis=1).astype(np.float64)
-    g = p.max(axis=1, initial=0).astype(np.float64)
-    s = (p > 0).sum(axis=1).astype(np.float64)
-    multi, spread = k >= 2, s >= 2
-    facts = PlacementFacts.of(
-        np.zeros((len(p), 0), dtype=np.int32),
-        k=k,
-        g=g,
-        s=s,
-        b_intra=np.where(multi, gpu_link.bandwidth, np.inf),
-        a_intra=np.where(multi, gpu_link.latency, 0.0),
-        a_inter=np.where(spread, nic.latency, 0.0),
-        slowdown=np.ones(len(p)),
-        survival=np.ones(len(p)),
-    )
-    return facts, np.where(spread, nic.bandwidth, np.inf)
-
-
 def predict_step_time(profile: HardwareProfile, measurements: Measurements) -> FloatArray:
     """Predicted step time of every measured row on ``profile`` (via :func:`job_times`)."""
-    facts, b_inter = measurement_facts(measurements.placement, profile.links[0], profile.links[1])
+    facts, b_inter = spread_facts(measurements.placement, profile.links[0], profile.links[1])
     models = measurements.model
     compute = np.empty(len(measurements))
     grad = np.empty(len(measurements))
@@ -339,7 +306,7 @@ def fit_profile(
     def predict(x: FloatArray) -> FloatArray:
         shared, c0, c1, grad = unpack(x)
         perf = _perf(shared, nic_sharing)
-        facts, b_inter = measurement_facts(
+        facts, b_inter = spread_facts(
             measurements.placement, gpu_link, LinkLevel("nic", shared["nic"], shared["nic_latency"])
         )
         # measured: c0 = scale, c1 = κ of the application; affine: c0 = t0, c1 = per_sample.
