@@ -12,7 +12,7 @@ import pytest
 
 from crop_gym.calibration.fit import fit_profile, predict_step_time
 from crop_gym.calibration.measurements import Measurements
-from crop_gym.calibration.spread import spread_facts
+from crop_gym.calibration.spread import even_spread, spread_facts
 from crop_gym.errors import ConfigError
 from crop_gym.model.facts import placement_facts
 from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
