@@ -116,6 +116,7 @@ def test_per_row_compute_sharing_is_the_shared_formula_per_row() -> None:
         a_inter=np.zeros(3),
         slowdown=np.ones(3),
         survival=np.ones(3),
+        sum_g2=g**2,
     )
     t = np.array([0.1, 0.2, 0.3])
     perf = PerfConfig(allreduce="hierarchical", compute_sharing=0.05)

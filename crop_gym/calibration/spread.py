@@ -65,5 +65,6 @@ def spread_facts(
         a_inter=np.where(spread, nic.latency, 0.0),
         slowdown=np.ones(len(p)),
         survival=np.ones(len(p)),
+        sum_g2=(p.astype(np.float64) ** 2).sum(axis=1),
     )
     return facts, np.where(spread, nic.bandwidth, np.inf)
