@@ -7,11 +7,14 @@ A profile says what a cluster's hardware does to the iteration-time model of
   node's network card into the first switch, then any upper switch levels), each with a bandwidth
   (bytes/s per direction) and a latency (s);
 * the node fabric ``F`` shared by a node's GPUs, how far co-located GPUs share the network card
-  (ν), the compute slowdown per co-located GPU (κ), a per-step latency (λ) and the overlap of
-  backward compute with the all-reduce (φ_t, φ_c) — every one "off" unless given;
+  (ν), the compute slowdown per co-located GPU (κ), a per-step latency (λ), the overlap of
+  backward compute with the all-reduce (φ_t, φ_c), how the ring's latency adds up (``latency``:
+  ``"max"`` or over its ``"hops"``, each slowed by its node's co-located GPUs, χ), the gradient
+  bucket that cannot overlap (β) and the single-replica overhead of a 1-GPU step (δ) — every one
+  "off" unless given (:class:`~crop_gym.model.timing.PerfConfig` has the formulas);
 * per (model, GPU type) compute curves (affine ``t0 + per_sample · b`` or a knot table), per-model
-  gradient bytes where a fit found the zoo's size wrong, per-model compute sharing κ where a model
-  slows down more than others with co-located GPUs, and the relative speeds of GPU types;
+  gradient bytes where a fit found the zoo's size wrong, per-model values of κ, χ and δ (a model
+  without one takes the profile's shared value), and the relative speeds of GPU types;
 * a citation (where the constants come from) and, for fitted profiles, the fit's figures.
 
 Profiles are JSON or TOML files (``crop_gym/data/hardware/*.json`` are bundled); :func:`get_hardware`
@@ -101,6 +104,12 @@ _KEYS = {
     "compute_sharing",
     "model_compute_sharing",
     "step_latency",
+    "latency",
+    "latency_inflation",
+    "model_latency_inflation",
+    "bucket_bytes",
+    "replica_overhead",
+    "model_replica_overhead",
     "overlap",
     "overlap_cap",
     "compute",
@@ -185,6 +194,12 @@ class HardwareProfile:
         compute_sharing: κ >= 0 (every model without its own value).
         model_compute_sharing: ``{model: κ}`` overriding ``compute_sharing`` per model.
         step_latency: λ >= 0 s.
+        latency: ``"max"`` or ``"hops"`` (ring only).
+        latency_inflation: χ >= 0 (every model without its own value).
+        model_latency_inflation: ``{model: χ}``.
+        bucket_bytes: β >= 0 bytes (0: off).
+        replica_overhead: δ >= 0 s (every model without its own value).
+        model_replica_overhead: ``{model: δ}``.
         overlap: φ_t in [0, 1].
         overlap_cap: φ_c in [0, 1], or ``None`` (= ``overlap``).
         compute: ``{model: {gpu_type: ComputeCurve}}``.
@@ -206,6 +221,12 @@ class HardwareProfile:
     overlap: float = 0.0
     overlap_cap: float | None = None
     model_compute_sharing: Mapping[str, float] = field(default_factory=dict)
+    latency: str = "max"
+    latency_inflation: float = 0.0
+    model_latency_inflation: Mapping[str, float] = field(default_factory=dict)
+    bucket_bytes: float = 0.0
+    replica_overhead: float = 0.0
+    model_replica_overhead: Mapping[str, float] = field(default_factory=dict)
     compute: Mapping[str, Mapping[str, ComputeCurve]] = field(default_factory=dict)
     grad_bytes: Mapping[str, float] = field(default_factory=dict)
     fit: Mapping[str, Any] = field(default_factory=dict)
@@ -219,9 +240,8 @@ class HardwareProfile:
             MappingProxyType({m: MappingProxyType(dict(c)) for m, c in self.compute.items()}),
         )
         object.__setattr__(self, "grad_bytes", MappingProxyType(dict(self.grad_bytes)))
-        object.__setattr__(
-            self, "model_compute_sharing", MappingProxyType(dict(self.model_compute_sharing))
-        )
+        for name in ("model_compute_sharing", "model_latency_inflation", "model_replica_overhead"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         object.__setattr__(self, "fit", MappingProxyType(dict(self.fit)))
         object.__setattr__(self, "links", tuple(self.links))
         _validate(self, self.name or "hardware profile")
@@ -237,6 +257,10 @@ class HardwareProfile:
             nic_sharing=self.nic_sharing,
             compute_sharing=self.compute_sharing,
             step_latency=self.step_latency,
+            latency=self.latency,
+            latency_inflation=self.latency_inflation,
+            bucket_bytes=self.bucket_bytes,
+            replica_overhead=self.replica_overhead,
         )
 
     def topology(self, fanouts: int | Sequence[int], *, name: str | None = None) -> Topology:
@@ -296,6 +320,14 @@ class HardwareProfile:
         """Compute sharing κ of ``model`` (the profile's per-model value, else the shared one)."""
         return float(self.model_compute_sharing.get(model, self.compute_sharing))
 
+    def model_chi(self, model: str) -> float:
+        """Latency inflation χ of ``model`` (the profile's per-model value, else the shared one)."""
+        return float(self.model_latency_inflation.get(model, self.latency_inflation))
+
+    def model_delta(self, model: str) -> float:
+        """Single-replica overhead δ of ``model`` (per-model value, else the shared one)."""
+        return float(self.model_replica_overhead.get(model, self.replica_overhead))
+
     # ------------------------------------------------------------ serialise
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as :meth:`to_mapping` (the fields' read-only views do not pickle)."""
@@ -329,6 +361,15 @@ class HardwareProfile:
         out["grad_bytes"] = dict(self.grad_bytes)
         if self.model_compute_sharing:
             out["model_compute_sharing"] = dict(self.model_compute_sharing)
+        # The newer terms are written only when used, so older profiles round-trip unchanged.
+        if self.latency != "max":
+            out["latency"] = self.latency
+        for name in ("latency_inflation", "bucket_bytes", "replica_overhead"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        for name in ("model_latency_inflation", "model_replica_overhead"):
+            if getattr(self, name):
+                out[name] = dict(getattr(self, name))
         if self.fit:
             out["fit"] = dict(self.fit)
         return out
@@ -409,6 +450,10 @@ class HardwareProfile:
             m: check_real(f"{source}: model_compute_sharing.{m}", v, 0, 1e3)
             for m, v in kappa_raw.items()
         }
+        per_model = {
+            name: _per_model(data.get(name, {}), f"{source}: {name}", high)
+            for name, high in (("model_latency_inflation", 1e4), ("model_replica_overhead", 1e3))
+        }
         speeds_raw = data.get("gpu_speeds", {})
         if not isinstance(speeds_raw, Mapping):
             raise ConfigError(f"{source}: field 'gpu_speeds' must be a table {{gpu_type: speed}}")
@@ -444,6 +489,17 @@ class HardwareProfile:
             overlap=check_real(f"{source}: overlap", data.get("overlap", 0.0), 0, 1),
             overlap_cap=None if cap is None else check_real(f"{source}: overlap_cap", cap, 0, 1),
             model_compute_sharing=kappas,
+            latency=_text(data.get("latency", "max"), f"{source}: latency"),
+            latency_inflation=check_real(
+                f"{source}: latency_inflation", data.get("latency_inflation", 0.0), 0, 1e4
+            ),
+            bucket_bytes=check_real(
+                f"{source}: bucket_bytes", data.get("bucket_bytes", 0.0), 0, 1e15
+            ),
+            replica_overhead=check_real(
+                f"{source}: replica_overhead", data.get("replica_overhead", 0.0), 0, 1e3
+            ),
+            **per_model,
             compute=compute,
             grad_bytes=grad,
             fit=fit,
@@ -462,6 +518,13 @@ def _text(value: Any, where: str, *, empty: bool = False) -> str:
     if not isinstance(value, str) or (not empty and not value.strip()):
         raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
     return value
+
+
+def _per_model(raw: Any, where: str, high: float) -> dict[str, float]:
+    """A ``{model: value}`` table of values in ``[0, high]``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a table {{model: value}}")
+    return {m: check_real(f"{where}.{m}", v, 0, high) for m, v in raw.items()}
 
 
 def _curve(raw: Any, where: str) -> ComputeCurve:

@@ -26,16 +26,37 @@ For a placement ``P`` (``k`` GPUs on ``s`` servers, at most ``g`` of them on one
   where ``a_intra`` / ``a_inter`` are the largest latencies among the spanned intra / inter links
   and ``λ`` a fixed per-step synchronisation cost (``step_latency``, 0 by default).
   Both reduce to the same ring when the job is on one server or has one GPU per server.
-* Compute: ``t = t_c · max_{g in P} σ_g / speed_g · (1 + κ (g - 1))`` (the slowest worker sets the
-  pace; ``κ = compute_sharing`` is the slowdown each co-located GPU of the job adds through the
-  node's shared CPU, memory and PCIe, 0 by default). ``t_c`` comes from the model's compute curve
-  (:func:`compute_curve`).
+* Ring latency over its hops (``latency="hops"``, ring only; off by default). A chunk travels
+  every hop of the ring, and the pipelined ring's critical path is ``2(k-1)`` consecutive hops, so
+  the latency term is ``2(k-1)/k · Σ_h α_h`` over the ring's ``k`` hops instead of
+  ``2(k-1) · max α``. The ring has ``g_i - 1`` intra-node hops on node ``i`` and one hop out of
+  each node (``s >= 2``; on one node all ``k`` hops are intra-node), and a hop is slowed by its
+  node's co-located GPUs, ``α_h = a · (1 + χ (g_i - 1))`` (``χ = latency_inflation``: the GPUs'
+  data loaders and the collective's proxy threads share the node's CPUs), so with
+  ``Σ_i g_i² = sum_g2``::
+
+      Σ_h α_h = a_intra · [(k - s·[s>1]) + χ (Σ g_i² - k - [s>1](k - s))]
+              + a_inter · [s>1] · (s + χ (k - s))
+
+  Every node's count enters, so placements that differ beyond node order get different times
+  (3311 and 3221 differ in ``Σ g_i²``); with ``χ = 0`` and equal hop latencies it is today's
+  ``2(k-1)·α``.
+* Compute: ``t = (t_c - δ·[k > 1]) · max_{g in P} σ_g / speed_g · (1 + κ (g - 1))`` (the slowest
+  worker sets the pace; ``κ = compute_sharing`` is the slowdown each co-located GPU of the job adds
+  through the node's shared CPU, memory and PCIe, 0 by default). ``t_c`` comes from the model's
+  compute curve (:func:`compute_curve`); when the curve is the measured 1-GPU step time,
+  ``δ = replica_overhead`` is the per-step work a single replica does that a data-parallel job
+  does not (AdaptDL's gradient-noise estimate on one GPU clones and re-reduces the gradients
+  each step; with several replicas it comes out of the all-reduce), 0 by default.
 * Iteration time with overlap: backward compute hides up to ``φ_t · t`` of the all-reduce, and at
   most ``φ_c · C`` of it::
 
       T = t + C - min(φ_t · t, φ_c · C)
 
   ``PerfConfig(overlap=φ)`` is ``φ_t = φ_c = φ``, i.e. ``T = (1-φ)(t + C) + φ · max(t, C)``.
+  With a gradient bucket ``bucket_bytes = β > 0`` (off by default), the all-reduce of the last
+  bucket cannot start before backward ends, so at most ``1 - min(1, β / M)`` of ``C`` hides:
+  ``φ_c`` becomes ``min(φ_c, 1 - min(1, β / M))`` per job (PyTorch DDP's default bucket is 25 MB).
 * Normalised throughput: ``η = min(1, T* / T)``, where ``T*`` (:func:`ideal_time`) is the same job
   alone on a compact placement of healthy GPUs.
 
@@ -62,6 +83,7 @@ from crop_gym.model.topology import Topology
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
     "JOB_COLUMNS",
+    "LATENCY_MODELS",
     "JobTimes",
     "PerfConfig",
     "comm_time",
@@ -76,6 +98,8 @@ __all__ = [
 ]
 
 ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring", "hierarchical")
+#: How the all-reduce's per-step latency adds up (see the module docstring).
+LATENCY_MODELS: tuple[str, ...] = ("max", "hops")
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
@@ -98,6 +122,11 @@ class PerfConfig:
         nic_sharing: ν in [0, 1]: the inter-node share is divided by ``g^ν``; 0 = off.
         compute_sharing: κ >= 0, compute slowdown per co-located GPU of the job; 0 = off.
         step_latency: λ >= 0 seconds added to every step of a job of more than one GPU; 0 = off.
+        latency: ``"max"`` (``2(k-1)·max α``, the default) or ``"hops"`` (the sum over the ring's
+            hops, ring only).
+        latency_inflation: χ >= 0, hop latency slowdown per co-located GPU of its node (``"hops"``).
+        bucket_bytes: β >= 0 bytes of the last gradient bucket, which cannot overlap; 0 = off.
+        replica_overhead: δ >= 0 seconds a 1-GPU step does and a multi-GPU step does not; 0 = off.
     """
 
     allreduce: str = ""
@@ -107,6 +136,10 @@ class PerfConfig:
     nic_sharing: float = 0.0
     compute_sharing: float = 0.0
     step_latency: float = 0.0
+    latency: str = "max"
+    latency_inflation: float = 0.0
+    bucket_bytes: float = 0.0
+    replica_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         if self.allreduce == "":
@@ -122,6 +155,13 @@ class PerfConfig:
         check_range("nic_sharing", self.nic_sharing, 0.0, 1.0)
         check_range("compute_sharing", self.compute_sharing, 0.0, 1e3)
         check_range("step_latency", self.step_latency, 0.0, 1e3)
+        if self.latency not in LATENCY_MODELS:
+            raise ConfigError(f"latency={self.latency!r} is not one of {', '.join(LATENCY_MODELS)}")
+        if self.latency == "hops" and self.allreduce != "ring":
+            raise ConfigError("latency='hops' sums the hops of a ring: it needs allreduce='ring'")
+        check_range("latency_inflation", self.latency_inflation, 0.0, 1e4)
+        check_range("bucket_bytes", self.bucket_bytes, 0.0, 1e15)
+        check_range("replica_overhead", self.replica_overhead, 0.0, 1e3)
 
 
 # ----------------------------------------------------------------------------- formulas
@@ -139,6 +179,9 @@ def comm_time(
     fabric_bandwidth: float = float("inf"),
     nic_sharing: float = 0.0,
     step_latency: float = 0.0,
+    latency: str = "max",
+    sum_g2: Any = None,
+    latency_inflation: Any = 0.0,
 ) -> Any:
     """All-reduce time of ``grad_bytes`` per iteration (vectorised over jobs).
 
@@ -155,6 +198,9 @@ def comm_time(
         fabric_bandwidth: ``F``, a node's fabric shared by its ``g`` GPUs (``inf``: off).
         nic_sharing: ν: the inter-server share is divided by ``g^ν`` (0: off).
         step_latency: λ, seconds added when ``k > 1`` (0: off).
+        latency: ``"max"`` or ``"hops"`` (ring only; the module docstring).
+        sum_g2: ``Σ_i g_i²`` over the servers (needed by ``"hops"``).
+        latency_inflation: χ per job (``"hops"``).
 
     Returns:
         Seconds per iteration spent in the all-reduce.
@@ -166,11 +212,25 @@ def comm_time(
         b_intra = np.minimum(b_intra, fabric_bandwidth / gf)
     if nic_sharing != 0.0:
         b_inter = b_inter / gf**nic_sharing
-    if allreduce == "ring":
+    if allreduce == "ring" and latency == "hops":
+        kf = np.asarray(k, dtype=np.float64)
+        sf = np.asarray(s, dtype=np.float64)
+        spread = (sf > 1.0).astype(np.float64)
+        chi = np.asarray(latency_inflation, dtype=np.float64)
+        if sum_g2 is None:
+            raise ConfigError("comm_time(latency='hops') needs sum_g2 (Σ g_i² over the servers)")
+        intra_hops = (kf - sf * spread) + chi * (np.asarray(sum_g2) - kf - spread * (kf - sf))
+        inter_hops = spread * (sf + chi * (kf - sf))
+        steps = 2.0 * (kf - 1.0)
+        hops = np.asarray(a_intra) * intra_hops + np.where(spread > 0, a_inter, 0.0) * inter_hops
+        out = steps / kf * (grad_bytes / np.minimum(b_intra, b_inter) + hops)
+    elif allreduce == "ring":
         steps = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0)
         out = steps / k * (grad_bytes / np.minimum(b_intra, b_inter)) + steps * np.maximum(
             a_intra, a_inter
         )
+    elif latency == "hops":
+        raise ConfigError("latency='hops' sums the hops of a ring: it needs allreduce='ring'")
     else:
         sf = np.asarray(s, dtype=np.float64)
         intra = (2.0 * (gf - 1.0) / gf) * (grad_bytes / b_intra) + 2.0 * (gf - 1.0) * a_intra
@@ -181,10 +241,9 @@ def comm_time(
     return out
 
 
-def iteration_time(
-    compute: Any, comm: Any, overlap: float = 0.0, overlap_cap: float | None = None
-) -> Any:
-    """``T = t + C - min(φ_t·t, φ_c·C)`` with ``φ_t = overlap``, ``φ_c = overlap_cap`` (vectorised).
+def iteration_time(compute: Any, comm: Any, overlap: float = 0.0, overlap_cap: Any = None) -> Any:
+    """``T = t + C - min(φ_t·t, φ_c·C)`` with ``φ_t = overlap``, ``φ_c = overlap_cap`` (vectorised;
+    ``φ_c`` may be one value per job).
 
     With ``overlap_cap=None`` this is ``(1-φ)(t + C) + φ·max(t, C)``, the same value.
     """
@@ -259,6 +318,8 @@ def job_times(
     b_inter: Any,
     *,
     compute_sharing: Any = None,
+    latency_inflation: Any = None,
+    replica_overhead: Any = None,
 ) -> JobTimes:
     """The iteration-time model of rows of jobs: the one place ``T``, ``C`` and ``η`` are computed.
 
@@ -272,6 +333,8 @@ def job_times(
         b_inter: Bottleneck inter-server bandwidth share per row (:func:`inter_bandwidth`).
         compute_sharing: κ per row (e.g. a hardware profile's per-model value), replacing
             ``perf.compute_sharing``; ``None`` (the default) uses ``perf.compute_sharing``.
+        latency_inflation: χ per row, likewise replacing ``perf.latency_inflation``.
+        replica_overhead: δ per row, likewise replacing ``perf.replica_overhead``.
     """
     C = comm_time(
         perf.allreduce,
@@ -286,12 +349,25 @@ def job_times(
         fabric_bandwidth=perf.fabric_bandwidth,
         nic_sharing=perf.nic_sharing,
         step_latency=perf.step_latency,
+        latency=perf.latency,
+        sum_g2=facts.sum_g2 if perf.latency == "hops" else None,
+        latency_inflation=perf.latency_inflation
+        if latency_inflation is None
+        else latency_inflation,
     )
+    delta = perf.replica_overhead if replica_overhead is None else replica_overhead
+    if replica_overhead is not None or delta != 0.0:
+        compute = np.maximum(compute - delta * (facts.k > 1.0), 0.0)
     t = compute * facts.slowdown
     kappa = perf.compute_sharing if compute_sharing is None else compute_sharing
     if compute_sharing is not None or kappa != 0.0:
         t = t * (1.0 + kappa * (facts.g - 1.0))
-    T = iteration_time(t, C, perf.overlap, perf.overlap_cap)
+    cap: Any = perf.overlap_cap
+    if perf.bucket_bytes > 0.0:
+        # The last gradient bucket is reduced after backward ends: it never overlaps.
+        hideable = 1.0 - np.minimum(1.0, perf.bucket_bytes / np.asarray(grad_bytes, dtype=float))
+        cap = np.minimum(perf.overlap if cap is None else cap, hideable)
+    T = iteration_time(t, C, perf.overlap, cap)
     return JobTimes(T=T, C=C, eta=np.minimum(1.0, tstar / T))
 
 
@@ -306,6 +382,8 @@ def times_of(perf: PerfConfig, const: FloatArray, facts: PlacementFacts, b_inter
         facts,
         b_inter,
         compute_sharing=const[..., 4],
+        latency_inflation=const[..., 5] if perf.latency == "hops" else None,
+        replica_overhead=const[..., 6] if perf.replica_overhead or const[..., 6].any() else None,
     )
 
 
@@ -329,7 +407,15 @@ def _constants(topology: Topology, spec: ModelSpec, local_batch: float) -> tuple
 
 
 #: The columns of :func:`job_constants`, in order.
-JOB_COLUMNS: tuple[str, ...] = ("grad_bytes", "compute", "tstar", "weight", "compute_sharing")
+JOB_COLUMNS: tuple[str, ...] = (
+    "grad_bytes",
+    "compute",
+    "tstar",
+    "weight",
+    "compute_sharing",
+    "latency_inflation",
+    "replica_overhead",
+)
 
 
 def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
@@ -341,35 +427,47 @@ def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
 
 
 def job_constants(topology: Topology, perf: PerfConfig, jobs: Sequence[Job]) -> FloatArray:
-    """``float64[J, 5]``: per job its :data:`JOB_COLUMNS`, gradient bytes ``M``, reference compute
-    time ``t_c``, ideal time ``T*`` (:func:`ideal_time`), weight ``w`` and compute sharing κ (the
-    hardware profile's value for the job's model, else ``perf.compute_sharing``; the
-    ``compute_sharing=`` column of :func:`job_times`).
+    """``float64[J, 7]``: per job its :data:`JOB_COLUMNS`, gradient bytes ``M``, reference compute
+    time ``t_c``, ideal time ``T*`` (:func:`ideal_time`), weight ``w``, compute sharing κ, latency
+    inflation χ and single-replica overhead δ (each the hardware profile's value for the job's
+    model, else the ``perf`` value; the ``compute_sharing=``, ``latency_inflation=`` and
+    ``replica_overhead=`` columns of :func:`job_times`).
 
     One memoised look-up per job class: the constants are a pure function of immutable inputs.
     """
     rows = []
     for j in jobs:
-        grad_bytes, t_c, tstar, kappa = _job_class(
+        grad_bytes, t_c, tstar, kappa, chi, delta = _job_class(
             topology, perf, get_model(j.model), j.num_gpus, float(j.batch_size)
         )
-        rows.append((grad_bytes, t_c, tstar, j.weight, kappa))
+        rows.append((grad_bytes, t_c, tstar, j.weight, kappa, chi, delta))
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(JOB_COLUMNS))
 
 
 @lru_cache(maxsize=1 << 16)
 def _job_class(
     topology: Topology, perf: PerfConfig, spec: ModelSpec, k: int, batch: float
-) -> tuple[float, float, float, float]:
-    """``(M, t_c, T*, κ)`` of a job class; ``T*`` is the job alone on a compact healthy placement."""
+) -> tuple[float, float, float, float, float, float]:
+    """``(M, t_c, T*, κ, χ, δ)`` of a job class; ``T*`` is the job alone on a compact healthy
+    placement."""
     facts = placement_facts(topology, Health.healthy(topology), [topology.compact_placement(k)])
     b_inter = inter_bandwidth(topology.link_bw, 1, facts.inter_links)
     grad_bytes, t_c = _constants(topology, spec, batch / k)
     hw = topology.hardware
-    kappa = perf.compute_sharing
+    kappa, chi, delta = perf.compute_sharing, perf.latency_inflation, perf.replica_overhead
     if hw is not None:
         kappa = float(hw.model_compute_sharing.get(spec.name, kappa))
+        chi = float(hw.model_latency_inflation.get(spec.name, chi))
+        delta = float(hw.model_replica_overhead.get(spec.name, delta))
     times = job_times(
-        perf, grad_bytes, t_c, np.inf, facts, np.asarray(b_inter), compute_sharing=kappa
+        perf,
+        grad_bytes,
+        t_c,
+        np.inf,
+        facts,
+        np.asarray(b_inter),
+        compute_sharing=kappa,
+        latency_inflation=chi,
+        replica_overhead=delta,
     )
-    return grad_bytes, t_c, float(times.T[0]), kappa
+    return grad_bytes, t_c, float(times.T[0]), kappa, chi, delta
