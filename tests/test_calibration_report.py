@@ -109,3 +109,24 @@ def test_perfect_prediction_orders_every_pair(times: list[float]) -> None:
     if r.overall.ordering.pairs:
         assert r.overall.ordering.accuracy == 1.0 and r.overall.ordering.ties == 0.0
     assert r.overall.errors.max_abs_rel_error == 0.0
+
+
+def test_spread_takes_the_median_over_batches() -> None:
+    m = rows(
+        [
+            ("a", (2, 2), 8, 1.0),
+            ("a", (3, 1), 8, 1.2),
+            ("a", (2, 2), 16, 2.0),
+            ("a", (3, 1), 16, 2.2),
+            ("a", (4,), 16, 2.1),  # one batch only: its median is its one relative time
+        ]
+    )
+    sp = evaluate(m.step_time, m, spread_gpus=4).overall.spread
+    assert sp is not None and sp.groups == 2
+    g16 = np.log([2.0, 2.2, 2.1]).mean()
+    a = np.median([np.log(1.0) - np.log([1.0, 1.2]).mean(), np.log(2.0) - g16])
+    b = np.median([np.log(1.2) - np.log([1.0, 1.2]).mean(), np.log(2.2) - g16])
+    c = np.log(2.1) - g16
+    want = np.exp(max(a, b, c) - min(a, b, c))
+    assert sp.measured == pytest.approx(want) and sp.predicted == pytest.approx(want)
+    assert sp.error == pytest.approx(0.0)

@@ -13,9 +13,11 @@ calibrate --profiles`` and ``scripts/validate_sia.py``:
   orders the same way; a predicted tie (``|Δ| <= 1e-9`` of the larger time) counts as wrong, and
   the share of tied pairs is reported beside it. Once over pairs of any GPU counts, once over pairs
   of equal GPU count (where only the placement differs);
-* **spread**: per application and per-GPU batch, the best-to-worst ratio ``max / min`` of the step
-  times over the placements of one GPU count (8 by default), measured and predicted (medians over
-  the batches), and their ratio minus one (:func:`evaluate`).
+* **spread**: the best-to-worst ratio over the placements of one GPU count (8 by default): each
+  placement's step time relative to the geometric mean of those placements at the same per-GPU
+  batch, the median of that over the batches (so that one noisy row does not set the extremes),
+  and ``max / min`` of those medians; measured and predicted, per application (overall: the
+  median over applications), and predicted / measured - 1 (:func:`evaluate`).
 """
 
 from __future__ import annotations
@@ -172,13 +174,13 @@ class OrderingStats:
 
 @dataclass(frozen=True)
 class SpreadStats:
-    """Best-to-worst step time over the placements of ``gpus`` GPUs (medians over batches).
+    """Best-to-worst step time over the placements of ``gpus`` GPUs (see the module docstring).
 
     Attributes:
         gpus: GPU count.
         groups: (application, batch) groups with at least two such placements.
-        measured: Median measured ``max / min``.
-        predicted: Median predicted ``max / min``.
+        measured: Measured ``max / min`` (the median over applications for several).
+        predicted: Predicted ``max / min`` (likewise).
         error: ``predicted / measured - 1``.
     """
 
@@ -295,23 +297,38 @@ def _ordering(pred: FloatArray, meas: FloatArray, i: Any, j: Any) -> OrderingSta
 def _spread(
     pred: FloatArray, m: Measurements, rows: NDArray[np.bool_], gpus: int
 ) -> SpreadStats | None:
-    sel = rows & (m.num_gpus == gpus)
-    meas_r, pred_r = [], []
-    keys = [(str(a), float(b)) for a, b in zip(m.app[sel], m.local_bsz[sel])]
-    idx = np.flatnonzero(sel)
+    sel = np.flatnonzero(rows & (m.num_gpus == gpus))
     by: dict[tuple[str, float], list[int]] = {}
-    for key, i in zip(keys, idx):
-        by.setdefault(key, []).append(int(i))
-    for members in by.values():
+    for i in sel.tolist():
+        by.setdefault((str(m.app[i]), float(m.local_bsz[i])), []).append(i)
+    # Per placement (an application's), its time relative to the geometric mean of the
+    # placements measured at the same batch, then the median of that over the batches.
+    rel: dict[tuple[str, bytes], tuple[list[float], list[float]]] = {}
+    groups = 0
+    for (app, _), members in by.items():
         if len({m.placement[i].tobytes() for i in members}) < 2:
             continue
-        t, p = m.step_time[members], pred[members]
-        meas_r.append(t.max() / t.min())
-        pred_r.append(p.max() / p.min())
-    if not meas_r:
+        groups += 1
+        t, p = np.log(m.step_time[members]), np.log(pred[members])
+        for i, dt, dp in zip(members, t - t.mean(), p - p.mean()):
+            r = rel.setdefault((app, m.placement[i].tobytes()), ([], []))
+            r[0].append(float(dt))
+            r[1].append(float(dp))
+    if not groups:
         return None
-    mm, pp = float(np.median(meas_r)), float(np.median(pred_r))
-    return SpreadStats(gpus, len(meas_r), mm, pp, pp / mm - 1.0)
+    apps = sorted({a for a, _ in rel})
+    meas_s, pred_s = [], []
+    for app in apps:
+        meds = [(np.median(a), np.median(b)) for (x, _), (a, b) in rel.items() if x == app]
+        if len(meds) < 2:
+            continue
+        mm, pp = np.array(meds).T
+        meas_s.append(float(np.exp(mm.max() - mm.min())))
+        pred_s.append(float(np.exp(pp.max() - pp.min())))
+    if not meas_s:
+        return None
+    mm_, pp_ = float(np.median(meas_s)), float(np.median(pred_s))
+    return SpreadStats(gpus, groups, mm_, pp_, pp_ / mm_ - 1.0)
 
 
 def _scores(
