@@ -323,3 +323,15 @@ def test_chronus_marks_are_honest() -> None:
             pairs = re.findall(r"s=\d+: ([\d.]+) vs ([\d.]+)", line)
             assert pairs and all(abs(float(p) - float(m)) <= CHRONUS_TOLERANCE for p, m in pairs)
     assert "off by" in text  # the shipped calibration is far off on some (issue 12)
+
+
+def test_new_app_needs_two_one_gpu_batches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "m" / "bert"
+    app.mkdir(parents=True)
+    (app / "placements-syn.csv").write_text("placement,local_bsz,step_time\n1,8,0.5\n11,8,0.7\n")
+    args = ["calibrate", "--hardware", "azure-v100", "--new-app", str(app)]
+    assert main([*args, "--out", str(tmp_path / "p.json")]) == 2
+    _one_line(capsys.readouterr().err, "placements-syn.csv", "1 1-GPU local batch")
+    assert not (tmp_path / "p.json").exists()

@@ -75,9 +75,10 @@ def one_gpu_curve(rows: Measurements) -> ComputeCurve:
     sel = rows.num_gpus == 1
     batches = np.unique(rows.local_bsz[sel])
     if len(batches) < 2:
+        files = ", ".join(sorted({str(s).rsplit(":", 1)[0] for s in rows.source.tolist()}))
         raise ConfigError(
-            f"application {next(iter(apps))}: {len(batches)} 1-GPU local batch(es) measured; "
-            "a compute curve needs at least 2"
+            f"{files}: application {next(iter(apps))} has {len(batches)} 1-GPU local batch(es) "
+            "(rows with placement 1); its compute curve needs at least 2"
         )
     times = [float(np.median(rows.step_time[sel & (rows.local_bsz == b)])) for b in batches]
     return ComputeCurve(local_batch=tuple(float(b) for b in batches), time=tuple(times))
