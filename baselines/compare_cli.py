@@ -98,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
     from crop_gym.baselines.compare import format_table, run_compare, write_json, write_plot
     from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
     from crop_gym.io import check_outputs, read_mapping
-    from crop_gym.model.hardware_topology import hardware_files
+    from crop_gym.model.hardware import hardware_files
     from crop_gym.scenario import SCENARIOS, with_hardware
 
     check_plot_path("--plot", args.plot)

@@ -6,7 +6,11 @@ Usage::
     crop-gym calibrate --profiles DIR --gpus-per-node N [--gpu-type NAME] [--cluster SUFFIX]
         [--app-map APP=MODEL ...] --out PROFILE.json [--json REPORT]
     crop-gym calibrate --hardware NAME|PROFILE.json --evaluate DIR [--cluster SUFFIX]
-        [--app-map APP=MODEL ...] [--json OUT]
+        [--app-map APP=MODEL ...] [--predictions OUT.csv] [--json OUT]
+    crop-gym calibrate --evaluate DIR --gpus-per-node N (--fit-within-nodes K | --leave-one-app-out)
+        [--predictions OUT.csv] [--json OUT]
+    crop-gym calibrate --hardware NAME|PROFILE.json --new-app DIR/APP --out PROFILE.json
+        [--grad-bytes BYTES]
 
 Without ``--profiles`` / ``--evaluate`` it fits the bundled ElasticFlow A100 profiles: per
 all-reduce algorithm, a table of the fitted compute coefficients and errors per model, the fitted
@@ -17,8 +21,11 @@ regenerates ``crop_gym/data/calibration.json`` (the package's defaults).
 ``--profiles DIR`` fits a hardware profile to a folder of measured step times in the Pollux/Sia
 format (:mod:`crop_gym.calibration.measurements`, :func:`crop_gym.calibration.fit.fit_profile`) and
 writes it to ``--out``; ``--evaluate DIR`` predicts every row of such a folder with a profile
-(:func:`crop_gym.calibration.fit.predict_step_time`). Both print the errors per application
-(:mod:`crop_gym.calibration.report`). Outputs are written atomically and never over an input.
+(:func:`crop_gym.calibration.fit.predict_step_time`), or with a profile fitted on part of it
+(``--fit-within-nodes``, ``--leave-one-app-out``: :mod:`crop_gym.calibration.protocols`);
+``--new-app`` adds an application to a profile from its 1-GPU rows. Each prints the scores per
+application (:mod:`crop_gym.calibration.report`; :mod:`crop_gym.calibration.usercli` runs them).
+Outputs are written atomically and never over an input.
 Importing this module is cheap: numpy and scipy are imported when it runs.
 """
 
@@ -110,16 +117,46 @@ def register(subparsers: Any) -> None:
     )
     g.add_argument(
         "--compute",
-        choices=("measured", "affine", "mixed"),
+        choices=("measured", "affine"),
         default="measured",
-        help="compute curve per application: measured (1-GPU rows, level fitted; default), "
-        "affine (fitted t0 + per_sample * batch) or mixed (the better of the two per application; "
-        "three fits, slower); see docs/MODEL.md section 7.3",
+        help="compute curve per application: measured (the 1-GPU rows themselves; default) or "
+        "affine (fitted t0 + per_sample * batch); see docs/MODEL.md section 7.3",
     )
     g.add_argument("--out", metavar="PROFILE.json", default=None, help="the fitted profile")
     g.add_argument("--hardware", metavar="NAME|PATH", default=None, help="profile to --evaluate")
     g.add_argument(
         "--evaluate", metavar="DIR", default=None, help="predict every row of DIR/<app>/*.csv"
+    )
+    g.add_argument(
+        "--predictions",
+        metavar="OUT.csv",
+        default=None,
+        help="with --evaluate: write app,placement,local_bsz,measured_s,predicted_s per row",
+    )
+    g.add_argument(
+        "--fit-within-nodes",
+        type=int_at_least(1),
+        default=None,
+        metavar="K",
+        help="with --evaluate: fit on the rows of at most K nodes, score the others",
+    )
+    g.add_argument(
+        "--leave-one-app-out",
+        action="store_true",
+        help="with --evaluate: fit without each application, add it from its 1-GPU rows, score it",
+    )
+    g.add_argument(
+        "--new-app",
+        metavar="DIR/APP",
+        default=None,
+        help="with --hardware and --out: add this application from its 1-GPU rows",
+    )
+    g.add_argument(
+        "--grad-bytes",
+        type=number_at_least(1.0),
+        default=None,
+        metavar="BYTES",
+        help="with --new-app: the application's gradient bytes (default the model zoo's)",
     )
     p.set_defaults(func=run)
 
@@ -189,6 +226,10 @@ def _refuse_measured_options(args: argparse.Namespace) -> None:
         "--cluster": args.cluster is not None,
         "--app-map": bool(args.app_map),
         "--out": args.out is not None,
+        "--predictions": args.predictions is not None,
+        "--fit-within-nodes": args.fit_within_nodes is not None,
+        "--leave-one-app-out": args.leave_one_app_out,
+        "--grad-bytes": args.grad_bytes is not None,
     }
     for flag, used in given.items():
         if used:
@@ -214,7 +255,7 @@ def run(args: argparse.Namespace) -> int:
     import json
     import time
 
-    if args.profiles is not None or args.evaluate is not None or args.hardware is not None:
+    if any(x is not None for x in (args.profiles, args.evaluate, args.hardware, args.new_app)):
         from crop_gym.calibration.usercli import run_measured
 
         return run_measured(args)

@@ -45,10 +45,10 @@ from crop_gym.errors import ConfigError
 from crop_gym.io import read_mapping
 from crop_gym.model.candidates import generate
 from crop_gym.model.conditions import Conditions
-from crop_gym.model.hardware import bundled_hardware
-from crop_gym.model.hardware_topology import (
+from crop_gym.model.hardware import (
     DEFAULT_HARDWARE,
     ClusterHardware,
+    bundled_hardware,
     resolve_hardware,
     spec_parts,
 )
@@ -186,7 +186,7 @@ class Scenario:
         observation_noise: Noise of the health signal agents observe (0 = true state).
         hardware: Hardware profile: a bundled name, a profile file (relative to the scenario file)
             or profiles joined by ``+`` for mixed GPU types
-            (:mod:`crop_gym.model.hardware_topology`). It sets the links, the model options and
+            (:mod:`crop_gym.model.hardware`). It sets the links, the model options and
             jobs' compute; the default, :data:`DEFAULT_HARDWARE`, is the package calibration.
     """
 

@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from crop_gym.cli import check_input_file, check_plot_path, report_stream, write_outputs
     from crop_gym.io import check_outputs
-    from crop_gym.model.hardware_topology import DEFAULT_HARDWARE, hardware_files, resolve_hardware
+    from crop_gym.model.hardware import DEFAULT_HARDWARE, hardware_files, resolve_hardware
     from crop_gym.policy import make_policy
     from crop_gym.sim import SimConfig, Simulator
     from crop_gym.workloads.cli import parse_map

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -21,17 +22,22 @@ BATCHES = (8, 16, 32, 64)
 
 
 def _known() -> HardwareProfile:
+    """A profile of the fitted model's form (ring, hop latencies, last bucket, δ)."""
     return HardwareProfile(
         name="truth",
         citation="",
         gpus_per_node=8,
         gpu_type="v100",
-        links=(LinkLevel("gpu", 1e13, 0.0), LinkLevel("nic", 3e9, 0.0)),
+        allreduce="ring",
+        latency="hops",
+        links=(LinkLevel("gpu", 1e13, 2e-5), LinkLevel("nic", 3e9, 1e-4)),
         fabric_bandwidth=30e9,
-        nic_sharing=1.0,
+        nic_sharing=0.7,
         compute_sharing=0.05,
         overlap=0.5,
         overlap_cap=1.0,
+        bucket_bytes=25e6,
+        replica_overhead=0.003,
         compute={
             "bert": {"v100": ComputeCurve.affine(0.2, 0.012)},
             "resnet18": {"v100": ComputeCurve.affine(0.05, 0.0002)},
@@ -84,8 +90,15 @@ def test_fit_then_evaluate_round_trip(folder: Path, tmp_path: Path) -> None:
         "max_abs_rel_error",
         "rows",
         "per_app",
+        "bias_by_nodes",
+        "ordering",
+        "ordering_same_gpus",
+        "spread",
     ):
         assert key in data
+    for key in ("accuracy", "ties", "pairs"):
+        assert key in data["ordering"] and key in data["per_app"]["bert"]["ordering_same_gpus"]
+    assert set(data["bias_by_nodes"]) == {"1", "2", "4"}
     assert data["median_abs_rel_error"] == pytest.approx(report["median_abs_rel_error"], rel=1e-9)
     assert data["per_app"]["bert"]["rows"] == len(PLACEMENTS) * len(BATCHES)
     assert {p: p.read_bytes() for p in folder.glob("*/*.csv")} == before
@@ -100,6 +113,67 @@ def test_evaluating_the_true_profile_has_no_error(folder: Path, tmp_path: Path) 
         == 0
     )
     assert json.loads(ev.read_text())["max_abs_rel_error"] < 1e-12
+
+
+def test_predictions_file_has_one_row_per_measured_row(folder: Path, tmp_path: Path) -> None:
+    truth = tmp_path / "truth.json"
+    truth.write_text(_known().to_json())
+    pred = tmp_path / "pred.csv"
+    args = ["calibrate", "--hardware", str(truth), "--evaluate", str(folder)]
+    assert main([*args, "--predictions", str(pred)]) == 0
+    lines = pred.read_text().splitlines()
+    assert lines[0] == "app,placement,local_bsz,measured_s,predicted_s"
+    assert len(lines) == 1 + 2 * len(PLACEMENTS) * len(BATCHES)
+    app, placement, batch, meas, got = lines[1].split(",")
+    assert app == "bert" and placement in PLACEMENTS and int(batch) in BATCHES
+    assert float(meas) == pytest.approx(float(got))
+
+
+def test_fit_within_nodes_and_leave_one_app_out(folder: Path, tmp_path: Path) -> None:
+    ev, pred = tmp_path / "w.json", tmp_path / "w.csv"
+    base = ["calibrate", "--evaluate", str(folder), "--gpus-per-node", "8", "--gpu-type", "v100"]
+    assert (
+        main([*base, "--fit-within-nodes", "2", "--json", str(ev), "--predictions", str(pred)]) == 0
+    )
+    data = json.loads(ev.read_text())
+    # Held out: the 4-node rows (1111, 2222, 4444) of both applications.
+    assert data["rows"] == 2 * 3 * len(BATCHES) and set(data["bias_by_nodes"]) == {"4"}
+    assert data["median_abs_rel_error"] < 0.05, data
+    assert {row.split(",")[1] for row in pred.read_text().splitlines()[1:]} == {
+        "1111",
+        "2222",
+        "4444",
+    }
+    lo = tmp_path / "l.json"
+    assert main([*base, "--leave-one-app-out", "--json", str(lo)]) == 0
+    data = json.loads(lo.read_text())
+    assert set(data["per_app_left_out"]) == {"bert", "cifar10"}
+    # Scored: each application's multi-GPU rows, predicted from its 1-GPU rows alone.
+    assert data["rows"] == 2 * (len(PLACEMENTS) - 1) * len(BATCHES)
+
+
+def test_new_app_from_its_one_gpu_rows(folder: Path, tmp_path: Path) -> None:
+    truth = _known()
+    only_bert = dataclasses.replace(
+        truth,
+        compute={"bert": truth.compute["bert"]},
+        grad_bytes={"bert": truth.grad_bytes["bert"]},
+    )
+    src, out = tmp_path / "bert.json", tmp_path / "both.json"
+    src.write_text(only_bert.to_json())
+    args = ["calibrate", "--hardware", str(src), "--new-app", str(folder / "cifar10")]
+    assert main([*args, "--cluster", "syn", "--out", str(out), "--grad-bytes", "4.5e7"]) == 0
+    both = load_hardware(out)
+    curve = both.compute["resnet18"]["v100"]
+    assert curve.local_batch == tuple(float(b) for b in BATCHES)
+    # The knots are the 1-GPU step times (the truth's affine curve at those batches).
+    assert curve.time == pytest.approx([0.05 + 0.0002 * b for b in BATCHES], rel=1e-12)
+    assert both.model_grad_bytes("resnet18") == 4.5e7
+    meas = load_measurements(folder, cluster="syn", apps=["cifar10"])
+    rel = np.abs(predict_step_time(both, meas) / meas.step_time - 1)
+    assert rel.max() < 1e-9  # the truth's shared κ, δ: exact
+    assert main([*args, "--out", str(tmp_path / "x.txt")]) == 2
+    assert main(["calibrate", "--new-app", str(folder / "cifar10"), "--out", str(out)]) == 2
 
 
 def test_error_report_by_hand() -> None:
@@ -178,6 +252,56 @@ def test_option_errors(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         (["calibrate", "--evaluate", str(folder)], "go together"),
         (["calibrate", "--out", str(tmp_path / "p.json")], "--out needs --profiles"),
         (["calibrate", "--hardware", "nope", "--evaluate", str(folder)], "unknown hardware"),
+        (["calibrate", "--evaluate", str(folder), "--fit-within-nodes", "2"], "--gpus-per-node"),
+        (
+            [
+                "calibrate",
+                "--evaluate",
+                str(folder),
+                "--gpus-per-node",
+                "8",
+                "--fit-within-nodes",
+                "4",
+            ],
+            "nothing is held out",
+        ),
+        (
+            [
+                "calibrate",
+                "--hardware",
+                "azure-v100",
+                "--evaluate",
+                str(folder),
+                "--leave-one-app-out",
+            ],
+            "--hardware cannot be combined with --leave-one-app-out",
+        ),
+        (
+            [
+                "calibrate",
+                "--evaluate",
+                str(folder),
+                "--gpus-per-node",
+                "8",
+                "--leave-one-app-out",
+                "--fit-within-nodes",
+                "1",
+            ],
+            "give one",
+        ),
+        (["calibrate", "--predictions", str(tmp_path / "p.csv")], "--predictions needs --profiles"),
+        (
+            [
+                "calibrate",
+                "--hardware",
+                "azure-v100",
+                "--new-app",
+                str(tmp_path / "nope"),
+                "--out",
+                str(tmp_path / "p.json"),
+            ],
+            "not a folder",
+        ),
     ]
     for args, needle in cases:
         assert main(args) == 2, args
@@ -199,3 +323,15 @@ def test_chronus_marks_are_honest() -> None:
             pairs = re.findall(r"s=\d+: ([\d.]+) vs ([\d.]+)", line)
             assert pairs and all(abs(float(p) - float(m)) <= CHRONUS_TOLERANCE for p, m in pairs)
     assert "off by" in text  # the shipped calibration is far off on some (issue 12)
+
+
+def test_new_app_needs_two_one_gpu_batches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    app = tmp_path / "m" / "bert"
+    app.mkdir(parents=True)
+    (app / "placements-syn.csv").write_text("placement,local_bsz,step_time\n1,8,0.5\n11,8,0.7\n")
+    args = ["calibrate", "--hardware", "azure-v100", "--new-app", str(app)]
+    assert main([*args, "--out", str(tmp_path / "p.json")]) == 2
+    _one_line(capsys.readouterr().err, "placements-syn.csv", "1 1-GPU local batch")
+    assert not (tmp_path / "p.json").exists()

@@ -158,3 +158,35 @@ def test_per_model_compute_sharing_round_trips_and_falls_back() -> None:
     assert p.model_kappa("yolov3") == 0.3 and p.model_kappa("bert") == 0.02
     back = HardwareProfile.from_mapping(p.to_mapping(), "y.json")
     assert dict(back.model_compute_sharing) == {"yolov3": 0.3}
+
+
+def test_whole_placement_terms_round_trip_and_fall_back(tmp_path: Path) -> None:
+    base = get_hardware("a100-elasticflow").to_mapping()
+    assert not {"latency", "latency_inflation", "bucket_bytes", "replica_overhead"} & set(base)
+    data = {
+        **base,
+        "allreduce": "ring",
+        "latency": "hops",
+        "latency_inflation": 0.3,
+        "model_latency_inflation": {"bert": 2.0},
+        "bucket_bytes": 25e6,
+        "replica_overhead": 0.004,
+        "model_replica_overhead": {"bert": 0.01},
+    }
+    p = HardwareProfile.from_mapping(data, "x.json")
+    assert (p.model_chi("bert"), p.model_chi("vgg16")) == (2.0, 0.3)
+    assert (p.model_delta("bert"), p.model_delta("vgg16")) == (0.01, 0.004)
+    perf = p.perf()
+    assert (perf.latency, perf.bucket_bytes, perf.replica_overhead) == ("hops", 25e6, 0.004)
+    f = tmp_path / "p.json"
+    f.write_text(p.to_json())
+    assert get_hardware(str(f)).to_mapping() == p.to_mapping()
+    for edit, needle in (
+        ({"latency": "hops", "allreduce": "hierarchical"}, "needs allreduce='ring'"),
+        ({"model_latency_inflation": {"bert": -1}}, "model_latency_inflation.bert"),
+        ({"model_replica_overhead": [1]}, "model_replica_overhead must be a table"),
+        ({"bucket_bytes": -5}, "bucket_bytes"),
+    ):
+        with pytest.raises(ConfigError, match=needle) as info:
+            HardwareProfile.from_mapping({**data, **edit}, "x.json")
+        assert str(info.value).startswith("x.json") and "\n" not in str(info.value)

@@ -13,9 +13,11 @@ import pytest
 
 from crop_gym.cli import main
 from crop_gym.errors import ConfigError
-from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
-from crop_gym.model.hardware_topology import (
+from crop_gym.model.hardware import (
     DEFAULT_HARDWARE,
+    ComputeCurve,
+    HardwareProfile,
+    LinkLevel,
     apply_hardware,
     combine_profiles,
     resolve_hardware,
@@ -100,6 +102,44 @@ def test_per_model_compute_sharing_reaches_the_state(tmp_path: Path) -> None:
     # Alone on a compact placement the job runs at its ideal time: T* carries κ too.
     tstar = const[0, JOB_COLUMNS.index("tstar")]
     assert st.iteration_times()["a"] == pytest.approx(tstar, rel=1e-12)
+
+
+def test_whole_placement_terms_reach_the_state(tmp_path: Path) -> None:
+    # A ring profile with hop latencies inflated by co-located GPUs (χ = 1 for bert), a 25 MB
+    # last bucket and a single-replica overhead (no overlap, so that no difference hides): the
+    # state's times are job_times of its facts, and two placements with equal k, s and g (3311 vs
+    # 3221) get different times.
+    prof = json.loads((BUNDLED / "azure-v100.json").read_text())
+    prof.update(
+        allreduce="ring",
+        latency="hops",
+        model_latency_inflation={"bert": 1.0},
+        bucket_bytes=25e6,
+        model_replica_overhead={"bert": 0.002},
+        overlap=0.0,
+    )
+    prof.pop("overlap_cap", None)
+    prof["links"][0]["latency"], prof["links"][1]["latency"] = 5e-6, 2e-5
+    (tmp_path / "h.json").write_text(json.dumps(prof))
+    hw = resolve_hardware(str(tmp_path / "h.json"))
+    topo, perf = hw.topology("leafspine-64"), hw.perf()
+    bert = Job("a", "bert", 8, 256)
+    const = job_constants(topo, perf, [bert])
+    assert const[0, JOB_COLUMNS.index("latency_inflation")] == 1.0
+    assert const[0, JOB_COLUMNS.index("replica_overhead")] == 0.002
+    times = []
+    for spread in ((3, 3, 1, 1), (3, 2, 2, 1)):
+        gpus = np.concatenate([np.arange(8 * i, 8 * i + c) for i, c in enumerate(spread)])
+        st = ClusterState(topo, perf=perf)
+        st.add(bert, gpus)
+        scratch = evaluate_from_scratch(topo, st.health, perf, [bert], [gpus])
+        assert pytest.approx(scratch.F, rel=1e-12) == st.F
+        times.append(st.iteration_times()["a"])
+    assert times[0] != times[1]
+    # The bundled profiles set none of these terms: their constants end in zeros.
+    plain = resolve_hardware("azure-v100")
+    c = job_constants(plain.topology("leafspine-64"), plain.perf(), [bert])
+    assert c[0, JOB_COLUMNS.index("latency_inflation") :].tolist() == [0.0, 0.0]
 
 
 # ------------------------------------------------------------------------- scenarios

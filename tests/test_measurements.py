@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crop_gym.calibration.measurements import POLLUX_APPLICATIONS, load_measurements
+from crop_gym.calibration.measurements import KINDS, POLLUX_APPLICATIONS, load_measurements
 from crop_gym.errors import ConfigError, CropGymError, TraceFormatError
 
 SIA = Path(__file__).resolve().parents[2] / "shared" / "data" / "sia-profiles"
@@ -124,3 +124,79 @@ def test_sia_row_counts_match_its_readme() -> None:
         m = load_measurements(SIA, cluster=cluster, kinds=("placements",))
         assert len(m) == rows
         assert set(m.app) <= set(POLLUX_APPLICATIONS)
+
+
+# ------------------------------------------------------------------ which placement a row measured
+def test_scalability_placement_column_is_used_and_checked(tmp_path: Path) -> None:
+    head = "num_nodes,num_replicas,local_bsz,step_time,placement\n"
+    _write(tmp_path, "bert", "scalability.csv", head + "3,5,8,0.7,311\n2,4,8,0.5,22\n")
+    m = load_measurements(tmp_path)
+    assert m.placement.tolist() == [[3, 1, 1], [2, 2, 0]]
+    assert m.sources.tolist() == ["file", "file"]
+    assert m.placement_notes() == []
+    _write(tmp_path, "bert", "scalability.csv", head + "3,5,8,0.7,32\n")
+    with pytest.raises(TraceFormatError, match="not 5 GPUs on 3 nodes") as info:
+        load_measurements(tmp_path)
+    assert (info.value.line, info.value.field) == (2, "placement")
+
+
+def _copies(root: Path) -> None:
+    _write(
+        root,
+        "bert",
+        "placements.csv",
+        "placement,local_bsz,step_time,sync_time\n31,8,0.5,0.1\n22,8,0.4,0.1\n",
+    )
+    _write(
+        root,
+        "bert",
+        "scalability.csv",
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n"
+        "2,4,8,0.5,0.1\n"  # a copy of the 31 row: its placement is 31, not the even 22
+        "2,4,8,0.45,0.1\n"  # measured nowhere else: assumed even
+        "3,4,8,0.5,0.1\n",  # same times as 31, but 3 nodes: not that measurement
+    )
+
+
+def test_a_copied_row_takes_the_measured_placement(tmp_path: Path) -> None:
+    _copies(tmp_path)
+    m = load_measurements(tmp_path, duplicates="keep")
+    assert m.placement.tolist() == [[3, 1, 0], [2, 2, 0], [3, 1, 0], [2, 2, 0], [2, 1, 1]]
+    assert m.sources.tolist() == ["file", "file", "copy", "even", "even"]
+    assert m.duplicated().tolist() == [False, False, True, False, False]
+    notes = m.placement_notes()
+    assert len(notes) == 1 and "scalability.csv: 3 rows without a placement column" in notes[0]
+    assert "1 placed as the identical placements row" in notes[0] and "2 assumed" in notes[0]
+    dropped = load_measurements(tmp_path)
+    assert len(dropped) == 4 and dropped.sources.tolist() == ["file", "file", "even", "even"]
+    with pytest.raises(ConfigError, match="duplicates"):
+        load_measurements(tmp_path, duplicates="maybe")
+
+
+def test_an_ambiguous_copy_stays_even(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        "ncf",
+        "placements.csv",
+        "placement,local_bsz,step_time,sync_time\n31,8,0.5,0.1\n22,8,0.5,0.1\n",
+    )
+    _write(
+        tmp_path,
+        "ncf",
+        "scalability.csv",
+        "num_nodes,num_replicas,local_bsz,step_time,sync_time\n2,4,8,0.5,0.1\n",
+    )
+    m = load_measurements(tmp_path, duplicates="keep")
+    assert m.sources.tolist() == ["file", "file", "even"]
+
+
+@pytest.mark.skipif(not SIA.is_dir(), reason="the Sia measurements are not on this machine")
+def test_sia_dgx_ext_copies_get_their_measured_placement() -> None:
+    m = load_measurements(SIA, cluster="dgx-ext", kinds=KINDS, duplicates="keep")
+    sc = m.select(m.kind == "scalability")
+    copy = sc.sources == "copy"
+    assert (len(sc), int(copy.sum())) == (2184, 2016)
+    k, n = sc.num_gpus, sc.num_nodes
+    even_max = -(-k // n)  # the even spread's largest node
+    assert int((copy & (sc.placement.max(axis=1) != even_max)).sum()) == 940
+    assert len(load_measurements(SIA, cluster="dgx-ext")) == 2940 + 2184 - 2016

@@ -208,10 +208,13 @@ def test_ideal_time_follows_a_re_registered_model() -> None:
     base = get_model("resnet50")
     spec = ModelSpec("tmp-model", base.params, base.gmacs, base.t0, base.per_sample)
     register_model(spec, overwrite=True)
-    job = Job("a", "tmp-model", 4, 128)
-    before = ideal_time(topo, job, perf)
-    register_model(dataclasses.replace(spec, t0=spec.t0 * 10), overwrite=True)
-    assert ideal_time(topo, job, perf) > before
+    try:
+        job = Job("a", "tmp-model", 4, 128)
+        before = ideal_time(topo, job, perf)
+        register_model(dataclasses.replace(spec, t0=spec.t0 * 10), overwrite=True)
+        assert ideal_time(topo, job, perf) > before
+    finally:  # the zoo is process-wide: leave it as the package ships it
+        MODEL_ZOO.pop("tmp-model", None)
 
 
 def test_placed_job_holding_a_failing_gpu_is_refused() -> None:

@@ -9,7 +9,14 @@ import pytest
 
 from crop_gym.errors import ConfigError
 from crop_gym.model.facts import PlacementFacts
-from crop_gym.model.timing import PerfConfig, comm_time, compute_curve, iteration_time, job_times
+from crop_gym.model.timing import (
+    PerfConfig,
+    comm_time,
+    compute_curve,
+    iteration_time,
+    job_times,
+    ring_hop_latency,
+)
 
 GB = 1e9
 
@@ -116,6 +123,7 @@ def test_per_row_compute_sharing_is_the_shared_formula_per_row() -> None:
         a_inter=np.zeros(3),
         slowdown=np.ones(3),
         survival=np.ones(3),
+        sum_g2=g**2,
     )
     t = np.array([0.1, 0.2, 0.3])
     perf = PerfConfig(allreduce="hierarchical", compute_sharing=0.05)
@@ -134,3 +142,113 @@ def test_per_row_compute_sharing_is_the_shared_formula_per_row() -> None:
     own = job_times(perf, 1e8, t, np.inf, facts, np.inf, compute_sharing=kappa)
     want = t * (1 + kappa * (g - 1)) + shared.C
     assert np.allclose(own.T, want, rtol=1e-15, atol=0)
+
+
+# ----------------------------------------------------------------- issue 31: whole-placement terms
+def _facts_of(placements: list[tuple[int, ...]], a_intra: float, a_inter: float) -> PlacementFacts:
+    p = [np.array(x) for x in placements]
+    k = np.array([x.sum() for x in p], dtype=float)
+    s = np.array([len(x) for x in p], dtype=float)
+    return PlacementFacts.of(
+        np.zeros((len(p), 0), dtype=np.int32),
+        k=k,
+        g=np.array([x.max() for x in p], dtype=float),
+        s=s,
+        b_intra=np.where(k > 1, np.inf, np.inf),
+        a_intra=np.where(k > 1, a_intra, 0.0),
+        a_inter=np.where(s > 1, a_inter, 0.0),
+        slowdown=np.ones(len(p)),
+        survival=np.ones(len(p)),
+        sum_g2=np.array([(x**2).sum() for x in p], dtype=float),
+    )
+
+
+def test_ring_latency_over_its_hops_by_hand() -> None:
+    ai, ae, chi = 1e-5, 1e-4, 0.5
+    f = _facts_of([(3, 1), (4,), (1,), (3, 3, 1, 1), (3, 2, 2, 1)], ai, ae)
+    got = comm_time(
+        "ring",
+        0.0,
+        f.k,
+        f.g,
+        f.s,
+        f.b_intra,
+        np.inf,
+        f.a_intra,
+        f.a_inter,
+        hops=ring_hop_latency(f.k, f.s, f.a_intra, f.a_inter, f.sum_g2, chi),
+    )
+    # 31: node of 3 has 2 intra hops x (1 + 0.5 * 2) = 4 and an inter hop x 2; node of 1 one
+    # inter hop x 1; the critical path is 2(k-1)/k = 1.5 of the ring.
+    assert got[0] == pytest.approx(1.5 * (4 * ai + 3 * ae), rel=1e-14)
+    # 4 on one node: 4 intra hops x (1 + 0.5 * 3).
+    assert got[1] == pytest.approx(1.5 * 10 * ai, rel=1e-14)
+    assert got[2] == 0.0
+    # 3311: 2+2 intra hops x 2, inter 2+2+1+1; 3221: 2 x 2 + 1 x 1.5 + 1 x 1.5, inter 2+1.5+1.5+1.
+    assert got[3] == pytest.approx(2 * 7 / 8 * (8 * ai + 6 * ae), rel=1e-14)
+    assert got[4] == pytest.approx(2 * 7 / 8 * (7 * ai + 6 * ae), rel=1e-14)
+    assert got[3] != got[4]  # same k, s and g; different placements
+
+
+def test_hops_without_inflation_is_the_max_formula_on_equal_hops() -> None:
+    f = _facts_of([(3, 1), (2, 2, 2), (5,)], 2e-5, 2e-5)
+    args = ("ring", 3e8, f.k, f.g, f.s, 50 * GB, 10 * GB, f.a_intra, f.a_inter)
+    hops = comm_time(*args, hops=ring_hop_latency(f.k, f.s, f.a_intra, f.a_inter, f.sum_g2, 0.0))
+    assert hops == pytest.approx(comm_time(*args), rel=1e-14)
+    with pytest.raises(ConfigError, match="ring"):
+        perf = PerfConfig(allreduce="hierarchical", latency="hops")
+        job_times(perf, 3e8, 0.1, 0.1, f, np.full(len(f), 10 * GB))
+
+
+def test_last_bucket_never_overlaps_and_replica_overhead_by_hand() -> None:
+    f = _facts_of([(1,), (2,)], 0.0, 0.0)
+    # C = 0 here; compute 1.0 s: the 2-GPU job does not pay the single-replica 0.1 s.
+    perf = PerfConfig(allreduce="ring", replica_overhead=0.1)
+    t = job_times(perf, 1e8, 1.0, np.inf, f, np.inf).T
+    assert t.tolist() == [1.0, pytest.approx(0.9, rel=1e-15)]
+    per_row = job_times(
+        PerfConfig(allreduce="ring"),
+        1e8,
+        1.0,
+        np.inf,
+        f,
+        np.inf,
+        replica_overhead=np.array([0.0, 0.2]),
+    ).T
+    assert per_row.tolist() == [1.0, pytest.approx(0.8, rel=1e-15)]
+    # t = 1, C = 1, full overlap: a 100 MB gradient with a 25 MB last bucket hides at most 75 %.
+    hidden = iteration_time(1.0, 1.0, 1.0, 0.75)
+    assert hidden == pytest.approx(1.25, rel=1e-15)
+    g = _facts_of([(2,)], 0.0, 0.0)
+    perf = PerfConfig(allreduce="ring", overlap=1.0, overlap_cap=1.0, bucket_bytes=25e6)
+    # 2(k-1)/k M / b = M / b = 1 s with b = 100 MB/s.
+    got = job_times(perf, 1e8, 1.0, np.inf, with_link_bandwidth(g, 1e8), np.inf).T[0]
+    assert got == pytest.approx(1.25, rel=1e-12)
+    small = job_times(perf, 1e7, 1.0, np.inf, with_link_bandwidth(g, 1e7), np.inf).T[0]
+    assert small == pytest.approx(2.0, rel=1e-12)  # one bucket: nothing hides
+
+
+def with_link_bandwidth(f: PlacementFacts, b: float) -> PlacementFacts:
+    """``f`` with its GPU-link bottleneck set to ``b`` bytes/s."""
+    values = f.values.copy()
+    values[:, 3] = b
+    return PlacementFacts(values, f.inter_links)
+
+
+def test_new_terms_are_checked_and_off_by_default() -> None:
+    perf = PerfConfig()
+    assert (perf.latency, perf.latency_inflation, perf.bucket_bytes, perf.replica_overhead) == (
+        "max",
+        0.0,
+        0.0,
+        0.0,
+    )
+    for bad, match in (
+        ({"latency": "sum"}, "latency"),
+        ({"latency": "hops", "allreduce": "hierarchical"}, "needs allreduce='ring'"),
+        ({"latency_inflation": -1.0}, "latency_inflation"),
+        ({"bucket_bytes": -1.0}, "bucket_bytes"),
+        ({"replica_overhead": math.inf}, "replica_overhead"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            PerfConfig(**bad)  # type: ignore[arg-type]

@@ -6,8 +6,9 @@
 * **Chronus placement sensitivity** (``data/chronus/model_info.json``): relative throughput of a job of
   ``k`` GPUs spread over ``s`` servers, against the same job on one server.
 
-The prediction of a profile point is the model of :mod:`crop_gym.model.timing` with the packed placement
-``g = min(k, 8)`` GPUs per server on ``s = ceil(k / 8)`` servers, healthy devices and no contention.
+The prediction of a profile point is :func:`crop_gym.model.timing.job_times` (the model itself, no
+second formula) of the packed placement ``g = min(k, 8)`` GPUs per server on ``s = ceil(k / 8)``
+servers, healthy devices and no contention.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from crop_gym.calibration.spread import even_spread, spread_facts
 from crop_gym.errors import ConfigError
+from crop_gym.model.hardware import LinkLevel
 from crop_gym.model.jobs import MODEL_ZOO, scaling_base
-from crop_gym.model.timing import comm_time
+from crop_gym.model.timing import PerfConfig, job_times
 
 __all__ = [
     "CHRONUS_LOCAL_BATCH",
@@ -164,10 +167,12 @@ def predict_iteration_time(
 ) -> Any:
     """Iteration time of a job on a healthy, uncontended placement (vectorised).
 
-    ``t0 + per_sample * local_batch + comm_time(...)`` where a job of more than one GPU spans its GPU
-    links (bandwidth ``intra_bandwidth``, latency ``intra_latency``) and, on more than one server,
-    its server links (``inter_bandwidth``, ``inter_latency``), exactly as
-    :func:`crop_gym.model.facts.placement_facts` finds on a two-level tree.
+    The job has ``g`` GPUs on each of ``s - 1`` servers and the rest on the last
+    (:func:`~crop_gym.calibration.spread.even_spread`); it spans its GPU links (bandwidth
+    ``intra_bandwidth``, latency ``intra_latency``) and, on more than one server, its server links
+    (``inter_bandwidth``, ``inter_latency``), exactly as :func:`crop_gym.model.facts.placement_facts`
+    finds on a two-level tree. The time is :func:`crop_gym.model.timing.job_times` of those facts
+    with compute ``t0 + per_sample * local_batch`` (the one iteration-time formula).
 
     Args:
         allreduce: ``"ring"`` or ``"hierarchical"``.
@@ -185,26 +190,25 @@ def predict_iteration_time(
     Returns:
         Seconds per iteration.
     """
-    kf = np.asarray(k, dtype=np.float64)
-    sf = np.asarray(s, dtype=np.float64)
-    multi_gpu, multi_server = kf > 1, sf > 1
-    b_intra = np.where(multi_gpu, links["intra_bandwidth"], np.inf)
-    b_inter = np.where(multi_server, links["inter_bandwidth"], np.inf)
-    a_intra = np.where(multi_gpu, links["intra_latency"], 0.0)
-    a_inter = np.where(multi_server, links["inter_latency"], 0.0)
-    comm = comm_time(
-        allreduce,
-        grad_bytes,
-        kf,
-        g,
-        sf,
-        b_intra,
-        b_inter,
-        a_intra,
-        a_inter,
-        nic_sharing=nic_sharing,
+    kb, gb, sb = np.broadcast_arrays(np.asarray(k), np.asarray(g), np.asarray(s))
+    facts, b_inter = spread_facts(
+        even_spread(kb.ravel(), gb.ravel(), sb.ravel()),
+        LinkLevel("gpu", links["intra_bandwidth"], links["intra_latency"]),
+        LinkLevel("nic", links["inter_bandwidth"], links["inter_latency"]),
     )
-    return t0 + per_sample * np.asarray(local_batch, dtype=np.float64) + comm
+    shape = np.broadcast_shapes(
+        kb.shape, np.shape(t0), np.shape(per_sample), np.shape(grad_bytes), np.shape(local_batch)
+    )
+
+    def rows(x: Any) -> Any:
+        return np.broadcast_to(np.asarray(x, dtype=np.float64), shape).ravel()
+
+    compute = rows(t0) + rows(per_sample) * rows(local_batch)
+    perf = PerfConfig(allreduce=allreduce, nic_sharing=nic_sharing)
+    times = job_times(
+        perf, rows(grad_bytes), compute, np.inf, facts, np.broadcast_to(b_inter, compute.shape)
+    )
+    return times.T.reshape(shape)
 
 
 def model_coefficients(

@@ -4,40 +4,47 @@ The measured rows (:class:`~crop_gym.calibration.measurements.Measurements`) are
 iteration-time model itself (:func:`crop_gym.model.timing.job_times`, no second formula): a row of
 ``k`` GPUs spread over nodes as ``(g_1, g_2, ...)`` becomes the placement facts of that spread on a
 tree of ``gpus_per_node``-GPU nodes under one switch, healthy and alone (``k``, ``g = max g_i``,
-``s`` nodes; the GPU links and, on more than one node, the NIC links spanned). A test checks the
-facts against :func:`~crop_gym.model.facts.placement_facts` on a real topology.
+``s`` nodes, ``Σ g_i²``; the GPU links and, on more than one node, the NIC links spanned:
+:func:`~crop_gym.calibration.spread.spread_facts`, checked against
+:func:`~crop_gym.model.facts.placement_facts` on a real topology by a test).
 
-Free parameters (deterministic robust fit, :func:`scipy.optimize.least_squares`, soft-L1 loss on
-the log error of the step time, fixed starting points, the best kept):
+**The model fitted** (docs/MODEL.md §7; every term is a field of the profile):
 
-* shared by the cluster (at most 4, chosen by ``free``; see :data:`SHARED_PARAMETERS`): the node
-  fabric ``F``, the NIC bandwidth, the overlap φ_t (with φ_c = 1), the compute sharing κ, the NIC
-  latency or a per-step latency λ;
-* per application (3), two variants (``compute=``):
+* ring all-reduce over the job's ``k`` GPUs; its bandwidth term ``2(k-1)/k · M / min(F / g,
+  B / g^ν)`` (a node's fabric ``F`` shared by its ``g`` GPUs, its network card ``B`` by the job's
+  ``g^ν``), its latency term the sum over the ring's hops (``latency="hops"``): ``a_intra`` per
+  hop inside a node, ``a_inter`` per hop out of one, each slowed by ``1 + χ_a (g_i - 1)`` on a
+  node with ``g_i`` of the job's GPUs;
+* compute pinned to the measurement: the application's measured 1-GPU step time at the local
+  batch (piecewise linear through the median at each 1-GPU batch; ``compute="affine"`` fits
+  ``t0 + per_sample · b`` instead), less the single-replica overhead ``δ_a`` on more than one GPU,
+  times ``1 + κ_a (g - 1)`` (compute sharing);
+* overlap: backward hides up to ``φ · t`` of the all-reduce, but never the last gradient bucket
+  (``bucket_bytes``, PyTorch DDP's default 25 MB).
 
-  - ``"measured"`` (default): the compute curve is *measured*, piecewise linear through the median
-    1-GPU step time at each 1-GPU local batch (knots), times a fitted per-application level
-    ``scale`` (the multi-GPU rows of the Sia data run at 0.86-1.2 x the 1-GPU time at the same
-    batch); fitted: ``ln scale``, the application's compute sharing κ_a (its slowdown per
-    co-located GPU) and ``M``; the default shared set has no κ then (:data:`MEASURED_FREE`);
-  - ``"affine"``: the curve ``t0 + per_sample · b`` and ``M`` are fitted (no measured input);
-  - ``"mixed"``: each application takes the variant that fits its own rows better (both variants
-    are fitted first, the lower per-application median |rel err| on the fitted rows wins), then one
-    joint fit with that choice; or a mapping ``{application: "measured" | "affine"}`` given
-    directly. An affine application has no κ of its own (the shared κ, if fitted, applies).
+Fitted, with :func:`scipy.optimize.least_squares` (trust-region reflective, soft-L1 loss of scale
+5 % on the log error of the step time, finite differences on the sparsity pattern of the
+parameters, three fixed starts of ``F`` and ``B``, the best kept; deterministic):
 
-  ``M`` is the effective gradient bytes, fitted in log scale with a weak pull towards the zoo's
-  size, since ``M`` and the bandwidths are only identified together.
+* shared by the cluster (:data:`SHARED_PARAMETERS`, 6): ``F``, ``B``, ν, φ, ``a_intra``,
+  ``a_inter``;
+* per application (4, :data:`APP_PARAMETERS`): the effective gradient bytes ``M_a`` (in log,
+  within a factor 2 of the zoo's size, which is checked against the published parameter counts,
+  with a weak pull towards it, weight :data:`GRAD_PRIOR`), ``κ_a``, ``χ_a`` and ``δ_a`` (at most
+  half the application's fastest 1-GPU step).
 
-Structural choices that are not fitted: ``nic_sharing`` (ν, default 1: the job's co-located GPUs
-share a node's card, see docs/MODEL.md), the hierarchical all-reduce, and the GPU link bandwidth
-(``gpu_bandwidth``; the fabric ``F / g`` binds below it).
+A model the profile has no per-model value for (a new application, :mod:`.protocols`) takes the
+cluster-wide ``compute_sharing``, ``latency_inflation`` and ``replica_overhead``: the medians of
+the fitted applications' values.
+
+Structural choices that are not fitted: the ring, the GPU link bandwidth (``gpu_bandwidth``, 10
+TB/s by default: the fabric ``F / g`` binds below it) and the bucket size.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,69 +52,72 @@ import numpy as np
 from numpy.typing import NDArray
 
 from crop_gym.calibration.measurements import Measurements
-from crop_gym.calibration.report import error_report
+from crop_gym.calibration.spread import spread_facts
 from crop_gym.errors import ConfigError
-from crop_gym.model.facts import PlacementFacts
 from crop_gym.model.hardware import ComputeCurve, HardwareProfile, LinkLevel
 from crop_gym.model.jobs import get_model
 from crop_gym.model.timing import PerfConfig, compute_curve, job_times
 
 __all__ = [
+    "APP_PARAMETERS",
     "COMPUTE_VARIANTS",
-    "DEFAULT_FREE",
-    "MEASURED_FREE",
+    "DDP_BUCKET_BYTES",
+    "GRAD_PRIOR",
     "SHARED_PARAMETERS",
     "FitReport",
     "fit_profile",
-    "measurement_facts",
     "predict_step_time",
 ]
 
 FloatArray = NDArray[np.float64]
 
-#: Shared parameters that can be fitted, and how each maps from the fitted (unbounded) value.
+#: Shared parameters fitted (see the module docstring).
 SHARED_PARAMETERS: tuple[str, ...] = (
-    "fabric",  # F, bytes/s (log of F / NIC)
-    "nic",  # NIC bandwidth, bytes/s (log)
-    "overlap",  # φ_t in (0, 1) (logistic), φ_c = 1
-    "compute_sharing",  # κ >= 0 (log)
-    "nic_latency",  # NIC link latency, s (log)
-    "step_latency",  # λ, s (log)
+    "fabric",  # F, bytes/s (fitted as ln(F / B))
+    "nic",  # B, bytes/s (ln, in GB/s)
+    "nic_sharing",  # ν in [0, 1] (logistic)
+    "overlap",  # φ in (0, 1) (logistic)
+    "gpu_latency",  # a_intra, s per hop (ln, in µs)
+    "nic_latency",  # a_inter, s per hop (ln, in µs)
 )
-#: The shared parameters fitted by default with a fitted affine compute curve.
-DEFAULT_FREE: tuple[str, ...] = ("fabric", "nic", "overlap", "compute_sharing")
-#: The shared parameters fitted by default with the measured compute curve (κ is per application).
-MEASURED_FREE: tuple[str, ...] = ("fabric", "nic", "overlap", "step_latency")
+#: Per-application parameters fitted (see the module docstring).
+APP_PARAMETERS: tuple[str, ...] = (
+    "grad_bytes",  # ln(M / M_zoo)
+    "compute_sharing",  # κ_a (ln)
+    "latency_inflation",  # χ_a (ln)
+    "replica_overhead",  # δ_a, s (ln, in ms)
+)
 #: How the compute curve is obtained (see the module docstring).
-COMPUTE_VARIANTS: tuple[str, ...] = ("measured", "affine", "mixed")
-_SCALE_BOUND = 1.0  # |ln scale| of the measured curve: a level within x e^±1
-MAX_SHARED = 4
-PER_APP = 3
-# Units of the fitted vector: GB/s, ms, µs.
-_GB, _MS, _US = 1e9, 1e-3, 1e-6
-# Weight of the pull of ln(M / M_zoo) towards 0 (one pseudo-row per application).
-_PRIOR = 0.1
+COMPUTE_VARIANTS: tuple[str, ...] = ("measured", "affine")
+#: PyTorch DDP's default gradient bucket (``bucket_cap_mb=25``): the last one never overlaps.
+DDP_BUCKET_BYTES = 25e6
+#: Weight of the pull of ln(M / M_zoo) towards 0 (one pseudo-row per application).
+GRAD_PRIOR = 0.1
 # GPU link bandwidth of a profile fitted without a base: high enough never to bind, so that the
 # node fabric (F / g per GPU) alone sets the intra-node bandwidth.
 _GPU_LINK = 1e13
 _F_SCALE = 0.05  # soft-L1 scale of the log error (5 %)
-# Fixed starting points of (fabric GB/s, nic GB/s); the other shared values start at _START.
+_GB, _US, _MS = 1e9, 1e-6, 1e-3
+# Fixed starting points of (F, B) in GB/s; the other values start at _START.
 _LINK_STARTS: tuple[tuple[float, float], ...] = ((20.0, 5.0), (100.0, 20.0), (5.0, 1.0))
-# Bounds of the unbounded shared values: GB/s and µs in log, κ in log, φ_t as a logit.
-_BOUNDS = {
-    "fabric": (math.log(1e-3), math.log(1e5)),  # F / NIC
-    "nic": (math.log(0.01), math.log(1e4)),
-    "overlap": (-12.0, 12.0),
-    "compute_sharing": (-12.0, math.log(2.0)),
-    "nic_latency": (-5.0, math.log(1e5)),
-    "step_latency": (-5.0, math.log(1e5)),
+# (start, low, high) of each fitted value in its fitted scale.
+_SHARED = {
+    "fabric": (0.0, math.log(1e-3), math.log(1e5)),
+    "nic": (0.0, math.log(0.01), math.log(1e3)),
+    "nic_sharing": (0.0, -8.0, 8.0),
+    "overlap": (0.0, -12.0, 12.0),
+    "gpu_latency": (math.log(10.0), math.log(0.1), math.log(1e5)),
+    "nic_latency": (math.log(100.0), math.log(0.1), math.log(1e5)),
 }
-_START = {
-    "overlap": 0.0,
-    "compute_sharing": math.log(0.02),
-    "nic_latency": math.log(50.0),
-    "step_latency": math.log(1000.0),
+_APP = {
+    "grad_bytes": (0.0, -math.log(2.0), math.log(2.0)),
+    "compute_sharing": (math.log(0.02), -12.0, math.log(2.0)),
+    "latency_inflation": (math.log(0.1), -12.0, math.log(100.0)),
+    "replica_overhead": (math.log(1.0), math.log(1e-3), math.log(1e4)),
 }
+_MAX_NFEV = 1000
+_TOL = 1e-8
+_SPARSE_FROM = 50_000  # Jacobian entries above which differences are grouped by sparsity
 
 
 @dataclass(frozen=True)
@@ -117,7 +127,8 @@ class FitReport:
     Attributes:
         rows: Rows fitted.
         shared: Names of the fitted shared parameters.
-        applications: Applications fitted (each with :data:`PER_APP` parameters).
+        applications: Applications fitted (each with :data:`APP_PARAMETERS`, plus ``t0`` and
+            ``per_sample`` with ``compute="affine"``).
         parameters: Total fitted parameters.
         compute: ``"measured"`` or ``"affine"`` (:data:`COMPUTE_VARIANTS`).
         median_abs_rel_error: In-sample median ``|pred / meas - 1|``.
@@ -129,11 +140,10 @@ class FitReport:
     shared: tuple[str, ...]
     applications: tuple[str, ...]
     parameters: int
+    compute: str
     median_abs_rel_error: float
     p90_abs_rel_error: float
     cost: float
-    compute: str = "affine"
-    compute_by_app: Mapping[str, str] | None = None
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-able mapping."""
@@ -141,17 +151,13 @@ class FitReport:
             "rows": self.rows,
             "shared": list(self.shared),
             "applications": list(self.applications),
+            "per_application": list(APP_PARAMETERS)
+            + (["t0", "per_sample"] if self.compute == "affine" else []),
             "parameters": self.parameters,
             "compute": self.compute,
-            **({"compute_by_app": dict(self.compute_by_app)} if self.compute_by_app else {}),
             "measured_inputs": (
-                "compute knots: median 1-GPU step time at each 1-GPU local batch"
-                + (
-                    " (applications fitted with the measured curve)"
-                    if self.compute == "mixed"
-                    else ""
-                )
-                if self.compute in ("measured", "mixed")
+                "compute: median 1-GPU step time at each 1-GPU local batch (knots)"
+                if self.compute == "measured"
                 else "none"
             ),
             "median_abs_rel_error": round(self.median_abs_rel_error, 5),
@@ -160,52 +166,31 @@ class FitReport:
         }
 
 
-def measurement_facts(
-    placement: NDArray[np.int64], gpu_link: LinkLevel, nic: LinkLevel
-) -> tuple[PlacementFacts, FloatArray]:
-    """Placement facts and NIC bandwidth per measured row (healthy, alone, one switch).
-
-    Args:
-        placement: ``int[R, N]`` GPUs per node, zero-padded.
-        gpu_link: The GPU link level (bandwidth and latency of a spanned GPU link).
-        nic: The NIC level.
-
-    Returns:
-        ``(facts, b_inter)``: what :func:`~crop_gym.model.facts.placement_facts` and
-        :func:`~crop_gym.model.timing.inter_bandwidth` give on ``build_tree([nodes, gpus], ...)``.
-    """
-    p = np.asarray(placement)
-    k = p.sum(axis=1).astype(np.float64)
-    g = p.max(axis=1, initial=0).astype(np.float64)
-    s = (p > 0).sum(axis=1).astype(np.float64)
-    multi, spread = k >= 2, s >= 2
-    facts = PlacementFacts.of(
-        np.zeros((len(p), 0), dtype=np.int32),
-        k=k,
-        g=g,
-        s=s,
-        b_intra=np.where(multi, gpu_link.bandwidth, np.inf),
-        a_intra=np.where(multi, gpu_link.latency, 0.0),
-        a_inter=np.where(spread, nic.latency, 0.0),
-        slowdown=np.ones(len(p)),
-        survival=np.ones(len(p)),
-    )
-    return facts, np.where(spread, nic.bandwidth, np.inf)
-
-
 def predict_step_time(profile: HardwareProfile, measurements: Measurements) -> FloatArray:
     """Predicted step time of every measured row on ``profile`` (via :func:`job_times`)."""
-    facts, b_inter = measurement_facts(measurements.placement, profile.links[0], profile.links[1])
+    facts, b_inter = spread_facts(measurements.placement, profile.links[0], profile.links[1])
     models = measurements.model
-    compute = np.empty(len(measurements))
-    grad = np.empty(len(measurements))
-    kappa = np.empty(len(measurements))
+    n = len(measurements)
+    compute, grad, kappa, chi, delta = (np.empty(n) for _ in range(5))
     for m in np.unique(models):
         sel = models == m
-        compute[sel] = profile.compute_time(str(m), measurements.local_bsz[sel])
-        grad[sel] = profile.model_grad_bytes(str(m))
-        kappa[sel] = profile.model_kappa(str(m))
-    times = job_times(profile.perf(), grad, compute, np.inf, facts, b_inter, compute_sharing=kappa)
+        name = str(m)
+        compute[sel] = profile.compute_time(name, measurements.local_bsz[sel])
+        grad[sel] = profile.model_grad_bytes(name)
+        kappa[sel] = profile.model_kappa(name)
+        chi[sel] = profile.model_chi(name)
+        delta[sel] = profile.model_delta(name)
+    times = job_times(
+        profile.perf(),
+        grad,
+        compute,
+        np.inf,
+        facts,
+        b_inter,
+        compute_sharing=kappa,
+        latency_inflation=chi,
+        replica_overhead=delta,
+    )
     out: FloatArray = times.T
     return out
 
@@ -218,68 +203,36 @@ def fit_profile(
     base: HardwareProfile | None = None,
     name: str | None = None,
     citation: str = "",
-    free: Sequence[str] | None = None,
-    nic_sharing: float = 1.0,
+    compute: str = "measured",
     gpu_bandwidth: float | None = None,
-    compute: str | Mapping[str, str] = "measured",
+    bucket_bytes: float = DDP_BUCKET_BYTES,
 ) -> HardwareProfile:
-    """Fit a hardware profile to measured step times.
+    """Fit a hardware profile to measured step times (the model of the module docstring).
 
     Args:
-        measurements: The rows to fit (e.g. ``load_measurements(dir, kinds=("placements",))``).
+        measurements: The rows to fit (e.g. ``load_measurements(dir)``).
         gpus_per_node: GPUs per node of the measured cluster (every row must fit in it).
         gpu_type: Name of the measured GPU type.
-        base: Profile whose fixed values (GPU link, fixed shared terms, other models' curves) are
-            kept; default none (GPU link ``gpu_bandwidth`` or 10 TB/s, never binding, latencies 0).
+        base: Profile whose other models' curves, upper link levels and GPU speeds are kept.
         name: Name of the result (default ``fitted-<gpu_type>``).
         citation: Citation text of the result.
-        free: Shared parameters to fit (a subset of :data:`SHARED_PARAMETERS`, at most 4; default
-            :data:`MEASURED_FREE` or :data:`DEFAULT_FREE` by ``compute``).
-        nic_sharing: ν of the result (structural, not fitted).
-        gpu_bandwidth: GPU link bandwidth, bytes/s (default the base's, else 10 TB/s: the fabric binds).
-        compute: ``"measured"`` (curve through the 1-GPU rows, per-application level and κ fitted),
-            ``"affine"`` (``t0``, ``per_sample`` fitted), ``"mixed"`` (the better of the two per
-            application, chosen on ``measurements``), or a mapping ``{application: variant}``
-            naming every application; see the module docstring.
+        compute: ``"measured"`` (the 1-GPU rows, pinned) or ``"affine"`` (``t0``,
+            ``per_sample`` fitted per application).
+        gpu_bandwidth: GPU link bandwidth, bytes/s (default the base's, else 10 TB/s).
+        bucket_bytes: The last gradient bucket, which cannot overlap (0: no such limit).
 
     Returns:
         The fitted profile; its ``fit`` field holds a :class:`FitReport` mapping.
 
     Raises:
-        ConfigError: On no rows, an unknown or repeated shared parameter, more than 4 of them, a
-            row wider than ``gpus_per_node``, an unknown ``compute`` or application in it, or
-            (measured) an application with fewer than two 1-GPU batches or with a shared κ also
-            fitted when every application is measured.
+        ConfigError: On no rows, a row wider than ``gpus_per_node``, an unknown ``compute``, or
+            (measured) an application with fewer than two 1-GPU batches.
     """
     from scipy.optimize import least_squares
+    from scipy.sparse import lil_matrix
 
-    if compute == "mixed":
-        return _fit_mixed(
-            measurements,
-            gpus_per_node=gpus_per_node,
-            gpu_type=gpu_type,
-            base=base,
-            name=name,
-            citation=citation,
-            free=free,
-            nic_sharing=nic_sharing,
-            gpu_bandwidth=gpu_bandwidth,
-        )
-    models = tuple(str(m) for m in np.unique(measurements.model))
-    apps = {m: str(measurements.app[measurements.model == m][0]) for m in models}
-    by_app = _variant_by_app(compute, tuple(apps.values()))
-    is_measured = np.array([by_app[apps[m]] == "measured" for m in models], dtype=bool)
-    label = compute if isinstance(compute, str) else "mixed"
-    free = tuple(free) if free is not None else MEASURED_FREE if is_measured.any() else DEFAULT_FREE
-    for f in free:
-        if f not in SHARED_PARAMETERS:
-            raise ConfigError(f"free={f!r} is not one of {', '.join(SHARED_PARAMETERS)}")
-    if len(set(free)) != len(free) or len(free) > MAX_SHARED:
-        raise ConfigError(f"free={list(free)}: at most {MAX_SHARED} distinct shared parameters")
-    if is_measured.all() and "compute_sharing" in free:
-        raise ConfigError(
-            "free: compute_sharing is fitted per application with compute='measured'; leave it out"
-        )
+    if compute not in COMPUTE_VARIANTS:
+        raise ConfigError(f"compute={compute!r} is not one of {', '.join(COMPUTE_VARIANTS)}")
     if len(measurements) == 0:
         raise ConfigError("no measured rows to fit")
     if int(measurements.placement.max()) > gpus_per_node:
@@ -287,219 +240,213 @@ def fit_profile(
             f"a row uses {int(measurements.placement.max())} GPUs on one node; "
             f"gpus_per_node={gpus_per_node}"
         )
+    if not 0 <= bucket_bytes < 1e15:
+        raise ConfigError(f"bucket_bytes={bucket_bytes!r} must be in [0, 1e15)")
+    rows = measurements
+    models = tuple(str(m) for m in np.unique(rows.model))
+    apps = {m: str(rows.app[rows.model == m][0]) for m in models}
+    idx = np.searchsorted(np.array(models), rows.model)
+    na, R = len(models), len(rows)
+    measured_t = rows.step_time
+    b = rows.local_bsz
+    affine = compute == "affine"
     base_gpu = base.links[0] if base is not None else None
-    gpu_bw = gpu_bandwidth or (base_gpu.bandwidth if base_gpu else _GPU_LINK)
-    gpu_link = LinkLevel("gpu", gpu_bw, base_gpu.latency if base_gpu else 0.0)
-    fixed = {
-        "fabric": base.fabric_bandwidth if base else math.inf,
-        "nic": base.links[1].bandwidth if base else 10 * _GB,
-        "overlap": base.overlap if base else 0.0,
-        "compute_sharing": base.compute_sharing if base else 0.0,
-        "nic_latency": base.links[1].latency if base else 0.0,
-        "step_latency": base.step_latency if base else 0.0,
-    }
-    idx = np.searchsorted(np.array(models), measurements.model)
-    na, ns = len(models), len(free)
+    gpu_link = LinkLevel(
+        "gpu",
+        gpu_bandwidth or (base_gpu.bandwidth if base_gpu else _GPU_LINK),
+        0.0,
+    )
     zoo_grad = np.array([get_model(m).grad_bytes for m in models])
-    b = measurements.local_bsz
-    measured = measurements.step_time
-    measured_models = [m for i, m in enumerate(models) if is_measured[i]]
-    knots = _one_gpu_knots(measured_models, measurements)
-    # The measured curve at every row's batch (unscaled), through the same function as a profile's.
-    t1 = np.zeros(len(measurements))
-    for i, m in enumerate(models):
-        if is_measured[i]:
+    knots = {} if affine else _one_gpu_knots(models, rows)
+    t1 = np.zeros(R)
+    if not affine:
+        for i, m in enumerate(models):
             sel = idx == i
             t1[sel] = compute_curve(*knots[m], b[sel])
-    row_measured = is_measured[idx]
+    # δ_a is at most half the application's fastest step: its upper bound in ln ms.
+    fastest = np.array([rows.step_time[idx == i].min() for i in range(na)])
+    delta_hi = np.log(0.5 * fastest / _MS)
 
-    def unpack(x: FloatArray) -> tuple[dict[str, float], FloatArray, FloatArray, FloatArray]:
-        """Shared values; the two compute blocks per application (measured: scale, κ; affine:
-        t0, per_sample in s); M in bytes."""
-        shared = dict(fixed)
-        for j, f in enumerate(free):
-            v = float(x[3 * na + j])
-            shared[f] = (
-                1.0 / (1.0 + math.exp(-v))
-                if f == "overlap"
-                else math.exp(v) * {"fabric": 1.0, "nic": _GB, "compute_sharing": 1.0}.get(f, _US)
-            )
+    # The fitted vector: per application blocks (na each), then affine t0, per_sample (ms), then
+    # the shared values.
+    app_names = list(APP_PARAMETERS) + (["t0", "per_sample"] if affine else [])
+    n_app = len(app_names)
+    t0_start, ps_start = _compute_start(models, rows)
+    lo, hi, x0 = [], [], []
+    for p in app_names:
+        if p in _APP:
+            start, low, high = _APP[p]
+            x0.append(np.full(na, start))
+            lo.append(np.full(na, low))
+            hi.append(delta_hi if p == "replica_overhead" else np.full(na, high))
+        else:
+            x0.append(t0_start if p == "t0" else ps_start)
+            lo.append(np.zeros(na))
+            hi.append(np.full(na, np.inf))
+    for p in SHARED_PARAMETERS:
+        start, low, high = _SHARED[p]
+        x0.append(np.array([start]))
+        lo.append(np.array([low]))
+        hi.append(np.array([high]))
+    lo_v, hi_v, x_init = np.concatenate(lo), np.concatenate(hi), np.concatenate(x0)
+    shared_at = n_app * na
+
+    def unpack(x: FloatArray) -> tuple[dict[str, float], dict[str, FloatArray]]:
+        sh = dict(zip(SHARED_PARAMETERS, x[shared_at:].tolist()))
+        shared = {
+            "nic": math.exp(sh["nic"]) * _GB,
+            "nic_sharing": 1.0 / (1.0 + math.exp(-sh["nic_sharing"])),
+            "overlap": 1.0 / (1.0 + math.exp(-sh["overlap"])),
+            "gpu_latency": math.exp(sh["gpu_latency"]) * _US,
+            "nic_latency": math.exp(sh["nic_latency"]) * _US,
+        }
         # The fabric is fitted relative to the NIC, so that scaling every bandwidth and every M
         # together (the one direction the step times cannot see) stays free for the prior on M.
-        if "fabric" in free:
-            shared["fabric"] *= shared["nic"]
-        grad = zoo_grad * np.exp(x[2 * na : 3 * na])
-        # exp only of the measured blocks (an affine t0 in ms would overflow it).
-        c0 = np.where(is_measured, np.exp(np.where(is_measured, x[:na], 0.0)), x[:na] * _MS)
-        c1 = np.where(
-            is_measured, np.exp(np.where(is_measured, x[na : 2 * na], 0.0)), x[na : 2 * na] * _MS
+        shared["fabric"] = math.exp(sh["fabric"]) * shared["nic"]
+        blocks = {p: x[i * na : (i + 1) * na] for i, p in enumerate(app_names)}
+        per = {
+            "grad_bytes": zoo_grad * np.exp(blocks["grad_bytes"]),
+            "compute_sharing": np.exp(blocks["compute_sharing"]),
+            "latency_inflation": np.exp(blocks["latency_inflation"]),
+            "replica_overhead": np.exp(blocks["replica_overhead"]) * _MS,
+        }
+        if affine:
+            per["t0"], per["per_sample"] = blocks["t0"] * _MS, blocks["per_sample"] * _MS
+        return shared, per
+
+    def perf_of(shared: dict[str, float]) -> PerfConfig:
+        return PerfConfig(
+            allreduce="ring",
+            latency="hops",
+            overlap=shared["overlap"],
+            overlap_cap=1.0,
+            fabric_bandwidth=shared["fabric"],
+            nic_sharing=shared["nic_sharing"],
+            bucket_bytes=bucket_bytes,
         )
-        return shared, c0, c1, grad
 
     def predict(x: FloatArray) -> FloatArray:
-        shared, c0, c1, grad = unpack(x)
-        perf = _perf(shared, nic_sharing)
-        facts, b_inter = measurement_facts(
-            measurements.placement, gpu_link, LinkLevel("nic", shared["nic"], shared["nic_latency"])
+        shared, per = unpack(x)
+        facts, b_inter = spread_facts(
+            rows.placement,
+            LinkLevel("gpu", gpu_link.bandwidth, shared["gpu_latency"]),
+            LinkLevel("nic", shared["nic"], shared["nic_latency"]),
         )
-        # measured: c0 = scale, c1 = κ of the application; affine: c0 = t0, c1 = per_sample.
-        compute_s = np.where(row_measured, c0[idx] * t1, c0[idx] + c1[idx] * b)
-        kappa = np.where(row_measured, c1[idx], shared["compute_sharing"])
-        times = job_times(perf, grad[idx], compute_s, np.inf, facts, b_inter, compute_sharing=kappa)
+        t_c = per["t0"][idx] + per["per_sample"][idx] * b if affine else t1
+        times = job_times(
+            perf_of(shared),
+            per["grad_bytes"][idx],
+            t_c,
+            np.inf,
+            facts,
+            b_inter,
+            compute_sharing=per["compute_sharing"][idx],
+            latency_inflation=per["latency_inflation"][idx],
+            replica_overhead=per["replica_overhead"][idx],
+        )
         out: FloatArray = times.T
         return out
 
-    def residuals(x: FloatArray) -> FloatArray:
-        r = np.log(predict(x)) - np.log(measured)
-        return np.concatenate([r, _PRIOR * x[2 * na : 3 * na]])
+    log_measured = np.log(measured_t)
 
-    # Measured applications: ln scale, ln κ_a; affine ones: t0, per_sample (ms).
-    aff_t0, aff_ps = _compute_start(models, measurements)
-    t0_start = np.where(is_measured, 0.0, aff_t0)
-    ps_start = np.where(is_measured, _START["compute_sharing"], aff_ps)
-    k_lo, k_hi = _BOUNDS["compute_sharing"]
-    lo_c = np.concatenate(
-        [np.where(is_measured, -_SCALE_BOUND, 0.0), np.where(is_measured, k_lo, 0.0)]
-    )
-    hi_c = np.concatenate(
-        [np.where(is_measured, _SCALE_BOUND, np.inf), np.where(is_measured, k_hi, np.inf)]
-    )
-    lo = np.concatenate([lo_c, np.full(na, -8.0), [_BOUNDS[f][0] for f in free]])
-    hi = np.concatenate([hi_c, np.full(na, 8.0), [_BOUNDS[f][1] for f in free]])
+    def residuals(x: FloatArray) -> FloatArray:
+        r = np.log(predict(x)) - log_measured
+        return np.concatenate([r, GRAD_PRIOR * x[:na]])
+
+    # Which residuals each parameter moves: a per-application value only its rows (and its
+    # prior row), a shared value every row. Finite differences then perturb many columns at once.
+    sparsity = lil_matrix((R + na, len(x_init)), dtype=np.int8)
+    for i, _ in enumerate(app_names):
+        for a in range(na):
+            sparsity[np.flatnonzero(idx == a), i * na + a] = 1
+    for a in range(na):
+        sparsity[R + a, a] = 1
+    sparsity[:R, shared_at:] = 1
+    # Grouped differences pay off on many rows; on a few, scipy's sparse bookkeeping costs more.
+    sparse = (R + na) * len(x_init) > _SPARSE_FROM
     best = None
     for f_bw, n_bw in _LINK_STARTS:
-        starts = {**_START, "fabric": math.log(f_bw / n_bw), "nic": math.log(n_bw)}
-        x0 = np.concatenate([t0_start, ps_start, np.zeros(na), [starts[f] for f in free]])
-        x0 = np.clip(x0, lo + 1e-6, hi - 1e-6)
+        x = x_init.copy()
+        x[shared_at + SHARED_PARAMETERS.index("fabric")] = math.log(f_bw / n_bw)
+        x[shared_at + SHARED_PARAMETERS.index("nic")] = math.log(n_bw)
+        x = np.clip(x, lo_v + 1e-6, np.where(np.isfinite(hi_v), hi_v - 1e-6, hi_v))
         res = least_squares(
             residuals,
-            x0,
-            bounds=(lo, hi),
+            x,
+            bounds=(lo_v, hi_v),
             loss="soft_l1",
             f_scale=_F_SCALE,
             method="trf",
-            max_nfev=3000,
-            xtol=1e-10,
-            ftol=1e-10,
+            max_nfev=_MAX_NFEV,
+            xtol=_TOL,
+            ftol=_TOL,
+            jac_sparsity=sparsity if sparse else None,
+            x_scale="jac",
         )
         if best is None or res.cost < best.cost - 1e-12:
             best = res
     assert best is not None
     x = np.asarray(best.x, dtype=np.float64)
-    shared, c0, c1, grad = unpack(x)
-    rel = np.abs(predict(x) / measured - 1.0)
+    shared, per = unpack(x)
+    rel = np.abs(predict(x) / measured_t - 1.0)
     report = FitReport(
-        rows=len(measured),
-        shared=free,
+        rows=R,
+        shared=SHARED_PARAMETERS,
         applications=tuple(apps[m] for m in models),
-        parameters=ns + PER_APP * na,
+        parameters=len(SHARED_PARAMETERS) + n_app * na,
+        compute=compute,
         median_abs_rel_error=float(np.median(rel)),
         p90_abs_rel_error=float(np.quantile(rel, 0.9)),
         cost=float(best.cost),
-        compute=label,
-        compute_by_app=dict(by_app) if label == "mixed" else None,
     )
     compute_curves: dict[str, dict[str, ComputeCurve]] = (
         {m: dict(c) for m, c in base.compute.items()} if base else {}
     )
-    curves: dict[str, ComputeCurve] = {}
-    kappas = dict(base.model_compute_sharing) if base else {}
     for i, m in enumerate(models):
-        if is_measured[i]:  # the measured knots at the fitted level
-            kb, kt = knots[m]
-            curves[m] = ComputeCurve(
-                local_batch=tuple(float(v) for v in kb),
-                time=tuple(_sig(float(c0[i] * v)) for v in kt),
-            )
-            kappas[m] = _sig(float(c1[i]))
+        if affine:
+            curve = ComputeCurve.affine(_sig(per["t0"][i]), _sig(per["per_sample"][i]))
         else:
-            curves[m] = ComputeCurve.affine(_sig(c0[i]), _sig(c1[i]))
-    for m, c in curves.items():
-        compute_curves.setdefault(m, {})[gpu_type] = c
+            kb, kt = knots[m]
+            curve = ComputeCurve(
+                local_batch=tuple(float(v) for v in kb), time=tuple(float(v) for v in kt)
+            )
+        compute_curves.setdefault(m, {})[gpu_type] = curve
     grads = dict(base.grad_bytes) if base else {}
-    grads.update({m: _sig(grad[i]) for i, m in enumerate(models)})
+    grads.update({m: _sig(per["grad_bytes"][i]) for i, m in enumerate(models)})
     speeds = dict(base.gpu_speeds) if base else {}
     speeds.setdefault(gpu_type, 1.0)
+
+    def by_model(p: str) -> dict[str, float]:
+        return {m: _sig(float(per[p][i])) for i, m in enumerate(models)}
+
     return HardwareProfile(
         name=name or f"fitted-{gpu_type}",
         citation=citation,
         gpus_per_node=gpus_per_node,
         gpu_type=gpu_type,
         gpu_speeds=speeds,
-        allreduce="hierarchical",
+        allreduce="ring",
         links=(
-            gpu_link,
+            LinkLevel("gpu", gpu_link.bandwidth, _sig(shared["gpu_latency"])),
             LinkLevel("nic", _sig(shared["nic"]), _sig(shared["nic_latency"])),
             *(base.links[2:] if base else ()),
         ),
-        fabric_bandwidth=_sig(shared["fabric"]) if math.isfinite(shared["fabric"]) else math.inf,
-        nic_sharing=nic_sharing,
-        compute_sharing=_sig(shared["compute_sharing"]),
-        step_latency=_sig(shared["step_latency"]),
+        fabric_bandwidth=_sig(shared["fabric"]),
+        nic_sharing=_sig(shared["nic_sharing"]),
         overlap=_sig(shared["overlap"]),
-        overlap_cap=1.0 if shared["overlap"] > 0 else None,
-        model_compute_sharing=kappas,
+        overlap_cap=1.0,
+        latency="hops",
+        bucket_bytes=bucket_bytes,
+        # A model without its own values (a new application) takes the fitted ones' medians.
+        compute_sharing=_sig(float(np.median(per["compute_sharing"]))),
+        latency_inflation=_sig(float(np.median(per["latency_inflation"]))),
+        replica_overhead=_sig(float(np.median(per["replica_overhead"]))),
+        model_compute_sharing=by_model("compute_sharing"),
+        model_latency_inflation=by_model("latency_inflation"),
+        model_replica_overhead=by_model("replica_overhead"),
         compute=compute_curves,
         grad_bytes=grads,
-        fit={
-            **report.to_mapping(),
-            **(
-                {
-                    "compute_scale": {
-                        m: _sig(float(c0[i]), 4) for i, m in enumerate(models) if is_measured[i]
-                    }
-                }
-                if is_measured.any()
-                else {}
-            ),
-        },
-    )
-
-
-def _variant_by_app(compute: str | Mapping[str, str], apps: Sequence[str]) -> dict[str, str]:
-    """``{application: "measured" | "affine"}`` for every fitted application."""
-    if isinstance(compute, str):
-        if compute not in ("measured", "affine"):
-            raise ConfigError(f"compute={compute!r} is not one of {', '.join(COMPUTE_VARIANTS)}")
-        return {a: compute for a in apps}
-    out = {}
-    for a in apps:
-        v = compute.get(a)
-        if v not in ("measured", "affine"):
-            raise ConfigError(
-                f"compute[{a!r}]={v!r}: every fitted application needs 'measured' or 'affine'"
-            )
-        out[a] = v
-    return out
-
-
-def _fit_mixed(measurements: Measurements, **kw: Any) -> HardwareProfile:
-    """``compute="mixed"``: fit both variants, give each application the one with the lower
-    median |rel err| on its own rows of ``measurements``, and fit once more with that choice."""
-    per_app = {
-        v: error_report(
-            predict_step_time(fit_profile(measurements, compute=v, **kw), measurements),
-            measurements.step_time,
-            measurements.app,
-        ).per_app
-        for v in ("measured", "affine")
-    }
-    choice = {
-        a: min(("measured", "affine"), key=lambda v: per_app[v][a].median_abs_rel_error)
-        for a in per_app["measured"]
-    }
-    return fit_profile(measurements, compute=choice, **kw)
-
-
-def _perf(shared: Mapping[str, float], nic_sharing: float) -> PerfConfig:
-    return PerfConfig(
-        allreduce="hierarchical",
-        overlap=shared["overlap"],
-        overlap_cap=1.0 if shared["overlap"] > 0 else None,
-        fabric_bandwidth=shared["fabric"],
-        nic_sharing=nic_sharing,
-        compute_sharing=shared["compute_sharing"],
-        step_latency=shared["step_latency"],
+        fit=report.to_mapping(),
     )
 
 
@@ -526,7 +473,7 @@ def _compute_start(models: Sequence[str], m: Measurements) -> tuple[FloatArray, 
     t0, ps = np.full(len(models), 10.0), np.full(len(models), 1.0)
     for i, model in enumerate(models):
         sel = (m.model == model) & (m.num_gpus == 1)
-        if sel.sum() >= 2:
+        if sel.sum() >= 2 and len(np.unique(m.local_bsz[sel])) >= 2:
             slope, icpt = np.polyfit(m.local_bsz[sel], m.step_time[sel] / _MS, 1)
             ps[i], t0[i] = max(float(slope), 1e-4), max(float(icpt), 1e-2)
         else:

@@ -370,7 +370,7 @@ def build_action_tables(
     R, Gr = topo.regions, topo.region_gpus
     if len(pending) != R:
         raise ValueError(f"build_action_tables: {len(pending)} queues for {R} regions")
-    if kernels.enabled() if backend is None else backend == "numba":
+    if state.compiled if backend is None else backend == "numba":
         return _compiled_tables(state, pending, Q, C, robust, group_identical, interference)
     free = state.free_mask
     n_free = (

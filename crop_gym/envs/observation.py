@@ -346,7 +346,7 @@ class ObservationBuilder:
         regions = np.array([t.region for t in tables], dtype=np.int64)
         pending = [len(q) for q in queues]
         out: dict[str, NDArray[np.float32]] = {}
-        if self.with_candidates and kernels.enabled():
+        if self.with_candidates and state.compiled:
             out["gpus"], out["candidates"], out["queue"], out["summary"] = self._compiled(
                 state, observed, m, tables, queues, regions, pending, steps, max_steps, extra
             )

@@ -140,7 +140,7 @@ def online_cluster(
         sim_config: Base simulator options (default :class:`SimConfig`).
         horizon_s: Simulated seconds after which an episode is truncated.
     """
-    from crop_gym.model.hardware_topology import resolve_hardware
+    from crop_gym.model.hardware import resolve_hardware
 
     topology = make_topology(cluster) if isinstance(cluster, str) else cluster
     base = sim_config if sim_config is not None else SimConfig()

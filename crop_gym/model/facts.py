@@ -2,8 +2,9 @@
 
 For a placement ``P`` (``k`` GPUs on ``s`` servers, at most ``g`` of them on one server) the facts
 are ``k``, ``g``, ``s``, the bottleneck bandwidth and largest latency over the spanned GPU links,
-the largest latency over the spanned inter-server links, the slowdown ``max σ/speed`` and the
-survival probability, plus the spanned inter-server links themselves (the links whose subtree
+the largest latency over the spanned inter-server links, the slowdown ``max σ/speed``, the
+survival probability and ``Σ g_i²`` over the servers (``g_i`` GPUs of ``P`` on server ``i``: with
+``k`` and ``s`` it tells apart placements that ``g`` does not, e.g. 3311 from 3221), plus the spanned inter-server links themselves (the links whose subtree
 holds some but not all of ``P``; a DFS-ordered ring crosses each once per direction). They depend
 on the topology and the device health only, never on other jobs: the iteration-time model
 (:mod:`crop_gym.model.timing`) adds the contention.
@@ -52,6 +53,7 @@ FACT_COLUMNS: tuple[str, ...] = (
     "a_inter",  # largest latency over the spanned inter-server links (0 if none)
     "slowdown",  # max σ_g / speed_g over the placement
     "survival",  # probability that no GPU or spanned link of the placement fails
+    "sum_g2",  # Σ over servers of (GPUs of the placement on it)²
 )
 
 
@@ -60,7 +62,7 @@ class PlacementFacts:
     """Contention-independent facts of ``R`` placements (named arrays, row ``r`` = placement ``r``).
 
     Attributes:
-        values: ``float64[R, 8]``, one column per name of :data:`FACT_COLUMNS` (read them as
+        values: ``float64[R, 9]``, one column per name of :data:`FACT_COLUMNS` (read them as
             ``facts.k``, ``facts.survival``, ...; counts are exact in float64).
         inter_links: ``int32[R, W]`` spanned inter-server links, largest first, root-padded
             (node 0, whose bandwidth is infinite).
@@ -91,7 +93,9 @@ class PlacementFacts:
         for p in parts:
             links[start : start + len(p), : p.inter_links.shape[1]] = p.inter_links
             start += len(p)
-        values = np.concatenate([p.values for p in parts]) if parts else np.zeros((0, 8))
+        values = (
+            np.concatenate([p.values for p in parts]) if parts else np.zeros((0, len(FACT_COLUMNS)))
+        )
         return cls(values, links)
 
     def take(self, rows: Any) -> PlacementFacts:
@@ -108,6 +112,9 @@ class PlacementFacts:
     a_inter = property(lambda self: self.values[:, 5], doc="``float64[R]`` inter-link latency.")
     slowdown = property(lambda self: self.values[:, 6], doc="``float64[R]`` max σ/speed.")
     survival = property(lambda self: self.values[:, 7], doc="``float64[R]`` survival.")
+    sum_g2 = property(
+        lambda self: self.values[:, 8], doc="``float64[R]`` Σ over servers of GPUs² there."
+    )
 
 
 def device_table(topology: Topology, health: Health) -> FloatArray:
@@ -203,7 +210,7 @@ def facts_kernel(
     if R == 0 or kmax == 0:
         z = np.zeros(R)
         return PlacementFacts(
-            np.column_stack((k, k, k, z + np.inf, z, z, z + 1, z + 1)),
+            np.column_stack((k, k, k, z + np.inf, z, z, z + 1, z + 1, z)),
             np.zeros((R, 0), dtype=np.int32),
         )
     # Servers spanned, and the most GPUs on one server (rows are sorted: a server is a run).
@@ -217,6 +224,8 @@ def facts_kernel(
     values[:, 0] = k
     values[:, 1] = np.where(valid, idx - run_start, -1).max(axis=1) + 1
     values[:, 2] = new_srv.sum(axis=1)
+    # Σ_i g_i²: a server's run of g GPUs adds 1 + 3 + ... + (2g - 1) = g² (position p in it: 2p+1).
+    values[:, 8] = np.where(valid, 2 * (idx - run_start) + 1, 0).sum(axis=1)
 
     # Per-GPU terms in one gather. A GPU's own (intra-server) link holds only that GPU: a ring of
     # k >= 2 spans every one.

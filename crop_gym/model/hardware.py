@@ -7,25 +7,57 @@ A profile says what a cluster's hardware does to the iteration-time model of
   node's network card into the first switch, then any upper switch levels), each with a bandwidth
   (bytes/s per direction) and a latency (s);
 * the node fabric ``F`` shared by a node's GPUs, how far co-located GPUs share the network card
-  (ν), the compute slowdown per co-located GPU (κ), a per-step latency (λ) and the overlap of
-  backward compute with the all-reduce (φ_t, φ_c) — every one "off" unless given;
+  (ν), the compute slowdown per co-located GPU (κ), a per-step latency (λ), the overlap of
+  backward compute with the all-reduce (φ_t, φ_c), how the ring's latency adds up (``latency``:
+  ``"max"`` or over its ``"hops"``, each slowed by its node's co-located GPUs, χ), the gradient
+  bucket that cannot overlap (β) and the single-replica overhead of a 1-GPU step (δ) — every one
+  "off" unless given (:class:`~crop_gym.model.timing.PerfConfig` has the formulas);
 * per (model, GPU type) compute curves (affine ``t0 + per_sample · b`` or a knot table), per-model
-  gradient bytes where a fit found the zoo's size wrong, per-model compute sharing κ where a model
-  slows down more than others with co-located GPUs, and the relative speeds of GPU types;
+  gradient bytes where a fit found the zoo's size wrong, per-model values of κ, χ and δ (a model
+  without one takes the profile's shared value), and the relative speeds of GPU types;
 * a citation (where the constants come from) and, for fitted profiles, the fit's figures.
 
 Profiles are JSON or TOML files (``crop_gym/data/hardware/*.json`` are bundled); :func:`get_hardware`
 takes a bundled name or a path. Bad input is refused with one line naming the file and the field.
+
+**Profiles applied to topologies.** A *hardware spec* is what scenario files, the environments'
+``hardware=`` and ``--hardware`` take (:func:`resolve_hardware`):
+
+* a bundled profile name or a profile file (:func:`get_hardware`);
+* several of them joined by ``+`` (``"dgx-a100+azure-v100"``): a **heterogeneous** cluster. The
+  first profile is the reference: its links, model options (:class:`PerfConfig`), gradient sizes
+  and GPU type (speed 1). Each later profile adds its GPU type, whose servers form the next equal
+  contiguous block of the topology's servers (DFS order, so whole switches where the sizes allow).
+
+:func:`apply_hardware` rebuilds a topology with a profile's links: a GPU's link gets the ``gpu``
+level, a server's uplink the ``nic`` level, a switch's uplink the profile's next level if it has one,
+else the topology's own bandwidth scaled by (profile NIC / the topology's fastest server uplink) —
+the topology keeps its oversubscription — and the NIC latency. The shape (servers, GPUs per server)
+is the topology's. The result carries the profile (:attr:`Topology.hardware`), from which
+:func:`crop_gym.model.timing.model_constants` takes every job's gradient bytes and compute.
+
+**Approximation on heterogeneous clusters.** The placement facts hold one model-independent slowdown
+per placement (``max σ_g / speed_g``: the slowest GPU sets the pace). So a GPU type's speed is one
+number relative to the reference type (:attr:`HardwareProfile.gpu_speeds`); for a ``+`` mix it is
+the geometric mean, over the added profile's fitted models, of the reference's compute time over
+the added type's at the middle knot of a measured curve (local batch :data:`SPEED_LOCAL_BATCH` for
+an affine one). A model whose speed ratio differs from that mean is off by the difference on the
+added type's GPUs.
+
+The default spec :data:`DEFAULT_HARDWARE` is the model zoo and the presets' own links (they were
+fitted to the same data), so it returns the preset itself: every default stays bit-identical.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
@@ -37,16 +69,25 @@ from crop_gym.errors import ConfigError, check_int, check_real
 from crop_gym.io import parse_mapping, read_mapping
 from crop_gym.model.jobs import get_model
 from crop_gym.model.timing import ALLREDUCE_ALGORITHMS, PerfConfig, compute_curve
-from crop_gym.model.topology import Topology, build_tree
+from crop_gym.model.topology import Topology, build_tree, make_topology
 
 __all__ = [
     "BUNDLED_DIR",
+    "DEFAULT_HARDWARE",
+    "HARDWARE_PROFILES",
+    "SPEED_LOCAL_BATCH",
+    "ClusterHardware",
     "ComputeCurve",
     "HardwareProfile",
     "LinkLevel",
+    "apply_hardware",
     "bundled_hardware",
+    "combine_profiles",
     "get_hardware",
+    "hardware_files",
     "load_hardware",
+    "resolve_hardware",
+    "spec_parts",
 ]
 
 #: Package folder of the bundled profiles (``<name>.json``).
@@ -64,6 +105,12 @@ _KEYS = {
     "compute_sharing",
     "model_compute_sharing",
     "step_latency",
+    "latency",
+    "latency_inflation",
+    "model_latency_inflation",
+    "bucket_bytes",
+    "replica_overhead",
+    "model_replica_overhead",
     "overlap",
     "overlap_cap",
     "compute",
@@ -148,6 +195,12 @@ class HardwareProfile:
         compute_sharing: κ >= 0 (every model without its own value).
         model_compute_sharing: ``{model: κ}`` overriding ``compute_sharing`` per model.
         step_latency: λ >= 0 s.
+        latency: ``"max"`` or ``"hops"`` (ring only).
+        latency_inflation: χ >= 0 (every model without its own value).
+        model_latency_inflation: ``{model: χ}``.
+        bucket_bytes: β >= 0 bytes (0: off).
+        replica_overhead: δ >= 0 s (every model without its own value).
+        model_replica_overhead: ``{model: δ}``.
         overlap: φ_t in [0, 1].
         overlap_cap: φ_c in [0, 1], or ``None`` (= ``overlap``).
         compute: ``{model: {gpu_type: ComputeCurve}}``.
@@ -169,6 +222,12 @@ class HardwareProfile:
     overlap: float = 0.0
     overlap_cap: float | None = None
     model_compute_sharing: Mapping[str, float] = field(default_factory=dict)
+    latency: str = "max"
+    latency_inflation: float = 0.0
+    model_latency_inflation: Mapping[str, float] = field(default_factory=dict)
+    bucket_bytes: float = 0.0
+    replica_overhead: float = 0.0
+    model_replica_overhead: Mapping[str, float] = field(default_factory=dict)
     compute: Mapping[str, Mapping[str, ComputeCurve]] = field(default_factory=dict)
     grad_bytes: Mapping[str, float] = field(default_factory=dict)
     fit: Mapping[str, Any] = field(default_factory=dict)
@@ -182,9 +241,8 @@ class HardwareProfile:
             MappingProxyType({m: MappingProxyType(dict(c)) for m, c in self.compute.items()}),
         )
         object.__setattr__(self, "grad_bytes", MappingProxyType(dict(self.grad_bytes)))
-        object.__setattr__(
-            self, "model_compute_sharing", MappingProxyType(dict(self.model_compute_sharing))
-        )
+        for name in ("model_compute_sharing", "model_latency_inflation", "model_replica_overhead"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         object.__setattr__(self, "fit", MappingProxyType(dict(self.fit)))
         object.__setattr__(self, "links", tuple(self.links))
         _validate(self, self.name or "hardware profile")
@@ -200,6 +258,10 @@ class HardwareProfile:
             nic_sharing=self.nic_sharing,
             compute_sharing=self.compute_sharing,
             step_latency=self.step_latency,
+            latency=self.latency,
+            latency_inflation=self.latency_inflation,
+            bucket_bytes=self.bucket_bytes,
+            replica_overhead=self.replica_overhead,
         )
 
     def topology(self, fanouts: int | Sequence[int], *, name: str | None = None) -> Topology:
@@ -259,6 +321,14 @@ class HardwareProfile:
         """Compute sharing κ of ``model`` (the profile's per-model value, else the shared one)."""
         return float(self.model_compute_sharing.get(model, self.compute_sharing))
 
+    def model_chi(self, model: str) -> float:
+        """Latency inflation χ of ``model`` (the profile's per-model value, else the shared one)."""
+        return float(self.model_latency_inflation.get(model, self.latency_inflation))
+
+    def model_delta(self, model: str) -> float:
+        """Single-replica overhead δ of ``model`` (per-model value, else the shared one)."""
+        return float(self.model_replica_overhead.get(model, self.replica_overhead))
+
     # ------------------------------------------------------------ serialise
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle as :meth:`to_mapping` (the fields' read-only views do not pickle)."""
@@ -292,6 +362,15 @@ class HardwareProfile:
         out["grad_bytes"] = dict(self.grad_bytes)
         if self.model_compute_sharing:
             out["model_compute_sharing"] = dict(self.model_compute_sharing)
+        # The newer terms are written only when used, so older profiles round-trip unchanged.
+        if self.latency != "max":
+            out["latency"] = self.latency
+        for name in ("latency_inflation", "bucket_bytes", "replica_overhead"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        for name in ("model_latency_inflation", "model_replica_overhead"):
+            if getattr(self, name):
+                out[name] = dict(getattr(self, name))
         if self.fit:
             out["fit"] = dict(self.fit)
         return out
@@ -372,6 +451,10 @@ class HardwareProfile:
             m: check_real(f"{source}: model_compute_sharing.{m}", v, 0, 1e3)
             for m, v in kappa_raw.items()
         }
+        per_model = {
+            name: _per_model(data.get(name, {}), f"{source}: {name}", high)
+            for name, high in (("model_latency_inflation", 1e4), ("model_replica_overhead", 1e3))
+        }
         speeds_raw = data.get("gpu_speeds", {})
         if not isinstance(speeds_raw, Mapping):
             raise ConfigError(f"{source}: field 'gpu_speeds' must be a table {{gpu_type: speed}}")
@@ -407,6 +490,17 @@ class HardwareProfile:
             overlap=check_real(f"{source}: overlap", data.get("overlap", 0.0), 0, 1),
             overlap_cap=None if cap is None else check_real(f"{source}: overlap_cap", cap, 0, 1),
             model_compute_sharing=kappas,
+            latency=_text(data.get("latency", "max"), f"{source}: latency"),
+            latency_inflation=check_real(
+                f"{source}: latency_inflation", data.get("latency_inflation", 0.0), 0, 1e4
+            ),
+            bucket_bytes=check_real(
+                f"{source}: bucket_bytes", data.get("bucket_bytes", 0.0), 0, 1e15
+            ),
+            replica_overhead=check_real(
+                f"{source}: replica_overhead", data.get("replica_overhead", 0.0), 0, 1e3
+            ),
+            **per_model,
             compute=compute,
             grad_bytes=grad,
             fit=fit,
@@ -425,6 +519,13 @@ def _text(value: Any, where: str, *, empty: bool = False) -> str:
     if not isinstance(value, str) or (not empty and not value.strip()):
         raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
     return value
+
+
+def _per_model(raw: Any, where: str, high: float) -> dict[str, float]:
+    """A ``{model: value}`` table of values in ``[0, high]``."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{where} must be a table {{model: value}}")
+    return {m: check_real(f"{where}.{m}", v, 0, high) for m, v in raw.items()}
 
 
 def _curve(raw: Any, where: str) -> ComputeCurve:
@@ -500,3 +601,215 @@ def get_hardware(name_or_path: str | os.PathLike[str]) -> HardwareProfile:
         f"unknown hardware {text!r}: not a file, and not a bundled profile "
         f"({', '.join(bundled_hardware())})"
     )
+
+
+# ----------------------------------------------------------------------------- on topologies
+#: The profile equal to the package's calibration (the model zoo and the presets' links).
+DEFAULT_HARDWARE = "a100-elasticflow"
+#: Local batch at which a ``+`` mix compares two profiles' compute curves.
+SPEED_LOCAL_BATCH = 32.0
+
+
+@dataclass(frozen=True, eq=False)
+class ClusterHardware:
+    """A resolved hardware spec (immutable).
+
+    Attributes:
+        spec: The spec as given.
+        profile: The profile (for a ``+`` mix, the reference with every added GPU type).
+        gpu_types: GPU type of each contiguous block of servers (one entry: homogeneous).
+    """
+
+    spec: str
+    profile: HardwareProfile
+    gpu_types: tuple[str, ...]
+
+    @property
+    def is_default(self) -> bool:
+        """Whether this is :data:`DEFAULT_HARDWARE` (the zoo and the presets as they are)."""
+        return self.spec == DEFAULT_HARDWARE
+
+    def perf(self, allreduce: str = "", overlap: float | None = None) -> PerfConfig:
+        """The profile's model options, with ``allreduce`` (if given) and ``overlap`` (if not
+        ``None``) overriding its own."""
+        perf = self.profile.perf()
+        if allreduce:
+            perf = dataclasses.replace(perf, allreduce=allreduce)
+        if overlap is not None:
+            perf = dataclasses.replace(perf, overlap=overlap)
+        return perf
+
+    def topology(self, cluster: str | Topology) -> Topology:
+        """``cluster`` (a preset name or a topology) on this hardware (cached per preset)."""
+        if isinstance(cluster, Topology):
+            return cluster if self.is_default else apply_hardware(cluster, self)
+        if self.is_default:
+            return make_topology(cluster)
+        return _preset_on(cluster, self)
+
+
+@lru_cache(maxsize=64)
+def _preset_on(cluster: str, hardware: ClusterHardware) -> Topology:
+    """A preset on a resolved hardware: a pure function of two immutable inputs."""
+    return apply_hardware(make_topology(cluster), hardware)
+
+
+def resolve_hardware(spec: str | ClusterHardware | HardwareProfile) -> ClusterHardware:
+    """Resolve a hardware spec (see the module docstring); bundled specs are resolved once.
+
+    Raises:
+        ConfigError: One line for an unknown name, a malformed profile file, a GPU type given
+            twice in a mix, or an added profile without compute curves.
+    """
+    if isinstance(spec, ClusterHardware):
+        return spec
+    if isinstance(spec, HardwareProfile):
+        return ClusterHardware(spec.name, spec, (spec.gpu_type,))
+    if not isinstance(spec, str) or not spec.strip():
+        raise ConfigError(f"hardware={spec!r} must be a profile name or file (NAME|PATH[+...])")
+    parts = spec_parts(spec)
+    if all(p in bundled_hardware() for p in parts):
+        return _bundled(spec)
+    return _resolve(spec, parts)
+
+
+def hardware_files(spec: str | None) -> list[str]:
+    """The parts of a spec that are not bundled names (profile files: a command's inputs)."""
+    return [p for p in spec_parts(spec or "") if p and p not in bundled_hardware()]
+
+
+def spec_parts(spec: str) -> list[str]:
+    """The profiles of a spec: split at ``+`` unless the whole spec is an existing file."""
+    return [spec] if "+" not in spec or os.path.exists(spec) else spec.split("+")
+
+
+@lru_cache(maxsize=32)
+def _bundled(spec: str) -> ClusterHardware:
+    return _resolve(spec, spec_parts(spec))
+
+
+def _resolve(spec: str, parts: Sequence[str]) -> ClusterHardware:
+    profiles = [get_hardware(p.strip()) for p in parts]
+    if len(profiles) == 1:
+        return ClusterHardware(spec, profiles[0], (profiles[0].gpu_type,))
+    return ClusterHardware(
+        spec, combine_profiles(profiles[0], *profiles[1:]), tuple(p.gpu_type for p in profiles)
+    )
+
+
+def combine_profiles(base: HardwareProfile, *others: HardwareProfile) -> HardwareProfile:
+    """``base`` with the GPU types of ``others`` added (their curves and a relative speed).
+
+    The speed of an added type is ``base``'s speed of its own type times the geometric mean, over
+    the added profile's fitted models, of ``base.compute_time / other's curve`` at
+    :data:`SPEED_LOCAL_BATCH` (``base`` falls back to the zoo for a model it has no curve of).
+
+    Raises:
+        ConfigError: If a GPU type comes twice or an added profile has no compute curve.
+    """
+    speeds = dict(base.gpu_speeds)
+    compute = {m: dict(c) for m, c in base.compute.items()}
+    for other in others:
+        gtype = other.gpu_type
+        if gtype in speeds:
+            raise ConfigError(
+                f"hardware {base.name}+{other.name}: GPU type {gtype!r} appears twice in the mix"
+            )
+        models = sorted(m for m in other.compute if other.curve(m) is not None)
+        if not models:
+            raise ConfigError(
+                f"hardware {other.name}: no compute curve of its GPU type {gtype!r} to compare "
+                f"its speed with {base.name}'s"
+            )
+        logs = []
+        for m in models:
+            # A measured curve is compared at its middle knot (inside the measured range).
+            knots = other.curve(m).local_batch  # type: ignore[union-attr]
+            b = knots[len(knots) // 2] if knots else SPEED_LOCAL_BATCH
+            mine, theirs = float(base.compute_time(m, b)), float(other.compute_time(m, b))
+            if mine > 0 and theirs > 0:
+                logs.append(math.log(mine / theirs))
+        if not logs:
+            raise ConfigError(
+                f"hardware {other.name}: no positive compute time to compare its speed with "
+                f"{base.name}'s"
+            )
+        speeds[gtype] = speeds[base.gpu_type] * math.exp(sum(logs) / len(logs))
+        for m in models:
+            compute.setdefault(m, {})[gtype] = other.compute[m][gtype]
+    names = "+".join(p.name for p in (base, *others))
+    cites = " | ".join(p.citation for p in (base, *others) if p.citation)
+    return dataclasses.replace(
+        base, name=names, citation=cites, gpu_speeds=speeds, compute=compute, fit={}
+    )
+
+
+def apply_hardware(
+    topology: Topology,
+    hardware: ClusterHardware | HardwareProfile | str,
+    gpu_types: Sequence[str] | None = None,
+) -> Topology:
+    """``topology`` rebuilt with a profile's links and GPU types (see the module docstring).
+
+    Args:
+        topology: The cluster's shape (its own GPU speeds, e.g. a preset's slower servers, are
+            multiplied by the GPU types' relative speeds).
+        hardware: A resolved spec, a profile or a spec string.
+        gpu_types: GPU type of each contiguous block of servers (default the spec's; a profile:
+            its own type everywhere). Types must be keys of the profile's ``gpu_speeds``.
+
+    Raises:
+        ConfigError: For an unknown GPU type or more blocks than servers.
+    """
+    hw = resolve_hardware(hardware)
+    prof = hw.profile
+    types = tuple(gpu_types) if gpu_types is not None else hw.gpu_types
+    for t in types:
+        if t not in prof.gpu_speeds:
+            raise ConfigError(
+                f"hardware {prof.name}: unknown GPU type {t!r}; types: {', '.join(prof.gpu_speeds)}"
+            )
+    if not 1 <= len(types) <= topology.num_servers:
+        raise ConfigError(
+            f"hardware {prof.name}: {len(types)} GPU type block(s) for {topology.num_servers} servers"
+        )
+    g = topology.graph.copy()
+    names, parent = topology.node_names, topology.parent
+    # Level of the link above each node: 0 for a GPU, 1 for a server, 1 + the highest child's
+    # level for a switch (nodes are in preorder, so children come after their parent).
+    level = np.zeros(topology.num_nodes, dtype=np.int64)
+    for i in range(topology.num_nodes - 1, 0, -1):
+        level[parent[i]] = max(level[parent[i]], level[i] + 1)
+    nic = prof.links[1]
+    scale = nic.bandwidth / float(topology.link_bw[topology.server_node].max())
+    for i in range(1, topology.num_nodes):
+        lv = int(level[i])
+        if lv < len(prof.links):
+            bw, lat = prof.links[lv].bandwidth, prof.links[lv].latency
+        else:  # a switch level the profile does not describe: keep the topology's ratios
+            bw, lat = float(topology.link_bw[i]) * scale, nic.latency
+        edge = g.edges[names[parent[i]], names[i]]
+        edge["bandwidth"], edge["latency"] = bw, lat
+    ref = prof.gpu_speeds[prof.gpu_type]
+    blocks = np.array_split(np.arange(topology.num_servers), len(types))
+    for gtype, servers in zip(types, blocks):
+        ratio = prof.gpu_speeds[gtype] / ref
+        for s in servers:
+            g.nodes[names[topology.server_node[s]]]["gpu_type"] = gtype
+            if ratio == 1.0:
+                continue
+            for gpu in range(topology.server_gpu_lo[s], topology.server_gpu_hi[s]):
+                g.nodes[names[topology.gpu_node[gpu]]]["speed"] = float(
+                    topology.gpu_speed[gpu] * ratio
+                )
+    built = Topology.from_graph(g, root=names[0], name=topology.name)
+    return dataclasses.replace(built, hardware=prof)
+
+
+#: The hardware a study or a command may name: name → one-line description. ``default`` is the
+#: simulator's own model (no override; equal to :data:`DEFAULT_HARDWARE`), the others the bundled
+#: profiles (:func:`bundled_hardware`).
+HARDWARE_PROFILES: dict[str, str] = {
+    "default": f"the simulator's default hardware model (no override; = {DEFAULT_HARDWARE})",
+    **{n: f"bundled profile crop_gym/{BUNDLED_DIR}/{n}.json" for n in bundled_hardware()},
+}

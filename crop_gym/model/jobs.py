@@ -24,6 +24,7 @@ from crop_gym.errors import ConfigError, check_range
 
 __all__ = [
     "MODEL_ZOO",
+    "PARAMETER_SOURCES",
     "Job",
     "ModelSpec",
     "calibration_data",
@@ -70,8 +71,9 @@ class ModelSpec:
         return self.t0 + self.per_sample * local_batch
 
 
-# name: (parameters, forward GMACs per sample at the usual input size, base model or None)
-# Parameter counts: torchvision / HuggingFace reference implementations (see docs/MODEL.md).
+# name: (parameters, forward GMACs per sample at the usual input size, base model or None).
+# Every gradient is all-reduced densely in fp32 (4 bytes per parameter; nn.Embedding's default is
+# a dense gradient, so ncf's embeddings are too). Sources per model in PARAMETER_SOURCES.
 _FACTS: dict[str, tuple[float, float, str | None]] = {
     "resnet50": (25.56e6, 4.09, None),
     "vgg16": (138.36e6, 15.47, None),
@@ -82,11 +84,32 @@ _FACTS: dict[str, tuple[float, float, str | None]] = {
     "resnet50_cifar10": (23.52e6, 1.30, None),
     # Without a measured profile: scaled from a calibrated base by GMACs per sample.
     "resnet18": (11.17e6, 0.56, "resnet50_cifar10"),
-    "ncf": (31.8e6, 0.0003, "resnet50_cifar10"),
-    "yolov3": (61.95e6, 32.9, "resnet50"),
+    "ncf": (1.602657e6, 0.000043, "resnet50_cifar10"),
+    "yolov3": (61.626049e6, 32.9, "resnet50"),
     "alexnet": (61.1e6, 0.71, "resnet50"),
     "resnet101": (44.55e6, 7.80, "resnet50"),
     "mobilenet_v2": (3.50e6, 0.30, "resnet50"),
+}
+#: Where each parameter count comes from (docs/MODEL.md §4 has the table).
+PARAMETER_SOURCES: dict[str, str] = {
+    "resnet50": "torchvision resnet50 (25,557,032); the Pollux/AdaptDL imagenet benchmark trains it",
+    "vgg16": "torchvision vgg16 (138,357,544)",
+    "inception3": "torchvision inception_v3 with its auxiliary head (27,161,264)",
+    "bert": "HuggingFace bert-base-uncased (109,482,240 with the pooler, about 110 M); the "
+    "AdaptDL bert benchmark fine-tunes it on SQuAD (+1,538 for the span head)",
+    "gpt2": "HuggingFace gpt2 (124,439,808)",
+    "deepspeech2": "ElasticFlow's DeepSpeech2 (35-40 M by configuration; 38 M kept, as fitted); "
+    "the AdaptDL benchmark's (5 bidirectional GRU layers of 800, 29 labels) has 41,187,968",
+    "resnet50_cifar10": "ResNet-50 with a 3x3 stem for 32x32 inputs (23,520,842)",
+    "resnet18": "ResNet-18 for CIFAR-10 (kuangliu/pytorch-cifar, the AdaptDL cifar10 benchmark: "
+    "11,173,962)",
+    "ncf": "NeuMF-end of the AdaptDL ncf benchmark on MovieLens-1M (6,040 users, 3,706 items, 32 "
+    "factors, 3 MLP layers): 1,247,488 + 311,872 embedding + 43,297 dense = 1,602,657",
+    "yolov3": "YOLOv3 (Darknet-53) for PASCAL VOC's 20 classes, the AdaptDL yolov3 benchmark: "
+    "61,626,049 (61,949,149 with COCO's 80)",
+    "alexnet": "torchvision alexnet (61,100,840)",
+    "resnet101": "torchvision resnet101 (44,549,160)",
+    "mobilenet_v2": "torchvision mobilenet_v2 (3,504,872)",
 }
 
 

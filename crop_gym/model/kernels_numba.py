@@ -396,7 +396,7 @@ def generate_rows(
 def _facts_row(
     g: Any, gpu_server: Any, devices: Any, links: Any, upper: Any, values: Any, found: Any
 ) -> int:
-    """The facts of one placement, its ``k`` GPUs ``g`` sorted (``k >= 1``), into ``values[8]``
+    """The facts of one placement, its ``k`` GPUs ``g`` sorted (``k >= 1``), into ``values[9]``
     and its spanned inter-server links into ``found`` (largest first); returns how many links.
 
     The same numbers as :func:`crop_gym.model.facts.facts_kernel` on the row padded with
@@ -409,14 +409,17 @@ def _facts_row(
     runs = 0
     best = 0
     run = 0
+    sq = 0  # Σ_i g_i²: the p-th GPU of a server's run adds 2p + 1
     for j in range(k):
         if j == 0 or gpu_server[g[j]] != gpu_server[g[j - 1]]:
             runs += 1
             run = 0
+        sq += 2 * run + 1
         run += 1
         best = max(best, run)
     values[1] = best
     values[2] = runs
+    values[8] = sq
     # Per-GPU terms: the worst GPU link and slowdown, the products of 1 - π (in order).
     wb = -np.inf
     wl = -np.inf
@@ -468,10 +471,10 @@ def _facts_row(
 def facts_rows(P: Any, k: Any, gpu_server: Any, devices: Any, links: Any, upper: Any) -> Any:
     """The placement facts of the rows of ``P`` (row ``r``: its ``k[r]`` GPUs sorted, then its
     last GPU repeated), as :func:`crop_gym.model.facts.facts_kernel` computes them: returns
-    ``(values float64[R, 8], inter_links int32[R, W])`` (largest link first, root-padded)."""
+    ``(values float64[R, 9], inter_links int32[R, W])`` (largest link first, root-padded)."""
     R, kmax = P.shape
     D = upper.shape[1]
-    values = np.zeros((R, 8))
+    values = np.zeros((R, 9))
     found = np.zeros((R, max(kmax * D, 1)), dtype=np.int64)
     width = 0
     for r in range(R):
@@ -674,7 +677,7 @@ def action_tables(
     slot_qidx = slot_qidx[:n_slots]
     slot_copies = slot_copies[:n_slots]
     slot_k = np.empty(n_slots, dtype=np.int64)
-    slot_const = np.empty((n_slots, 5))
+    slot_const = np.empty((n_slots, queue_const.shape[1]))
     for r in range(R):
         for x in range(slot_ptr[r], slot_ptr[r + 1]):
             job = queue_ptr[r] + slot_qidx[x]
@@ -733,7 +736,7 @@ def action_tables(
     for i in range(n_req):
         kmax = max(kmax, req_k[i])
     D = upper.shape[1]
-    dvals = np.zeros((n_dist, 8))
+    dvals = np.zeros((n_dist, 9))
     dfound = np.zeros((n_dist, max(kmax * D, 1)), dtype=np.int64)
     dwidth = np.zeros(n_dist, dtype=np.int64)
     for i in range(n_req):
@@ -777,9 +780,9 @@ def action_tables(
                 row_index[r, s * cap + c] = m - first_row
                 m += 1
         row_ptr[r + 1] = m
-    values = np.empty((M, 8))
+    values = np.empty((M, 9))
     links = np.zeros((M, W), dtype=np.int32)
-    const = np.empty((M, 5))
+    const = np.empty((M, slot_const.shape[1]))
     m = 0
     for r in range(R):
         for x in range(slot_ptr[r], slot_ptr[r + 1]):
@@ -1067,7 +1070,7 @@ def place_rows(
         s = slots[i]
         for c in range(nf):
             data[s, c] = values[i, c]
-        for c in range(5):
+        for c in range(out - nf):
             data[s, nf + c] = const[i, c]
         data[s, out + 3] = 0.0
         for j in range(W):
@@ -1097,12 +1100,12 @@ def place_rows(
     m = len(rows)
     rv = np.empty((m, nf))
     rl = np.empty((m, W), dtype=links.dtype)
-    rc = np.empty((m, 5))
+    rc = np.empty((m, out - nf))
     for x in range(m):
         s = rows[x]
         for c in range(nf):
             rv[x, c] = data[s, c]
-        for c in range(5):
+        for c in range(out - nf):
             rc[x, c] = data[s, nf + c]
         for j in range(W):
             rl[x, j] = links[s, j]

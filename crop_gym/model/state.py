@@ -43,6 +43,7 @@ from crop_gym.model.timing import (
     inter_bandwidth,
     job_constants,
     times_of,
+    whole_placement_terms,
 )
 from crop_gym.model.topology import Topology
 
@@ -283,6 +284,13 @@ class ClusterState:
 
     # --------------------------------------------------------------- reading
     @property
+    def compiled(self) -> bool:
+        """Whether this state's model runs on the compiled kernels: numba is in use
+        (:func:`kernels.enabled`) and the model options need no term beyond the kernels' own
+        (:func:`~crop_gym.model.timing.whole_placement_terms`: those run on the numpy reference)."""
+        return kernels.enabled() and not whole_placement_terms(self.perf, self.topology)
+
+    @property
     def conditions(self) -> Conditions:
         """The cluster under its current health (compiled once per health)."""
         return self._cond
@@ -381,7 +389,7 @@ class ClusterState:
     def region_metrics(self) -> RegionMetrics:
         """Summary metrics of every region (one element per region)."""
         t, R, Gr = self._table, self.topology.regions, self.topology.region_gpus
-        if kernels.enabled():
+        if self.compiled:
             _, jobs, busy, comm = kernels.region_sums(t.active, t.first_gpu, t.data, _OUT, Gr, R)
             return RegionMetrics(self._F.copy(), jobs, busy, busy / Gr, comm)
         else:
@@ -428,7 +436,7 @@ class ClusterState:
         """Re-evaluate slot ``rows`` under the current link loads."""
         t = self._table
         d = t.data[rows]
-        if kernels.enabled():
+        if self.compiled:
             T, C, eta, value, _ = kernels.row_times(
                 d[:, FACTS],
                 t.links[rows],
@@ -470,7 +478,7 @@ class ClusterState:
         """F of every region: the sum of its jobs' values, added in the order of their first
         GPUs (so a region's F does not depend on which slots its jobs hold)."""
         t, R, Gr = self._table, self.topology.regions, self.topology.region_gpus
-        if kernels.enabled():
+        if self.compiled:
             self._F[:] = kernels.region_sums(t.active, t.first_gpu, t.data, _OUT, Gr, R)[0]
             return
         rows = np.flatnonzero(t.active)
@@ -500,7 +508,7 @@ class ClusterState:
         const = job_constants(self.topology, self.perf, (jobs,)) if isinstance(jobs, Job) else jobs
         links = facts.inter_links  # [R, Wc]
         other = self.interference(facts) if interference else None
-        if kernels.enabled():
+        if self.compiled:
             rows = const if len(const) == len(facts) else np.repeat(const, len(facts), axis=0)
             _, C, eta, own, b_own = kernels.row_times(
                 facts.values,
@@ -628,7 +636,7 @@ class ClusterState:
         slots = self._free_slots(len(ps), facts.inter_links.shape[1])
         if const is None:
             const = job_constants(self.topology, self.perf, jobs)
-        if kernels.enabled():
+        if self.compiled:
             return self._place_compiled(jobs, ps, facts, slots, const)
         t = self._table
         t.data[slots, :_NF] = facts.values

@@ -26,16 +26,37 @@ For a placement ``P`` (``k`` GPUs on ``s`` servers, at most ``g`` of them on one
   where ``a_intra`` / ``a_inter`` are the largest latencies among the spanned intra / inter links
   and ``λ`` a fixed per-step synchronisation cost (``step_latency``, 0 by default).
   Both reduce to the same ring when the job is on one server or has one GPU per server.
-* Compute: ``t = t_c · max_{g in P} σ_g / speed_g · (1 + κ (g - 1))`` (the slowest worker sets the
-  pace; ``κ = compute_sharing`` is the slowdown each co-located GPU of the job adds through the
-  node's shared CPU, memory and PCIe, 0 by default). ``t_c`` comes from the model's compute curve
-  (:func:`compute_curve`).
+* Ring latency over its hops (``latency="hops"``, ring only; off by default). A chunk travels
+  every hop of the ring, and the pipelined ring's critical path is ``2(k-1)`` consecutive hops, so
+  the latency term is ``2(k-1)/k · Σ_h α_h`` over the ring's ``k`` hops instead of
+  ``2(k-1) · max α``. The ring has ``g_i - 1`` intra-node hops on node ``i`` and one hop out of
+  each node (``s >= 2``; on one node all ``k`` hops are intra-node), and a hop is slowed by its
+  node's co-located GPUs, ``α_h = a · (1 + χ (g_i - 1))`` (``χ = latency_inflation``: the GPUs'
+  data loaders and the collective's proxy threads share the node's CPUs), so with
+  ``Σ_i g_i² = sum_g2``::
+
+      Σ_h α_h = a_intra · [(k - s·[s>1]) + χ (Σ g_i² - k - [s>1](k - s))]
+              + a_inter · [s>1] · (s + χ (k - s))
+
+  Every node's count enters, so placements that differ beyond node order get different times
+  (3311 and 3221 differ in ``Σ g_i²``); with ``χ = 0`` and equal hop latencies it is today's
+  ``2(k-1)·α``.
+* Compute: ``t = (t_c - δ·[k > 1]) · max_{g in P} σ_g / speed_g · (1 + κ (g - 1))`` (the slowest
+  worker sets the pace; ``κ = compute_sharing`` is the slowdown each co-located GPU of the job adds
+  through the node's shared CPU, memory and PCIe, 0 by default). ``t_c`` comes from the model's
+  compute curve (:func:`compute_curve`); when the curve is the measured 1-GPU step time,
+  ``δ = replica_overhead`` is the per-step work a single replica does that a data-parallel job
+  does not (AdaptDL's gradient-noise estimate on one GPU clones and re-reduces the gradients
+  each step; with several replicas it comes out of the all-reduce), 0 by default.
 * Iteration time with overlap: backward compute hides up to ``φ_t · t`` of the all-reduce, and at
   most ``φ_c · C`` of it::
 
       T = t + C - min(φ_t · t, φ_c · C)
 
   ``PerfConfig(overlap=φ)`` is ``φ_t = φ_c = φ``, i.e. ``T = (1-φ)(t + C) + φ · max(t, C)``.
+  With a gradient bucket ``bucket_bytes = β > 0`` (off by default), the all-reduce of the last
+  bucket cannot start before backward ends, so at most ``1 - min(1, β / M)`` of ``C`` hides:
+  ``φ_c`` becomes ``min(φ_c, 1 - min(1, β / M))`` per job (PyTorch DDP's default bucket is 25 MB).
 * Normalised throughput: ``η = min(1, T* / T)``, where ``T*`` (:func:`ideal_time`) is the same job
   alone on a compact placement of healthy GPUs.
 
@@ -62,6 +83,7 @@ from crop_gym.model.topology import Topology
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
     "JOB_COLUMNS",
+    "LATENCY_MODELS",
     "JobTimes",
     "PerfConfig",
     "comm_time",
@@ -77,6 +99,8 @@ __all__ = [
 ]
 
 ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring", "hierarchical")
+#: How the all-reduce's per-step latency adds up (see the module docstring).
+LATENCY_MODELS: tuple[str, ...] = ("max", "hops")
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
@@ -99,6 +123,11 @@ class PerfConfig:
         nic_sharing: ν in [0, 1]: the inter-node share is divided by ``g^ν``; 0 = off.
         compute_sharing: κ >= 0, compute slowdown per co-located GPU of the job; 0 = off.
         step_latency: λ >= 0 seconds added to every step of a job of more than one GPU; 0 = off.
+        latency: ``"max"`` (``2(k-1)·max α``, the default) or ``"hops"`` (the sum over the ring's
+            hops, ring only).
+        latency_inflation: χ >= 0, hop latency slowdown per co-located GPU of its node (``"hops"``).
+        bucket_bytes: β >= 0 bytes of the last gradient bucket, which cannot overlap; 0 = off.
+        replica_overhead: δ >= 0 seconds a 1-GPU step does and a multi-GPU step does not; 0 = off.
     """
 
     allreduce: str = ""
@@ -108,6 +137,10 @@ class PerfConfig:
     nic_sharing: float = 0.0
     compute_sharing: float = 0.0
     step_latency: float = 0.0
+    latency: str = "max"
+    latency_inflation: float = 0.0
+    bucket_bytes: float = 0.0
+    replica_overhead: float = 0.0
 
     def __post_init__(self) -> None:
         if self.allreduce == "":
@@ -123,6 +156,13 @@ class PerfConfig:
         check_range("nic_sharing", self.nic_sharing, 0.0, 1.0)
         check_range("compute_sharing", self.compute_sharing, 0.0, 1e3)
         check_range("step_latency", self.step_latency, 0.0, 1e3)
+        if self.latency not in LATENCY_MODELS:
+            raise ConfigError(f"latency={self.latency!r} is not one of {', '.join(LATENCY_MODELS)}")
+        if self.latency == "hops" and self.allreduce != "ring":
+            raise ConfigError("latency='hops' sums the hops of a ring: it needs allreduce='ring'")
+        check_range("latency_inflation", self.latency_inflation, 0.0, 1e4)
+        check_range("bucket_bytes", self.bucket_bytes, 0.0, 1e15)
+        check_range("replica_overhead", self.replica_overhead, 0.0, 1e3)
 
 
 # ----------------------------------------------------------------------------- formulas
@@ -139,6 +179,7 @@ def comm_time(
     fabric_bandwidth: float = float("inf"),
     nic_sharing: float = 0.0,
     step_latency: float = 0.0,
+    hops: Any = None,
 ) -> Any:
     """All-reduce time of ``grad_bytes`` per iteration (vectorised over jobs).
 
@@ -155,6 +196,8 @@ def comm_time(
         fabric_bandwidth: ``F``, a node's fabric shared by its ``g`` GPUs (``inf``: off).
         nic_sharing: ν: the inter-server share is divided by ``g^ν`` (0: off).
         step_latency: λ, seconds added when ``k > 1`` (0: off).
+        hops: Ring only: the latency of one ring step summed over its hops
+            (:func:`ring_hop_latency`, ``latency="hops"``); ``None``: ``2(k-1) · max α``.
 
     Returns:
         Seconds per iteration spent in the all-reduce.
@@ -168,9 +211,12 @@ def comm_time(
         b_inter = b_inter / gf**nic_sharing
     if allreduce == "ring":
         steps = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0)
-        out = steps / k * (grad_bytes / np.minimum(b_intra, b_inter)) + steps * np.maximum(
-            a_intra, a_inter
-        )
+        if hops is None:
+            out = steps / k * (grad_bytes / np.minimum(b_intra, b_inter)) + steps * np.maximum(
+                a_intra, a_inter
+            )
+        else:
+            out = steps / k * (grad_bytes / np.minimum(b_intra, b_inter) + hops)
     else:
         sf = np.asarray(s, dtype=np.float64)
         intra = (2.0 * (gf - 1.0) / gf) * (grad_bytes / b_intra) + 2.0 * (gf - 1.0) * a_intra
@@ -181,10 +227,9 @@ def comm_time(
     return out
 
 
-def iteration_time(
-    compute: Any, comm: Any, overlap: float = 0.0, overlap_cap: float | None = None
-) -> Any:
-    """``T = t + C - min(φ_t·t, φ_c·C)`` with ``φ_t = overlap``, ``φ_c = overlap_cap`` (vectorised).
+def iteration_time(compute: Any, comm: Any, overlap: float = 0.0, overlap_cap: Any = None) -> Any:
+    """``T = t + C - min(φ_t·t, φ_c·C)`` with ``φ_t = overlap``, ``φ_c = overlap_cap`` (vectorised;
+    ``φ_c`` may be one value per job).
 
     With ``overlap_cap=None`` this is ``(1-φ)(t + C) + φ·max(t, C)``, the same value.
     """
@@ -259,6 +304,8 @@ def job_times(
     b_inter: Any,
     *,
     compute_sharing: Any = None,
+    latency_inflation: Any = None,
+    replica_overhead: Any = None,
 ) -> JobTimes:
     """The iteration-time model of rows of jobs: the one place ``T``, ``C`` and ``η`` are computed.
 
@@ -272,12 +319,29 @@ def job_times(
         b_inter: Bottleneck inter-server bandwidth share per row (:func:`inter_bandwidth`).
         compute_sharing: κ per row (e.g. a hardware profile's per-model value), replacing
             ``perf.compute_sharing``; ``None`` (the default) uses ``perf.compute_sharing``.
+        latency_inflation: χ per row, likewise replacing ``perf.latency_inflation``.
+        replica_overhead: δ per row, likewise replacing ``perf.replica_overhead``.
     """
     kappa = perf.compute_sharing if compute_sharing is None else compute_sharing
+    delta = perf.replica_overhead if replica_overhead is None else replica_overhead
+    if replica_overhead is not None or delta != 0.0:
+        # A 1-GPU step does work (δ) that a data-parallel step does not.
+        compute = np.maximum(compute - delta * (facts.k > 1.0), 0.0)
+    cap: Any = perf.overlap_cap
+    if perf.bucket_bytes > 0.0:
+        # The last gradient bucket is reduced after backward ends: it never overlaps.
+        hideable = 1.0 - np.minimum(1.0, perf.bucket_bytes / np.asarray(grad_bytes, dtype=float))
+        cap = np.minimum(perf.overlap if cap is None else cap, hideable)
+    hops = None
+    if perf.latency == "hops":
+        if perf.allreduce != "ring":
+            raise ConfigError("latency='hops' sums the hops of a ring: it needs allreduce='ring'")
+        chi = perf.latency_inflation if latency_inflation is None else latency_inflation
+        hops = ring_hop_latency(facts.k, facts.s, facts.a_intra, facts.a_inter, facts.sum_g2, chi)
     T, C, eta = times_arrays(
         perf.allreduce,
         perf.overlap,
-        perf.overlap_cap,
+        cap,
         perf.fabric_bandwidth,
         perf.nic_sharing,
         perf.step_latency,
@@ -293,14 +357,32 @@ def job_times(
         facts.a_intra,
         facts.a_inter,
         facts.slowdown,
+        hops,
     )
     return JobTimes(T=T, C=C, eta=eta)
+
+
+def ring_hop_latency(k: Any, s: Any, a_intra: Any, a_inter: Any, sum_g2: Any, chi: Any) -> Any:
+    """The latency of one ring step summed over its hops, per job (``latency="hops"``).
+
+    A DFS-ordered ring of ``k`` GPUs on ``s`` servers has ``k - s`` intra-server hops and ``s``
+    inter-server hops when spread (``k - 1`` intra hops on one server). Each hop is slowed by the
+    co-located GPUs of its node: ``χ`` per further GPU, which adds ``χ (Σ g_i² - k)`` over the
+    intra-server hops and ``χ (k - s)`` over the inter-server ones (``sum_g2`` = ``Σ_i g_i²``).
+    """
+    kf = np.asarray(k, dtype=np.float64)
+    sf = np.asarray(s, dtype=np.float64)
+    spread = (sf > 1.0).astype(np.float64)
+    chi = np.asarray(chi, dtype=np.float64)
+    intra_hops = (kf - sf * spread) + chi * (np.asarray(sum_g2) - kf - spread * (kf - sf))
+    inter_hops = spread * (sf + chi * (kf - sf))
+    return np.asarray(a_intra) * intra_hops + np.where(spread > 0, a_inter, 0.0) * inter_hops
 
 
 def times_arrays(
     allreduce: str,
     overlap: float,
-    overlap_cap: float | None,
+    overlap_cap: Any,
     fabric_bandwidth: float,
     nic_sharing: float,
     step_latency: float,
@@ -316,9 +398,12 @@ def times_arrays(
     a_intra: Any,
     a_inter: Any,
     slowdown: Any,
+    hops: Any = None,
 ) -> tuple[Any, Any, Any]:
     """``(T, C, η)`` of rows given as plain arrays: the body of :func:`job_times` (the model
-    options unpacked, the facts as columns, κ per row).
+    options unpacked, the facts as columns, κ per row; ``overlap_cap`` ``None``, one value or one
+    per row; ``hops`` the ring's summed hop latencies, :func:`ring_hop_latency`, or ``None`` for
+    the largest-latency form).
 
     Written in the part of numpy that numba compiles too: the compiled kernels
     (:mod:`crop_gym.model.kernels`) run this very function, so the formula exists once.
@@ -336,11 +421,30 @@ def times_arrays(
         fabric_bandwidth,
         nic_sharing,
         step_latency,
+        hops,
     )
     # A co-located GPU of the job slows its compute by κ (1 + κ (g - 1); κ = 0 leaves t as is).
     t = compute * slowdown * (1.0 + kappa * (g - 1.0))
     T = iteration_time(t, C, overlap, overlap_cap)
     return T, C, np.minimum(1.0, tstar / T)
+
+
+@lru_cache(maxsize=256)
+def whole_placement_terms(perf: PerfConfig, topology: Topology) -> bool:
+    """Whether the model uses a term beyond :func:`times_arrays`' own inputs: the ring's summed hop
+    latencies, a last gradient bucket that never overlaps, or a single-replica overhead (of the
+    options or of the topology's hardware profile). :func:`job_times` then adjusts the inputs
+    (compute, overlap cap, hop latencies) before calling :func:`times_arrays`."""
+    hw = topology.region_topology.hardware
+    per_model = hw is not None and any(
+        v != 0.0 for v in getattr(hw, "model_replica_overhead", {}).values()
+    )
+    return (
+        perf.latency != "max"
+        or perf.bucket_bytes > 0.0
+        or perf.replica_overhead != 0.0
+        or per_model
+    )
 
 
 def times_of(perf: PerfConfig, const: FloatArray, facts: PlacementFacts, b_inter: Any) -> JobTimes:
@@ -354,6 +458,8 @@ def times_of(perf: PerfConfig, const: FloatArray, facts: PlacementFacts, b_inter
         facts,
         b_inter,
         compute_sharing=const[..., 4],
+        latency_inflation=const[..., 5] if perf.latency == "hops" else None,
+        replica_overhead=const[..., 6] if perf.replica_overhead or const[..., 6].any() else None,
     )
 
 
@@ -377,7 +483,15 @@ def _constants(topology: Topology, spec: ModelSpec, local_batch: float) -> tuple
 
 
 #: The columns of :func:`job_constants`, in order.
-JOB_COLUMNS: tuple[str, ...] = ("grad_bytes", "compute", "tstar", "weight", "compute_sharing")
+JOB_COLUMNS: tuple[str, ...] = (
+    "grad_bytes",
+    "compute",
+    "tstar",
+    "weight",
+    "compute_sharing",
+    "latency_inflation",
+    "replica_overhead",
+)
 
 
 def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
@@ -390,36 +504,48 @@ def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
 
 
 def job_constants(topology: Topology, perf: PerfConfig, jobs: Sequence[Job]) -> FloatArray:
-    """``float64[J, 5]``: per job its :data:`JOB_COLUMNS`, gradient bytes ``M``, reference compute
-    time ``t_c``, ideal time ``T*`` (:func:`ideal_time`), weight ``w`` and compute sharing κ (the
-    hardware profile's value for the job's model, else ``perf.compute_sharing``; the
-    ``compute_sharing=`` column of :func:`job_times`).
+    """``float64[J, 7]``: per job its :data:`JOB_COLUMNS`, gradient bytes ``M``, reference compute
+    time ``t_c``, ideal time ``T*`` (:func:`ideal_time`), weight ``w``, compute sharing κ, latency
+    inflation χ and single-replica overhead δ (each the hardware profile's value for the job's
+    model, else the ``perf`` value; the ``compute_sharing=``, ``latency_inflation=`` and
+    ``replica_overhead=`` columns of :func:`job_times`).
 
     One memoised look-up per job class: the constants are a pure function of immutable inputs.
     """
     rows = []
     topo = topology.region_topology  # (a job is placed inside one region: its cluster's T*)
     for j in jobs:
-        grad_bytes, t_c, tstar, kappa = _job_class(
+        grad_bytes, t_c, tstar, kappa, chi, delta = _job_class(
             topo, perf, get_model(j.model), j.num_gpus, float(j.batch_size)
         )
-        rows.append((grad_bytes, t_c, tstar, j.weight, kappa))
+        rows.append((grad_bytes, t_c, tstar, j.weight, kappa, chi, delta))
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(JOB_COLUMNS))
 
 
 @lru_cache(maxsize=1 << 16)
 def _job_class(
     topology: Topology, perf: PerfConfig, spec: ModelSpec, k: int, batch: float
-) -> tuple[float, float, float, float]:
-    """``(M, t_c, T*, κ)`` of a job class; ``T*`` is the job alone on a compact healthy placement."""
+) -> tuple[float, float, float, float, float, float]:
+    """``(M, t_c, T*, κ, χ, δ)`` of a job class; ``T*`` is the job alone on a compact healthy
+    placement."""
     facts = placement_facts(topology, Health.healthy(topology), [topology.compact_placement(k)])
     b_inter = inter_bandwidth(topology.link_bw, 1, facts.inter_links)
     grad_bytes, t_c = _constants(topology, spec, batch / k)
     hw = topology.hardware
-    kappa = perf.compute_sharing
+    kappa, chi, delta = perf.compute_sharing, perf.latency_inflation, perf.replica_overhead
     if hw is not None:
         kappa = float(hw.model_compute_sharing.get(spec.name, kappa))
+        chi = float(hw.model_latency_inflation.get(spec.name, chi))
+        delta = float(hw.model_replica_overhead.get(spec.name, delta))
     times = job_times(
-        perf, grad_bytes, t_c, np.inf, facts, np.asarray(b_inter), compute_sharing=kappa
+        perf,
+        grad_bytes,
+        t_c,
+        np.inf,
+        facts,
+        np.asarray(b_inter),
+        compute_sharing=kappa,
+        latency_inflation=chi,
+        replica_overhead=delta,
     )
-    return grad_bytes, t_c, float(times.T[0]), kappa
+    return grad_bytes, t_c, float(times.T[0]), kappa, chi, delta

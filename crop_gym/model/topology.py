@@ -69,6 +69,10 @@ class GpuHardware(Protocol):
     def model_grad_bytes(self, model: str) -> float: ...
     @property
     def model_compute_sharing(self) -> Mapping[str, float]: ...
+    @property
+    def model_latency_inflation(self) -> Mapping[str, float]: ...
+    @property
+    def model_replica_overhead(self) -> Mapping[str, float]: ...
 
 
 def _edge_number(u: Hashable, v: Hashable, attr: str, value: Any, *, positive: bool) -> float:
@@ -112,7 +116,7 @@ class Topology:
         server_gpu_lo / server_gpu_hi: ``int32[S]`` half-open GPU index range of each server.
         node_gpu_lo / node_gpu_hi: ``int32[N]`` half-open GPU index range of each subtree.
         node_srv_lo / node_srv_hi: ``int32[N]`` half-open server index range of each subtree.
-        hardware: The profile it was built for (:mod:`crop_gym.model.hardware_topology`): jobs'
+        hardware: The profile it was built for (:mod:`crop_gym.model.hardware`): jobs'
             ``M`` and compute come from it (its GPU type has speed 1); ``None``: the model zoo.
         regions: Number of *regions*: ``1`` for a cluster; ``n`` for :meth:`replicated`, ``n``
             copies of one cluster under a new root, where no job crosses copies (the batched

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crop_gym.errors import ConfigError
-from crop_gym.model.hardware_topology import ClusterHardware, resolve_hardware
-from crop_gym.study.spec import AUTO_CLUSTER, HARDWARE_PROFILES, StudySpec
+from crop_gym.model.hardware import HARDWARE_PROFILES, ClusterHardware, resolve_hardware
+from crop_gym.study.spec import AUTO_CLUSTER, StudySpec
 
 if TYPE_CHECKING:
     from crop_gym.model.topology import Topology

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from crop_gym.errors import ConfigError, check_bool, check_int, check_real
-from crop_gym.model.hardware import BUNDLED_DIR, bundled_hardware
-from crop_gym.model.hardware_topology import DEFAULT_HARDWARE
+from crop_gym.model.hardware import HARDWARE_PROFILES
 
 __all__ = [
     "AUTO_CLUSTER",
@@ -65,13 +64,6 @@ SIM_FIELDS: tuple[str, ...] = (
     "events_per_job",
     "max_events",
 )
-#: Hardware profiles of the ``hardware`` axis: name → one-line description. ``default`` is the
-#: simulator's own model (no override; equal to ``a100-elasticflow``), the others the bundled
-#: profiles (:mod:`crop_gym.model.hardware_topology`); :mod:`crop_gym.study.grid` applies them to a run.
-HARDWARE_PROFILES: dict[str, str] = {
-    "default": f"the simulator's default hardware model (no override; = {DEFAULT_HARDWARE})",
-    **{n: f"bundled profile crop_gym/{BUNDLED_DIR}/{n}.json" for n in bundled_hardware()},
-}
 
 #: What a study sets in :class:`~crop_gym.sim.SimConfig` unless its ``sim`` table says otherwise:
 #: jobs larger than the cluster are skipped and reported (a trace's few giant jobs would otherwise
