@@ -112,7 +112,9 @@ _SHARED = {
 _APP = {
     "grad_bytes": (0.0, -math.log(2.0), math.log(2.0)),
     "compute_sharing": (math.log(0.02), -12.0, math.log(2.0)),
-    "latency_inflation": (math.log(0.1), -12.0, math.log(100.0)),
+    # χ >= 0.001: below any measurement's resolution, but never 0, so that placements that differ
+    # beyond node order (same k, s and g, other Σ g_i²) never tie where the data cannot tell.
+    "latency_inflation": (math.log(0.1), math.log(1e-3), math.log(100.0)),
     "replica_overhead": (math.log(1.0), math.log(1e-3), math.log(1e4)),
 }
 _MAX_NFEV = 1000
