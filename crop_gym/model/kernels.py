@@ -42,7 +42,7 @@ reference.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from typing import Any
@@ -88,7 +88,7 @@ def _default() -> Any:
 
 
 #: The dispatcher: the compiled module in use, or ``None`` (:func:`backend` swaps it).
-_compiled = _default
+_compiled: Callable[[], Any] = _default
 
 
 def enabled() -> bool:
