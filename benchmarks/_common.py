@@ -1,5 +1,5 @@
 """What the benchmark scripts share: the CartPole-v1 reference rate, a timer of wrapped
-functions, and writing rows as JSON.
+functions, an argument parser whose errors are one line, and writing rows as JSON.
 
 Only gymnasium is imported at module level (``crop_gym`` lazily, where it is used), so that
 ``bench_checkouts.py`` can run it against old checkouts of the package.
@@ -7,13 +7,27 @@ Only gymnasium is imported at module level (``crop_gym`` lazily, where it is use
 
 from __future__ import annotations
 
+import argparse
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import gymnasium as gym
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line on stderr and exit status 2 (no usage
+    block, no traceback)."""
+
+    def __init__(self, doc: str | None) -> None:
+        super().__init__(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        raise SystemExit(2)
 
 
 class Timer:

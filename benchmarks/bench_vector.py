@@ -17,9 +17,10 @@ Rows, for each ID and ``N``:
 * ``single``: one ``gymnasium.make(id)`` environment (``N = 1``);
 * ``sync``: ``gymnasium.make_vec(id, N, vectorization_mode="sync")`` (``N`` single environments
   stepped one after another: the reference, and what a batch of one-at-a-time code costs);
-* ``vector``: ``gymnasium.make_vec(id, N)``, the registered
-  :class:`~crop_gym.envs.vector.PlacementVectorEnv` (the action tables of all ``N``
-  built together);
+* ``vector``: ``gymnasium.make_vec(id, N, vectorization_mode="vector_entry_point")``, the
+  registered :class:`~crop_gym.envs.vector.PlacementVectorEnv` (the ``N`` episodes as one state
+  over ``N`` regions, their action tables built together; Gymnasium's ``CartPoleVectorEnv`` for
+  CartPole);
 
 and CartPole-v1 the same three ways (its vector row is Gymnasium's ``CartPoleVectorEnv``). The
 ``x CartPole`` columns divide by the single CartPole-v1 of the same run, measured the same way (the
@@ -27,14 +28,13 @@ ratio issue 11 sets its targets in); ``x sync`` divides by the sync row of the s
 
 Usage::
 
-    PYTHONPATH=. python benchmarks/bench_vector.py                      # ~1 minute
+    PYTHONPATH=. python benchmarks/bench_vector.py                      # N = 1, 16, 64: ~2 minutes
     PYTHONPATH=. python benchmarks/bench_vector.py --num-envs 1 4 16 64 --steps 400
     PYTHONPATH=. python benchmarks/bench_vector.py --json out.json      # also write the rows
 """
 
 from __future__ import annotations
 
-import argparse
 import platform
 import time
 from pathlib import Path
@@ -42,7 +42,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from _common import write_rows
+from _common import Parser, write_rows
 from gymnasium.vector import AutoresetMode
 
 import crop_gym
@@ -100,10 +100,10 @@ def measure(
     elif kind == "sync":
         kwargs = {"autoreset_mode": mode}
         vec = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync", vector_kwargs=kwargs)
-    elif autoreset:
-        vec = gym.make_vec(env_id, num_envs=n)
     else:
-        vec = gym.make_vec(env_id, num_envs=n, autoreset_mode=mode)
+        # (a custom vector environment takes its options as keyword arguments)
+        extra = {} if autoreset else {"autoreset_mode": mode}
+        vec = gym.make_vec(env_id, num_envs=n, vectorization_mode="vector_entry_point", **extra)
     vec.reset(seed=seed)
     rng = np.random.default_rng(seed)
     spent = 0.0
@@ -121,14 +121,25 @@ def measure(
     return steps * n / spent
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print the table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = Parser(__doc__)
     ap.add_argument("--ids", nargs="+", default=list(DEFAULT_IDS))
-    ap.add_argument("--num-envs", nargs="+", type=int, default=[4, 16])
-    ap.add_argument("--steps", type=int, default=150, help="vector steps per row")
+    ap.add_argument("--num-envs", nargs="+", type=int, default=[1, 16, 64], help="each >= 1")
+    ap.add_argument("--steps", type=int, default=150, help="vector steps per row (>= 1)")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    bad = [n for n in args.num_envs if n < 1]
+    if bad:
+        ap.error(f"--num-envs {bad[0]}: must be >= 1")
+    if args.steps < 1:
+        ap.error(f"--steps {args.steps}: must be >= 1")
+    unknown = [i for i in args.ids if i not in gym.registry]
+    if unknown:
+        ap.error(f"--ids: unknown environment ID {unknown[0]!r}")
+    no_vector = [i for i in args.ids if gym.spec(i).vector_entry_point is None]
+    if no_vector:
+        ap.error(f"--ids: {no_vector[0]} has no vector entry point (candidate-mode IDs have)")
     print(
         f"crop_gym {crop_gym.__version__}, gymnasium {gym.__version__}, numpy {np.__version__}, "
         f"python {platform.python_version()}, {platform.machine()}"

@@ -1,9 +1,9 @@
 """Smoke tests of the benchmarks: they must keep running as the code moves.
 
 The benchmark scripts print figures and assert nothing about speed; these only check that each
-runs end to end on small inputs and prints (and writes) its table: ``bench_envs.py`` (which wraps
-internal functions to split the step time), ``step_path_lines.py``, ``bench_vector.py`` and
-``bench_env_axis.py``, ``bench_training_share.py``.
+runs end to end on small inputs, prints (and writes) its table, and refuses bad arguments with one
+line and exit status 2: ``bench_envs.py`` (compiled and reference paths), ``bench_kernels.py``,
+``bench_vector.py``, ``bench_checkouts.py``, ``bench_training_share.py``.
 """
 
 from __future__ import annotations
@@ -32,42 +32,66 @@ def _run(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedPro
     )
 
 
-def test_bench_envs_runs() -> None:
+def _one_line_error(out: subprocess.CompletedProcess[str], text: str) -> None:
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert text in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_bench_envs_runs(tmp_path: Path) -> None:
+    """The env benchmark measures each ID on both paths (the reference in a subprocess) and
+    writes its rows."""
+    out_json = tmp_path / "envs.json"
     ids = ["crop_gym/Placement-Testbed8-v0", "crop_gym/PlacementGPU-Testbed8-v0"]
-    out = _run("bench_envs.py", "--steps", "60", "--cartpole-seconds", "0.05", "--ids", *ids)
+    args = ["--steps", "40", "--cartpole-seconds", "0.05", "--json", str(out_json), "--ids"]
+    out = _run("bench_envs.py", *args, *ids)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "crop_gym/Placement-Testbed8-v0" in out.stdout
-    assert "step time: add / candidates / env" in out.stdout
+    assert all(i in out.stdout for i in ids) and "x ref" in out.stdout
+    rows = json.loads(out_json.read_text())
+    assert [r["id"] for r in rows] == ids
+    for r in rows:
+        for key in ("step_per_s", "best_per_s", "e2e_per_s", "x_cartpole", "ref_step_per_s"):
+            assert r[key] > 0, key
+        assert r["reset_ms"] > 0 and r["peak_mib"] > 0
+        assert r["x_ref"] == pytest.approx(r["step_per_s"] / r["ref_step_per_s"])
+    _one_line_error(_run("bench_envs.py", "--steps", "0", timeout=60), "--steps 0: must be >= 1")
+    _one_line_error(
+        _run("bench_envs.py", "--ids", "crop_gym/NoSuch-v0", timeout=60), "unknown environment ID"
+    )
 
 
-def test_step_path_lines_lists_the_step_modules() -> None:
-    """The step-path census finds the modules ``env.step`` runs (and no gymnasium or numpy)."""
-    out = _run("step_path_lines.py", "--steps", "20")
+def test_bench_kernels_runs(tmp_path: Path) -> None:
+    """The kernel benchmark prints every section and writes them; memo counts add up."""
+    pytest.importorskip("numba")
+    out_json = tmp_path / "kernels.json"
+    args = ["--repeat", "1", "--rounds", "1", "--calls", "2", "--call-steps", "5"]
+    out = _run("bench_kernels.py", *args, "--memo-steps", "25", "--json", str(out_json))
     assert out.returncode == 0, out.stderr[-2000:]
-    rows = [line.split() for line in out.stdout.splitlines()]
-    # Step modules: lines, lines of the functions that ran, path; compiled inputs: lines, path.
-    step = {
-        r[2]: (int(r[0]), int(r[1])) for r in rows if len(r) == 3 and r[2].startswith("crop_gym/")
-    }
-    inputs = [r[1] for r in rows if "(compiled" in r]
-    for module in (
-        "crop_gym/envs/placement.py",
-        "crop_gym/model/state.py",
-        "crop_gym/model/candidates.py",
-    ):
-        assert module in step
-    assert "crop_gym/model/topology.py" in inputs
-    assert "crop_gym/envs/render.py" not in step  # rendering is not on the step path
-    assert all(0 < ran < n for n, ran in step.values())  # some of each module ran, not all
-    total = next(r for r in rows if "total," in r)
-    assert int(total[0]) == sum(n for n, _ in step.values())
-    assert int(total[1]) == sum(ran for _, ran in step.values())
+    for text in ("import crop_gym", "per kernel", "calls per env.step", "memo hit rates"):
+        assert text in out.stdout, text
+    (payload,) = json.loads(out_json.read_text())
+    assert payload["import"]["numba_imported_by_crop_gym"] is False
+    assert len(payload["kernels"]) == 7
+    assert all(r["compiled_us"] > 0 and r["reference_us"] > 0 for r in payload["kernels"])
+    assert {r["path"] for r in payload["calls"]} == {"numba", "numpy"}
+    memos = payload["memos"]
+    assert [(m["id"], m["crop_every"]) for m in memos] == [
+        ("crop_gym/Placement-v0", 0),
+        ("crop_gym/Placement-v0", 10),
+        ("crop_gym/OnlinePlacement-v1", 0),
+        ("crop_gym/OnlinePlacement-v1", 10),
+    ]
+    for m in memos:
+        assert m["facts_hits"] >= 0 and m["facts_misses"] >= 0 and m["conditions"] >= 1
+        assert 0 <= m["pool_new"] <= m["pool_asked"]
+        assert (m["pool_asked"] > 0) == (m["crop_every"] > 0)
+    _one_line_error(_run("bench_kernels.py", "--rounds", "0", timeout=60), "--rounds 0")
 
 
 def test_bench_vector_runs(tmp_path: Path) -> None:
     """The vector benchmark prints its table (single, sync, vector rows) and writes its JSON."""
     out_json = tmp_path / "rows.json"
-    args = ["--ids", "crop_gym/Placement-Testbed8-v0", "--num-envs", "3", "--steps", "12"]
+    args = ["--ids", "crop_gym/Placement-Testbed8-v0", "--num-envs", "1", "3", "--steps", "12"]
     out = _run("bench_vector.py", *args, "--json", str(out_json))
     assert out.returncode == 0, out.stderr[-2000:]
     rows = json.loads(out_json.read_text())
@@ -82,25 +106,11 @@ def test_bench_vector_runs(tmp_path: Path) -> None:
     }
     assert all(r["rate_step_only"] > 0 for r in rows if r["rate_step_only"] is not None)
     assert "crop_gym/Placement-Testbed8-v0" in out.stdout
-
-
-def test_bench_env_axis_runs(tmp_path: Path) -> None:
-    """The environment-axis premise benchmark prints both ways per N and writes its JSON; bad
-    arguments get one line and exit 2."""
-    out_json = tmp_path / "axis.json"
-    args = ["--scenario", "testbed-8", "--num-envs", "2", "3", "--repeat", "3"]
-    out = _run("bench_env_axis.py", *args, "--json", str(out_json))
-    assert out.returncode == 0, out.stderr[-2000:]
-    rows = json.loads(out_json.read_text())
-    assert [r["num_envs"] for r in rows] == [2, 3]
-    for r in rows:
-        assert r["rows"] > 0
-        assert all(r[k] > 0 for k in r if k.endswith("_us"))
-    bad = _run("bench_env_axis.py", "--num-envs", "0", timeout=60)
-    assert bad.returncode == 2 and "must be >= 1" in bad.stderr
-    bad = _run("bench_env_axis.py", "--scenario", "no-such-scenario", timeout=60)
-    assert bad.returncode == 2 and "unknown scenario" in bad.stderr
-    assert "Traceback" not in bad.stderr
+    _one_line_error(_run("bench_vector.py", "--num-envs", "0", timeout=60), "--num-envs 0")
+    _one_line_error(
+        _run("bench_vector.py", "--ids", "crop_gym/PlacementGPU-v0", timeout=60),
+        "no vector entry point",
+    )
 
 
 def test_bench_checkouts_runs(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from crop_gym.model.candidates import CandidateSet, candidate_inputs, generate
 from crop_gym.model.facts import PlacementFacts, upper_links_by_depth
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState, Gains, perf_args
-from crop_gym.model.timing import job_constants
+from crop_gym.model.timing import JOB_COLUMNS, job_constants
 
 __all__ = [
     "ActionTable",
@@ -62,7 +62,7 @@ class PendingQueue:
         queue: Every job of the queue, in queue order.
         job_class: ``int64[K]`` one number per :func:`job_key` (identical jobs share it).
         num_gpus: ``int64[K]`` GPUs of each job.
-        const: ``float64[K, 5]`` each job's :func:`~crop_gym.model.timing.job_constants`.
+        const: ``float64[K, 7]`` each job's :func:`~crop_gym.model.timing.job_constants`.
         columns: ``float64[K, 3]`` each job's class feature columns (grad_size, compute_time,
             weight: :func:`~crop_gym.envs.job_features.class_columns`).
         index: ``int64[P]`` positions in :attr:`queue` of the pending jobs, in queue order.
@@ -154,7 +154,7 @@ class ActionTable:
         positions: Index in the pending queue of each view job.
         queue_index: ``int64[n]`` position in the queue of each view job.
         copies: ``int64[Q]`` pending jobs each slot stands for (0 for an empty slot).
-        const: ``float64[n, 5]`` the :func:`~crop_gym.model.timing.job_constants` of each view job.
+        const: ``float64[n, 7]`` the :func:`~crop_gym.model.timing.job_constants` of each view job.
         sets: The candidate set of each filled slot.
         distinct: The distinct candidate sets of the view, one per job size, in order of first
             appearance (slots of one size share one).
@@ -405,7 +405,7 @@ def build_action_tables(
         src_off += n_distinct
     all_src = np.concatenate(row_src) if row_src else np.zeros(0, dtype=np.int64)
     row_facts = facts.take(all_src)
-    const = np.concatenate(consts) if consts else np.zeros((0, 5))
+    const = np.concatenate(consts) if consts else np.zeros((0, len(JOB_COLUMNS)))
     gains = state.gains(const, row_facts, interference=interference)
     out: list[ActionTable | None] = []
     start = 0
@@ -456,7 +456,7 @@ def _compiled_tables(
             p_index = np.concatenate([q.index for q in queues])
         else:
             q_cls = q_gpus = p_index = np.zeros(0, dtype=np.int64)
-            q_const = np.zeros((0, 5))
+            q_const = np.zeros((0, len(JOB_COLUMNS)))
     badness, uniform, base, _, *tree = candidate_inputs(cond, cond.usable, robust)
     (
         reg, slot, slot_const, copies, req, gpus, cand, quality, row, values, links, gains,
