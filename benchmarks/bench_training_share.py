@@ -7,7 +7,7 @@ time: rollouts and updates) and the share of that time spent inside the single e
 batched environment's ``step`` and ``reset`` instead).
 
 It uses only ``crop_gym.agents.config.load_config``, ``crop_gym.agents.envs.make_vec_env`` and
-``crop_gym.agents.training.policy_spec``, which older checkouts have too, so that a before/after
+``crop_gym.agents.training.policy_spec``, which older checkouts have too (as ``agents.*`` before 0.2), so that a before/after
 comparison can run the same script in both (``PYTHONPATH=<checkout> python .../this script``;
 ``crop_gym`` is printed with its path).
 
@@ -37,9 +37,15 @@ def measure(steps: int, n_envs: int, vec_env: str, policy: str) -> dict[str, Any
     from sb3_contrib import MaskablePPO
 
     import crop_gym
-    from crop_gym.agents.config import load_config
-    from crop_gym.agents.envs import make_vec_env
-    from crop_gym.agents.training import policy_spec
+
+    try:
+        from crop_gym.agents.config import load_config
+        from crop_gym.agents.envs import make_vec_env
+        from crop_gym.agents.training import policy_spec
+    except ImportError:  # a checkout from before agents/ installed as crop_gym.agents
+        from agents.config import load_config  # type: ignore[no-redef]
+        from agents.envs import make_vec_env  # type: ignore[no-redef]
+        from agents.training import policy_spec  # type: ignore[no-redef]
 
     th.set_num_threads(1)
     timer = Timer()

@@ -263,7 +263,9 @@ class ClusterState:
         perf: PerfConfig | None = None,
     ) -> None:
         self.topology = topology
-        self.perf = perf if perf is not None else PerfConfig()
+        self._perf = perf if perf is not None else PerfConfig()
+        # Whether the model needs no term beyond the compiled kernels' (both inputs immutable).
+        self._kernel_model = not whole_placement_terms(self._perf, topology)
         self.version = 0
         self._owner = np.full(topology.num_gpus, -1, dtype=np.int32)
         self._load = np.zeros(topology.num_nodes, dtype=np.int32)
@@ -288,7 +290,12 @@ class ClusterState:
         """Whether this state's model runs on the compiled kernels: numba is in use
         (:func:`kernels.enabled`) and the model options need no term beyond the kernels' own
         (:func:`~crop_gym.model.timing.whole_placement_terms`: those run on the numpy reference)."""
-        return kernels.enabled() and not whole_placement_terms(self.perf, self.topology)
+        return self._kernel_model and kernels.enabled()
+
+    @property
+    def perf(self) -> PerfConfig:
+        """The model options (fixed for the state's life)."""
+        return self._perf
 
     @property
     def conditions(self) -> Conditions:
