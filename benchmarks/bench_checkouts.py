@@ -10,6 +10,8 @@ older commit), ``--rounds`` times alternately, each in a fresh process with that
   ``env.step`` only, the same seeds in both checkouts;
 * ``x CartPole``: over CartPole-v1 measured in the same process the same way;
 * ``reset ms``: mean time of the resets between the episodes;
+* ``cpu step/s``, ``cpu reset ms``: the same measured in this thread's CPU time
+  (``time.thread_time``), which other work on a shared machine inflates far less than wall time;
 * ``warm-up s``: the first episode (a reset and up to 64 steps), run before the timed steps and
   not counted in them: it pays the one-time costs (loading compiled kernels, filling memos).
 
@@ -61,21 +63,25 @@ def _play(env_id: str, steps: int, seed: int) -> dict[str, float]:
     warmup = time.perf_counter() - t
     rng = np.random.default_rng(seed)
     _, info = env.reset(seed=seed)
-    stepping, resets = 0.0, []
+    stepping, resets, cpu_stepping, cpu_resets = 0.0, [], 0.0, 0.0
     for _ in range(steps):
         valid = np.flatnonzero(info["action_mask"])
         action = int(valid[rng.integers(len(valid))])
-        t = time.perf_counter()
+        c, t = time.thread_time(), time.perf_counter()
         _, _, term, trunc, info = env.step(action)
         stepping += time.perf_counter() - t
+        cpu_stepping += time.thread_time() - c
         if term or trunc:
-            t = time.perf_counter()
+            c, t = time.thread_time(), time.perf_counter()
             _, info = env.reset()
             resets.append(time.perf_counter() - t)
+            cpu_resets += time.thread_time() - c
     env.close()
     return {
         "step_per_s": steps / stepping,
         "reset_ms": 1e3 * sum(resets) / max(len(resets), 1),
+        "cpu_step_per_s": steps / max(cpu_stepping, 1e-9),
+        "cpu_reset_ms": 1e3 * cpu_resets / max(len(resets), 1),
         "resets": float(len(resets)),
         "warmup_s": warmup,
     }
@@ -147,15 +153,52 @@ def main(argv: list[str] | None = None) -> None:
     print(f"this: {ROOT}\nother: {checkouts['other']}\n")
     print(
         f"{'checkout':8s} {'round':>5s}  {'env':28s} {'step/s':>8s} {'x CartPole':>11s} "
-        f"{'reset ms':>9s} {'resets':>6s} {'CartPole/s':>11s} {'warm-up s':>9s}"
+        f"{'reset ms':>9s} {'resets':>6s} {'CartPole/s':>11s} {'warm-up s':>9s} "
+        f"{'cpu step/s':>10s} {'cpu reset ms':>12s}"
     )
     for r in rows:
         print(
             f"{r['checkout']:8s} {r['round']:5d}  {r['id']:28s} {r['step_per_s']:8,.0f} "
             f"{r['x_cartpole']:11.4f} {r['reset_ms']:9.2f} {int(r['resets']):6d} "
-            f"{r['cartpole_per_s']:11,.0f} {r['warmup_s']:9.2f}"
+            f"{r['cartpole_per_s']:11,.0f} {r['warmup_s']:9.2f} "
+            f"{r.get('cpu_step_per_s', float('nan')):10,.0f} {r.get('cpu_reset_ms', float('nan')):12.2f}"
         )
+    _print_ratios(rows)
     write_rows(args.json, rows)
+
+
+def _print_ratios(rows: list[dict[str, Any]]) -> None:
+    """Per environment, this checkout over the other: the median over rounds of each round's
+    ratio (step rates, x CartPole and CPU step rates: > 1 is faster; reset times: < 1 is
+    faster)."""
+    import statistics
+
+    keys = (
+        ("x_cartpole", "x CartPole"),
+        ("step_per_s", "step/s"),
+        ("cpu_step_per_s", "cpu step/s"),
+        ("reset_ms", "reset ms"),
+        ("cpu_reset_ms", "cpu reset ms"),
+    )
+    print("\nthis / other, median over rounds (min-max):")
+    for env_id in dict.fromkeys(r["id"] for r in rows):
+        by = {(r["checkout"], r["round"]): r for r in rows if r["id"] == env_id}
+        rounds = sorted({rnd for _, rnd in by})
+        parts = []
+        for key, label in keys:
+            ratios = [
+                by["this", n][key] / by["other", n][key]
+                for n in rounds
+                if ("this", n) in by
+                and ("other", n) in by
+                and key in by["other", n]
+                and by["other", n][key]
+            ]
+            if ratios:
+                parts.append(
+                    f"{label} {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+                )
+        print(f"  {env_id}: " + "; ".join(parts))
 
 
 def _env() -> dict[str, str]:
