@@ -7,6 +7,7 @@ import dataclasses
 import itertools
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -193,5 +194,28 @@ def test_fitted_errors_reproduce_the_published_table() -> None:
     assert got["in_sample"]["overall"]["median_abs_rel_error"] == pytest.approx(
         want["in_sample"]["overall"]["median_abs_rel_error"], rel=1e-3
     )
-    assert got["parameters"] == want["parameters"]
-    assert got["profile_mapping"] == want["profile_mapping"]
+    # The fit is an optimizer's: its last digits move between builds of scipy and BLAS, so the
+    # published parameters and profile are compared to within 10^-3 (a change of the model or the
+    # protocol moves them by far more).
+    assert _approx(got["parameters"], want["parameters"])
+    assert _approx(got["profile_mapping"], want["profile_mapping"])
+
+
+def _approx(got: Any, want: Any, rel: float = 1e-3) -> bool:
+    """Whether two JSON trees have the same keys, lengths and strings and numbers within
+    ``rel``."""
+    if isinstance(want, dict):
+        return (
+            isinstance(got, dict)
+            and got.keys() == want.keys()
+            and all(_approx(got[k], want[k], rel) for k in want)
+        )
+    if isinstance(want, list):
+        return (
+            isinstance(got, list)
+            and len(got) == len(want)
+            and all(_approx(g, w, rel) for g, w in zip(got, want, strict=True))
+        )
+    if isinstance(want, bool) or not isinstance(want, (int, float)):
+        return bool(got == want)
+    return isinstance(got, (int, float)) and got == pytest.approx(want, rel=rel, abs=1e-12)

@@ -6,6 +6,7 @@ Each notebook in ``notebooks/`` is executed top to bottom by ``nbclient`` in a n
 * **budget**: the kernel's CPU time (user + system) is at most ``BUDGET_CPU_S`` (3 minutes);
 * **staleness**: every code cell's fresh outputs match the stored ones — same output types and MIME
   types, same text once numbers are taken out, and every number equal to within ``REL_TOL``
+  (10^-4: a fitted parameter moves in its fifth or sixth digit between builds of scipy and BLAS)
   (a cell tagged ``loose`` keeps only the text and types: timings, wall-clock figures). Images are
   compared by presence only (PNG bytes are not reproducible across matplotlib builds);
 * **solutions**: the ``python`` block of every ``<details><summary>Solution</summary>`` cell runs
@@ -32,7 +33,7 @@ pytest.importorskip("ipykernel")
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
-REL_TOL = 1e-6
+REL_TOL = 1e-4
 _NUMBER = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?")
 _SOLUTION = re.compile(r"<details>\s*<summary>Solution</summary>(.*?)</details>", re.S)
 _BLOCK = re.compile(r"```(python|text)\n(.*?)```", re.S)
