@@ -45,6 +45,7 @@ __all__ = [
     "evaluate",
     "evaluate_online",
     "evaluate_static",
+    "outer_action_mask",
     "summarize",
 ]
 
@@ -144,13 +145,21 @@ class RandomValidAgent:
         return int(self.rng.choice(valid)) if len(valid) else len(mask) - 1
 
 
+def outer_action_mask(env: gym.Env[Any, Any]) -> np.ndarray:
+    """The valid actions as the outermost layer of ``env`` that defines ``action_masks`` has them.
+
+    A wrapper that changes the mask (:class:`crop_gym.wrappers.SafeStop`) defines its own
+    ``action_masks``; the agent must see that one, not the base environment's.
+    """
+    return np.asarray(env.get_wrapper_attr("action_masks")(), dtype=bool)
+
+
 def _play(env: gym.Env[Any, Any], agent: Any, obs: Any, info: dict[str, Any]) -> dict[str, Any]:
-    u = env.unwrapped
     steps = invalid = 0
     t0 = time.perf_counter()
     done = False
     while not done:
-        a = agent.act(obs, u.action_masks())  # type: ignore[attr-defined]
+        a = agent.act(obs, outer_action_mask(env))
         obs, _, term, trunc, info = env.step(a)
         steps += 1
         invalid += int(bool(info.get("invalid_action", False)))

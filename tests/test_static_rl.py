@@ -96,6 +96,37 @@ def test_eval_plays_the_agent_under_safe_stop(tmp_path: Path) -> None:
     assert all(p >= 1 for p in placed)
 
 
+class _StopWhenAllowed:
+    """Picks stop whenever the mask it is handed allows it, else the first valid placement."""
+
+    name = "stop-when-allowed"
+
+    def bind(self, env: gym.Env) -> None:  # type: ignore[type-arg]
+        """Nothing to prepare."""
+
+    def act(self, obs: object, mask: np.ndarray) -> int:
+        return len(mask) - 1 if mask[-1] else int(np.flatnonzero(mask)[0])
+
+
+@pytest.mark.parametrize("mode", ["positive_gain", "exhausted"])
+def test_eval_under_safe_stop_hands_the_agent_the_wrappers_mask(mode: str) -> None:
+    from crop_gym.agents.evaluation import evaluate_static
+
+    rep = evaluate_static(
+        _StopWhenAllowed(),
+        "crop_gym/Placement-Testbed8-v0",
+        episodes=2,
+        first_seed=10**9,
+        baselines=(),
+        random_reference=False,
+        safe_stop=mode,
+    )
+    # With the base env's mask stop is always allowed: the agent stops at once, SafeStop refuses
+    # it, and the episode burns its step cap on invalid actions with nothing placed.
+    assert rep["policy_invalid_actions"] == 0
+    assert all(r["policy"]["jobs_placed"] >= 1 for r in rep["per_episode"])
+
+
 def test_eval_refuses_safe_stop_on_an_online_env(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("sb3_contrib")
     from crop_gym.cli import main
