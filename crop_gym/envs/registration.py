@@ -22,6 +22,16 @@ _ONLINE = "crop_gym.envs.online:OnlinePlacementEnv"
 #: The batched environment of every candidate-mode ID (``gymnasium.make_vec``).
 _STATIC_VECTOR = "crop_gym.envs.vector:PlacementVectorEnv"
 
+#: The train/eval split of the v2 online IDs: windows of the training traces' first 70 % (by
+#: submission time) with ``split="train"``; their last 30 % and the whole held-out trace with
+#: ``split="eval"`` (:class:`crop_gym.envs.online_common.TraceSplit`).
+_ONLINE_SPLIT: dict[str, Any] = {
+    "trace": ("elasticflow:cluster04", "elasticflow:cluster03"),
+    "held_out_traces": ("elasticflow:cluster06",),
+    "split": "train",
+    "train_fraction": 0.7,
+}
+
 #: ID → (entry point, default kwargs, one-line description).
 ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
     f"{NAMESPACE}/Placement-v0": (
@@ -108,6 +118,16 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
         {"arrival_scale": 0.25, "burst_s": 1800.0},
         "OnlinePlacement-v1 with arrivals in bursts (4x arrival rate, batched every 30 simulated minutes)",
     ),
+    f"{NAMESPACE}/OnlinePlacement-v2": (
+        _ONLINE,
+        dict(_ONLINE_SPLIT),
+        "online v2: OnlinePlacement-v1 with honest splits: split='train' (default) draws windows from the first 70% (by submission time) of ElasticFlow cluster04 and cluster03, split='eval' from their last 30% and from held-out cluster06",
+    ),
+    f"{NAMESPACE}/OnlinePlacement-Bursty-v2": (
+        _ONLINE,
+        {**_ONLINE_SPLIT, "arrival_scale": 0.25, "burst_s": 1800.0},
+        "OnlinePlacement-v2 with arrivals in bursts (4x arrival rate, batched every 30 simulated minutes)",
+    ),
 }
 
 
@@ -134,6 +154,8 @@ EPISODE_CAPS: dict[str, int] = {
     f"{NAMESPACE}/OnlinePlacement-v0": 640,
     f"{NAMESPACE}/OnlinePlacement-v1": 960,
     f"{NAMESPACE}/OnlinePlacement-Bursty-v1": 960,
+    f"{NAMESPACE}/OnlinePlacement-v2": 960,
+    f"{NAMESPACE}/OnlinePlacement-Bursty-v2": 960,
 }
 
 
