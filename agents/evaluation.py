@@ -280,6 +280,7 @@ def evaluate_online(
     baselines: Sequence[str] = ("crop", "best-fit", "first-fit"),
     references: Sequence[str] = ONLINE_REFERENCES,
     progress: bool = False,
+    split: str | None = "eval",
 ) -> dict[str, Any]:
     """Mean JCT and effective GPU-hours of the agent and baselines on the same trace windows.
 
@@ -292,15 +293,32 @@ def evaluate_online(
     ``mean_jct_h`` (time in system until completion or the horizon, every window job) is
     compared with theirs on environments that report it (``OnlinePlacement-v1`` and later).
 
+    Args:
+        agent: A :class:`PolicyAgent` (or anything with ``bind(env)`` and ``act(obs, mask)``).
+        env_id: An online placement environment ID.
+        episodes: Number of windows.
+        first_seed: Seed of the first window (window ``i`` is ``reset(seed=first_seed + i)``).
+        env_kwargs: Environment arguments.
+        baselines: Registered (static) policy names run in a bare simulator on each window.
+        references: :data:`crop_gym.baselines.online.ONLINE_POLICIES` names played through the
+            environment.
+        progress: Show a progress bar.
+        split: The part of the traces the windows come from (``"eval"``, the default; ``"train"``
+            for validation during training; ``None``: as ``env_kwargs`` say); it overrides
+            ``env_kwargs["split"]`` and is recorded as ``split`` in the report.
+
     Returns:
-        :func:`summarize` of the per-episode records (with JCT fields).
+        :func:`summarize` of the per-episode records (with JCT fields), and ``split``.
     """
+    from crop_gym.agents.envs import with_split
     from crop_gym.baselines.online import make_online_policy, play
     from crop_gym.policy import make_policy
     from crop_gym.sim import Simulator
 
-    env = gym.make(env_id, **dict(env_kwargs or {}))
-    ref_env = gym.make(env_id, **dict(env_kwargs or {})) if references else None
+    kwargs = with_split(env_id, env_kwargs, split)
+    env = gym.make(env_id, **kwargs)
+    ref_env = gym.make(env_id, **kwargs) if references else None
+    split_record = env.unwrapped.split.to_dict()  # type: ignore[attr-defined]
     agent.bind(env)
     policies = {name: make_policy(name) for name in baselines}
     for name in references:
@@ -320,6 +338,7 @@ def evaluate_online(
         summ = played["info"].get("episode") or u.sim.result(policy_name="agent").summary()
         rec: dict[str, Any] = {
             "seed": seed,
+            "trace": u.window_trace,
             "policy": _online_record(summ, u.sim),
             "baselines": {},
         }
@@ -345,7 +364,9 @@ def evaluate_online(
     env.close()
     if ref_env is not None:
         ref_env.close()
-    return summarize(records, env_id=env_id, first_seed=first_seed, kind="online")
+    out = summarize(records, env_id=env_id, first_seed=first_seed, kind="online")
+    out["split"] = split_record
+    return out
 
 
 def _online_record(summary: Mapping[str, Any], sim: Any) -> dict[str, Any]:
@@ -499,10 +520,13 @@ def evaluate(agent: Any, env_id: str, **kwargs: Any) -> dict[str, Any]:
         if kwargs.pop("safe_stop", None) is not None:
             raise ConfigError(f"{env_id}: safe_stop applies to static placement environments only")
         kwargs.pop("random_reference", None)
+        if "split" in kwargs and kwargs["split"] is None:
+            kwargs.pop("split")
         if "baselines" in kwargs and kwargs["baselines"] is None:
             kwargs.pop("baselines")
         return evaluate_online(agent, env_id, **kwargs)
     if "baselines" in kwargs and kwargs["baselines"] is None:
         kwargs.pop("baselines")
     kwargs.pop("references", None)
+    kwargs.pop("split", None)
     return evaluate_static(agent, env_id, **kwargs)
