@@ -31,15 +31,27 @@ from crop_gym.agents.config import EVAL_SEED_BASE, TRAIN_SEED_LIMIT
 from crop_gym.agents.envs import is_online
 from crop_gym.agents.networks import MASKED_LOGIT, ObsSpec, adapt_observation, obs_to_tensors
 from crop_gym.agents.policies import scorer_of
+from crop_gym.agents.stats import ratio_bootstrap
 from crop_gym.baselines.compare import DEFAULT_POLICIES
+from crop_gym.baselines.online import JCT_HEURISTICS
 from crop_gym.errors import ConfigError
 
-#: References played through the online environment itself (:mod:`crop_gym.baselines.online`).
-ONLINE_REFERENCES: tuple[str, ...] = ("crop", "sjf-crop")
+#: References played through the online environment itself (:mod:`crop_gym.baselines.online`):
+#: CROP and the four JCT heuristics, the best of which is reported (``best_heuristic``).
+ONLINE_REFERENCES: tuple[str, ...] = ("crop", *JCT_HEURISTICS)
+
+#: Static references played through the environment itself from the same ``reset(seed)``, which
+#: ``baselines`` may name beside registered policies (they are in ``ratio_to`` like those).
+STATIC_ENV_REFERENCES: tuple[str, ...] = ("crop-rollout",)
+
+#: Bootstrap resamples of the intervals of the online report (windows resampled, seeded).
+BOOTSTRAP_REPS = 2000
 
 __all__ = [
+    "BOOTSTRAP_REPS",
     "DEFAULT_BASELINES",
     "ONLINE_REFERENCES",
+    "STATIC_ENV_REFERENCES",
     "PolicyAgent",
     "RandomValidAgent",
     "evaluate",
@@ -192,7 +204,10 @@ def evaluate_static(
         episodes: Number of instances.
         first_seed: Seed of the first instance (instance ``i`` is ``reset(seed=first_seed + i)``).
         env_kwargs: Environment arguments.
-        baselines: Registered policy names to compare (``crop`` first is customary).
+        baselines: Registered policy names to compare (``crop`` first is customary), and any of
+            :data:`STATIC_ENV_REFERENCES` (``crop-rollout``: CROP with one step of lookahead,
+            :class:`crop_gym.baselines.rollout_expert.CropRolloutExpert`, played through the
+            environment from the same ``reset(seed)``; candidate-mode IDs only).
         random_reference: Also play the :class:`RandomValidAgent` reference.
         progress: Show a progress bar.
         safe_stop: Play the agent under :class:`crop_gym.wrappers.SafeStop` in this mode
@@ -211,7 +226,9 @@ def evaluate_static(
 
         env = SafeStop(env, mode=safe_stop)
     agent.bind(env)
-    policies = {name: make_policy(name) for name in baselines}
+    played_refs = [n for n in baselines if n in STATIC_ENV_REFERENCES]
+    policies = {name: make_policy(name) for name in baselines if name not in played_refs}
+    ref_env = _static_reference_env(env_id, env_kwargs) if played_refs else None
     records: list[dict[str, Any]] = []
     it: Any = range(episodes)
     if progress:
@@ -249,6 +266,9 @@ def evaluate_static(
                 "jobs_placed": len(placements),
                 "seconds": time.perf_counter() - t0,
             }
+        if ref_env is not None:
+            for name in played_refs:
+                rec["baselines"][name] = _play_static_reference(ref_env, name, seed)
         if random_reference:
             ref = RandomValidAgent(np.random.default_rng([seed, 4]))
             obs, info = env.reset(seed=seed)
@@ -265,9 +285,49 @@ def evaluate_static(
             crop_F = np.mean([r["baselines"]["crop"]["F"] for r in records])
             it.set_postfix(ratio_to_crop=f"{pol_F / crop_F:.4f}")
     env.close()
+    if ref_env is not None:
+        ref_env.close()
     out = summarize(records, env_id=env_id, first_seed=first_seed, kind="static")
     out["safe_stop"] = safe_stop
     return out
+
+
+def _static_reference_env(env_id: str, env_kwargs: Mapping[str, Any] | None) -> gym.Env[Any, Any]:
+    """The environment the static references of :data:`STATIC_ENV_REFERENCES` play (plain stop).
+
+    Raises:
+        ConfigError: If ``env_id`` is not a candidate-mode placement environment.
+    """
+    from crop_gym.envs.placement import PlacementEnv
+
+    env = gym.make(env_id, **dict(env_kwargs or {}))
+    if not isinstance(env.unwrapped, PlacementEnv):
+        env.close()
+        raise ConfigError(
+            f"baselines: {', '.join(STATIC_ENV_REFERENCES)} play candidate-mode Placement-* "
+            f"environments only, not {env_id}"
+        )
+    return env
+
+
+def _play_static_reference(env: gym.Env[Any, Any], name: str, seed: int) -> dict[str, Any]:
+    """Play the static reference ``name`` from ``reset(seed)``; its record (F, gain, jobs placed)."""
+    from crop_gym.baselines.rollout_expert import CropRolloutExpert
+
+    t0 = time.perf_counter()
+    env.reset(seed=seed)
+    u: Any = env.unwrapped
+    act = CropRolloutExpert(env).action
+    done = False
+    while not done:
+        _, _, term, trunc, _ = env.step(act())
+        done = bool(term or trunc)
+    return {
+        "F": float(u.state.F),
+        "gain": float(u.episode_return),
+        "jobs_placed": len(u.placed),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def evaluate_online(
@@ -492,7 +552,12 @@ def _reference_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The agent's mean JCT (hours) beside the references' on the same windows.
 
     ``mean_jct_ratio_to_crop`` = policy mean JCT / CROP mean JCT (means over the windows, < 1 is
-    better); ``mean_jct_ratio_to[name]`` the same for every reference.
+    better); ``mean_jct_ratio_to[name]`` the same for every reference. When the four
+    :data:`~crop_gym.baselines.online.JCT_HEURISTICS` were played: ``best_heuristic`` (the one of
+    the lowest mean JCT on these windows), ``mean_jct_ratio_to_best_heuristic`` and its interval
+    ``mean_jct_ratio_to_best_heuristic_ci`` = ``[low, high]``, a 95 % bootstrap over the windows
+    of the paired ratio of means (:func:`~crop_gym.agents.stats.ratio_bootstrap`,
+    :data:`BOOTSTRAP_REPS` resamples, seed 0); ``mean_jct_ratio_to_crop_ci`` likewise.
     """
     refs = list(records[0].get("references") or {}) if records else []
     pj = [r["policy"].get("mean_jct_h") for r in records]
@@ -505,9 +570,23 @@ def _reference_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "reference_mean_jct_h": means,
         "mean_jct_ratio_to": {n: p / m if m else None for n, m in means.items()},
     }
+    policy = np.asarray(pj, dtype=float)[None, :]
+
+    def ci(name: str) -> list[float]:
+        ref = np.array([r["references"][name] for r in records], dtype=float)
+        boot = ratio_bootstrap(policy, ref, reps=BOOTSTRAP_REPS, seed=0)
+        return [float(v) for v in boot["ratio_of_means_ci95"]]
+
     if "crop" in means:
         out["crop_mean_jct_h"] = means["crop"]
         out["mean_jct_ratio_to_crop"] = out["mean_jct_ratio_to"]["crop"]
+        out["mean_jct_ratio_to_crop_ci"] = ci("crop")
+    if all(n in means for n in JCT_HEURISTICS):
+        best = min(JCT_HEURISTICS, key=means.__getitem__)
+        out["heuristic_mean_jct_h"] = {n: means[n] for n in JCT_HEURISTICS}
+        out["best_heuristic"] = best
+        out["mean_jct_ratio_to_best_heuristic"] = out["mean_jct_ratio_to"][best]
+        out["mean_jct_ratio_to_best_heuristic_ci"] = ci(best)
     return out
 
 
