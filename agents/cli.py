@@ -414,13 +414,13 @@ def _print_report(rep: dict[str, Any], out: TextIO) -> None:
         ]
         for name, j, t, c, e in rows:
             print(
-                f"  {name:<14} mean JCT {h(j):7.3f} h   time in system {h(t):7.3f} h   "
+                f"  {name:<18} mean JCT {h(j):7.3f} h   time in system {h(t):7.3f} h   "
                 f"completed {c:5d}   effective GPU-h {e:9.2f}",
                 file=out,
             )
         for name, m in (rep.get("reference_mean_jct_h") or {}).items():
             print(
-                f"  {name:<14} mean JCT {m:7.3f} h (time in system, same env and windows)   "
+                f"  {name:<18} mean JCT {m:7.3f} h (time in system, same env and windows)   "
                 f"policy/it {rep['mean_jct_ratio_to'][name]:.4f}",
                 file=out,
             )

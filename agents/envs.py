@@ -10,6 +10,7 @@ import gymnasium as gym
 import crop_gym  # noqa: F401  (registers the crop_gym/ IDs)
 from crop_gym.agents.config import VEC_ENVS
 from crop_gym.envs.online import OnlinePlacementEnv
+from crop_gym.envs.registration import is_online_id, with_split
 
 __all__ = [
     "ScaleReward",
@@ -88,29 +89,6 @@ class ScorerObservation(gym.ObservationWrapper):  # type: ignore[type-arg]
 def is_online(env: gym.Env[Any, Any]) -> bool:
     """Whether ``env`` is the online (simulator) placement environment."""
     return isinstance(env.unwrapped, OnlinePlacementEnv)
-
-
-def is_online_id(env_id: str) -> bool:
-    """Whether the registered ``env_id`` makes the online placement environment (nothing built)."""
-    from gymnasium.envs.registration import load_env_creator
-
-    entry = gym.spec(env_id).entry_point
-    creator = load_env_creator(entry) if isinstance(entry, str) else entry
-    return isinstance(creator, type) and issubclass(creator, OnlinePlacementEnv)
-
-
-def with_split(
-    env_id: str, env_kwargs: Mapping[str, Any] | None, part: str | None
-) -> dict[str, Any]:
-    """``env_kwargs`` with ``split=part`` for an online ID (others, and ``part=None``, unchanged).
-
-    Training plays the train part of the traces (``"train"``, validation included) and
-    evaluation the eval part (``"eval"``): :class:`crop_gym.envs.online_common.TraceSplit`.
-    """
-    kwargs = dict(env_kwargs or {})
-    if part is not None and is_online_id(env_id):
-        kwargs["split"] = part
-    return kwargs
 
 
 def make_env(

@@ -10,9 +10,10 @@ each: docs/ENVS.md and the README list them).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENV_IDS", "EPISODE_CAPS", "register_envs"]
+__all__ = ["ENV_IDS", "EPISODE_CAPS", "is_online_id", "register_envs", "with_split"]
 
 NAMESPACE = "crop_gym"
 
@@ -173,3 +174,34 @@ def register_envs() -> None:
                 max_episode_steps=EPISODE_CAPS[env_id],
                 disable_env_checker=False,
             )
+
+
+def is_online_id(env_id: str) -> bool:
+    """Whether the registered ``env_id`` makes the online placement environment (nothing built).
+
+    Raises:
+        gymnasium.error.Error: For an unregistered ID (Gymnasium's own message).
+    """
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    from crop_gym.envs.online import OnlinePlacementEnv
+
+    entry = gym.spec(env_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return isinstance(creator, type) and issubclass(creator, OnlinePlacementEnv)
+
+
+def with_split(
+    env_id: str, env_kwargs: Mapping[str, Any] | None, part: str | None
+) -> dict[str, Any]:
+    """``env_kwargs`` with ``split=part`` for an online ID (others, and ``part=None``, unchanged).
+
+    Training plays the train part of the traces (``"train"``, validation included), evaluation
+    and the held-out tables the eval part (``"eval"``):
+    :class:`crop_gym.envs.online_common.TraceSplit`.
+    """
+    kwargs = dict(env_kwargs or {})
+    if part is not None and is_online_id(env_id):
+        kwargs["split"] = part
+    return kwargs
