@@ -276,10 +276,11 @@ class TraceMix:
         held = tuple(held_out_traces)
         if not training or not all(isinstance(t, str) for t in (*training, *held)):
             raise ConfigError("trace must be a trace name or a non-empty sequence of names")
-        both = sorted(set(training) & set(held))
-        if both or len(set(training)) < len(training) or len(set(held)) < len(held):
+        named = (*training, *held)
+        repeated = sorted({t for t in named if named.count(t) > 1})
+        if repeated:
             raise ConfigError(
-                f"trace and held_out_traces must name distinct traces (repeated: {both})"
+                f"trace and held_out_traces must name distinct traces (repeated: {repeated})"
             )
 
         whole = [
