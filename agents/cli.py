@@ -183,7 +183,8 @@ def register(subparsers: Any) -> None:
     e.add_argument(
         "--baselines",
         default="all",
-        help="'all' (default), 'crop', 'none' or a comma-separated list of policy names",
+        help="'all' (default), 'crop', 'none' or a comma-separated list of policy names; static "
+        "IDs also take 'crop-rollout' (CROP with one step of lookahead, played through the env)",
     )
     e.add_argument(
         "--algo",
@@ -413,20 +414,36 @@ def _print_report(rep: dict[str, Any], out: TextIO) -> None:
         ]
         for name, j, t, c, e in rows:
             print(
-                f"  {name:<14} mean JCT {h(j):7.3f} h   time in system {h(t):7.3f} h   "
+                f"  {name:<18} mean JCT {h(j):7.3f} h   time in system {h(t):7.3f} h   "
                 f"completed {c:5d}   effective GPU-h {e:9.2f}",
                 file=out,
             )
         for name, m in (rep.get("reference_mean_jct_h") or {}).items():
             print(
-                f"  {name:<14} mean JCT {m:7.3f} h (time in system, same env and windows)   "
+                f"  {name:<18} mean JCT {m:7.3f} h (time in system, same env and windows)   "
                 f"policy/it {rep['mean_jct_ratio_to'][name]:.4f}",
                 file=out,
             )
         if rep.get("mean_jct_ratio_to_crop") is not None:
+            lo, hi = rep["mean_jct_ratio_to_crop_ci"]
             print(
                 f"  policy mean JCT {rep['policy_mean_jct_h']:.3f} h   "
-                f"mean_jct_ratio_to_crop {rep['mean_jct_ratio_to_crop']:.4f} (< 1: faster than CROP)",
+                f"mean_jct_ratio_to_crop {rep['mean_jct_ratio_to_crop']:.4f} [{lo:.4f}, {hi:.4f}] "
+                "(< 1: faster than CROP)",
+                file=out,
+            )
+        if rep.get("best_heuristic") is not None:
+            lo, hi = rep["mean_jct_ratio_to_best_heuristic_ci"]
+            print(
+                f"  best heuristic {rep['best_heuristic']}   mean_jct_ratio_to_best_heuristic "
+                f"{rep['mean_jct_ratio_to_best_heuristic']:.4f} [{lo:.4f}, {hi:.4f}] (95 % bootstrap)",
+                file=out,
+            )
+        if rep.get("split") is not None:
+            sp = rep["split"]
+            print(
+                f"  split: {sp['part']} part (train_fraction {sp['train_fraction']}) of "
+                f"{', '.join(sp['traces'])}; held out: {', '.join(sp['held_out_traces']) or 'none'}",
                 file=out,
             )
         if rep.get("jct_ratio_to_crop") is not None:

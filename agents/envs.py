@@ -10,8 +10,17 @@ import gymnasium as gym
 import crop_gym  # noqa: F401  (registers the crop_gym/ IDs)
 from crop_gym.agents.config import VEC_ENVS
 from crop_gym.envs.online import OnlinePlacementEnv
+from crop_gym.envs.registration import is_online_id, with_split
 
-__all__ = ["ScaleReward", "ScorerObservation", "is_online", "make_env", "make_vec_env"]
+__all__ = [
+    "ScaleReward",
+    "ScorerObservation",
+    "is_online",
+    "is_online_id",
+    "make_env",
+    "make_vec_env",
+    "with_split",
+]
 
 
 class ScaleReward(gym.Wrapper):  # type: ignore[type-arg]

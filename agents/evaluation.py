@@ -31,20 +31,33 @@ from crop_gym.agents.config import EVAL_SEED_BASE, TRAIN_SEED_LIMIT
 from crop_gym.agents.envs import is_online
 from crop_gym.agents.networks import MASKED_LOGIT, ObsSpec, adapt_observation, obs_to_tensors
 from crop_gym.agents.policies import scorer_of
+from crop_gym.agents.stats import ratio_bootstrap
 from crop_gym.baselines.compare import DEFAULT_POLICIES
+from crop_gym.baselines.online import JCT_HEURISTICS
 from crop_gym.errors import ConfigError
 
-#: References played through the online environment itself (:mod:`crop_gym.baselines.online`).
-ONLINE_REFERENCES: tuple[str, ...] = ("crop", "sjf-crop")
+#: References played through the online environment itself (:mod:`crop_gym.baselines.online`):
+#: CROP and the four JCT heuristics, the best of which is reported (``best_heuristic``).
+ONLINE_REFERENCES: tuple[str, ...] = ("crop", *JCT_HEURISTICS)
+
+#: Static references played through the environment itself from the same ``reset(seed)``, which
+#: ``baselines`` may name beside registered policies (they are in ``ratio_to`` like those).
+STATIC_ENV_REFERENCES: tuple[str, ...] = ("crop-rollout",)
+
+#: Bootstrap resamples of the intervals of the online report (windows resampled, seeded).
+BOOTSTRAP_REPS = 2000
 
 __all__ = [
+    "BOOTSTRAP_REPS",
     "DEFAULT_BASELINES",
     "ONLINE_REFERENCES",
+    "STATIC_ENV_REFERENCES",
     "PolicyAgent",
     "RandomValidAgent",
     "evaluate",
     "evaluate_online",
     "evaluate_static",
+    "outer_action_mask",
     "summarize",
 ]
 
@@ -144,13 +157,21 @@ class RandomValidAgent:
         return int(self.rng.choice(valid)) if len(valid) else len(mask) - 1
 
 
+def outer_action_mask(env: gym.Env[Any, Any]) -> np.ndarray:
+    """The valid actions as the outermost layer of ``env`` that defines ``action_masks`` has them.
+
+    A wrapper that changes the mask (:class:`crop_gym.wrappers.SafeStop`) defines its own
+    ``action_masks``; the agent must see that one, not the base environment's.
+    """
+    return np.asarray(env.get_wrapper_attr("action_masks")(), dtype=bool)
+
+
 def _play(env: gym.Env[Any, Any], agent: Any, obs: Any, info: dict[str, Any]) -> dict[str, Any]:
-    u = env.unwrapped
     steps = invalid = 0
     t0 = time.perf_counter()
     done = False
     while not done:
-        a = agent.act(obs, u.action_masks())  # type: ignore[attr-defined]
+        a = agent.act(obs, outer_action_mask(env))
         obs, _, term, trunc, info = env.step(a)
         steps += 1
         invalid += int(bool(info.get("invalid_action", False)))
@@ -183,7 +204,10 @@ def evaluate_static(
         episodes: Number of instances.
         first_seed: Seed of the first instance (instance ``i`` is ``reset(seed=first_seed + i)``).
         env_kwargs: Environment arguments.
-        baselines: Registered policy names to compare (``crop`` first is customary).
+        baselines: Registered policy names to compare (``crop`` first is customary), and any of
+            :data:`STATIC_ENV_REFERENCES` (``crop-rollout``: CROP with one step of lookahead,
+            :class:`crop_gym.baselines.rollout_expert.CropRolloutExpert`, played through the
+            environment from the same ``reset(seed)``; candidate-mode IDs only).
         random_reference: Also play the :class:`RandomValidAgent` reference.
         progress: Show a progress bar.
         safe_stop: Play the agent under :class:`crop_gym.wrappers.SafeStop` in this mode
@@ -202,7 +226,9 @@ def evaluate_static(
 
         env = SafeStop(env, mode=safe_stop)
     agent.bind(env)
-    policies = {name: make_policy(name) for name in baselines}
+    played_refs = [n for n in baselines if n in STATIC_ENV_REFERENCES]
+    policies = {name: make_policy(name) for name in baselines if name not in played_refs}
+    ref_env = _static_reference_env(env_id, env_kwargs) if played_refs else None
     records: list[dict[str, Any]] = []
     it: Any = range(episodes)
     if progress:
@@ -240,6 +266,9 @@ def evaluate_static(
                 "jobs_placed": len(placements),
                 "seconds": time.perf_counter() - t0,
             }
+        if ref_env is not None:
+            for name in played_refs:
+                rec["baselines"][name] = _play_static_reference(ref_env, name, seed)
         if random_reference:
             ref = RandomValidAgent(np.random.default_rng([seed, 4]))
             obs, info = env.reset(seed=seed)
@@ -256,9 +285,49 @@ def evaluate_static(
             crop_F = np.mean([r["baselines"]["crop"]["F"] for r in records])
             it.set_postfix(ratio_to_crop=f"{pol_F / crop_F:.4f}")
     env.close()
+    if ref_env is not None:
+        ref_env.close()
     out = summarize(records, env_id=env_id, first_seed=first_seed, kind="static")
     out["safe_stop"] = safe_stop
     return out
+
+
+def _static_reference_env(env_id: str, env_kwargs: Mapping[str, Any] | None) -> gym.Env[Any, Any]:
+    """The environment the static references of :data:`STATIC_ENV_REFERENCES` play (plain stop).
+
+    Raises:
+        ConfigError: If ``env_id`` is not a candidate-mode placement environment.
+    """
+    from crop_gym.envs.placement import PlacementEnv
+
+    env = gym.make(env_id, **dict(env_kwargs or {}))
+    if not isinstance(env.unwrapped, PlacementEnv):
+        env.close()
+        raise ConfigError(
+            f"baselines: {', '.join(STATIC_ENV_REFERENCES)} play candidate-mode Placement-* "
+            f"environments only, not {env_id}"
+        )
+    return env
+
+
+def _play_static_reference(env: gym.Env[Any, Any], name: str, seed: int) -> dict[str, Any]:
+    """Play the static reference ``name`` from ``reset(seed)``; its record (F, gain, jobs placed)."""
+    from crop_gym.baselines.rollout_expert import CropRolloutExpert
+
+    t0 = time.perf_counter()
+    env.reset(seed=seed)
+    u: Any = env.unwrapped
+    act = CropRolloutExpert(env).action
+    done = False
+    while not done:
+        _, _, term, trunc, _ = env.step(act())
+        done = bool(term or trunc)
+    return {
+        "F": float(u.state.F),
+        "gain": float(u.episode_return),
+        "jobs_placed": len(u.placed),
+        "seconds": time.perf_counter() - t0,
+    }
 
 
 def evaluate_online(
@@ -271,6 +340,7 @@ def evaluate_online(
     baselines: Sequence[str] = ("crop", "best-fit", "first-fit"),
     references: Sequence[str] = ONLINE_REFERENCES,
     progress: bool = False,
+    split: str | None = "eval",
 ) -> dict[str, Any]:
     """Mean JCT and effective GPU-hours of the agent and baselines on the same trace windows.
 
@@ -283,15 +353,32 @@ def evaluate_online(
     ``mean_jct_h`` (time in system until completion or the horizon, every window job) is
     compared with theirs on environments that report it (``OnlinePlacement-v1`` and later).
 
+    Args:
+        agent: A :class:`PolicyAgent` (or anything with ``bind(env)`` and ``act(obs, mask)``).
+        env_id: An online placement environment ID.
+        episodes: Number of windows.
+        first_seed: Seed of the first window (window ``i`` is ``reset(seed=first_seed + i)``).
+        env_kwargs: Environment arguments.
+        baselines: Registered (static) policy names run in a bare simulator on each window.
+        references: :data:`crop_gym.baselines.online.ONLINE_POLICIES` names played through the
+            environment.
+        progress: Show a progress bar.
+        split: The part of the traces the windows come from (``"eval"``, the default; ``"train"``
+            for validation during training; ``None``: as ``env_kwargs`` say); it overrides
+            ``env_kwargs["split"]`` and is recorded as ``split`` in the report.
+
     Returns:
-        :func:`summarize` of the per-episode records (with JCT fields).
+        :func:`summarize` of the per-episode records (with JCT fields), and ``split``.
     """
+    from crop_gym.agents.envs import with_split
     from crop_gym.baselines.online import make_online_policy, play
     from crop_gym.policy import make_policy
     from crop_gym.sim import Simulator
 
-    env = gym.make(env_id, **dict(env_kwargs or {}))
-    ref_env = gym.make(env_id, **dict(env_kwargs or {})) if references else None
+    kwargs = with_split(env_id, env_kwargs, split)
+    env = gym.make(env_id, **kwargs)
+    ref_env = gym.make(env_id, **kwargs) if references else None
+    split_record = env.unwrapped.split.to_dict()  # type: ignore[attr-defined]
     agent.bind(env)
     policies = {name: make_policy(name) for name in baselines}
     for name in references:
@@ -311,6 +398,7 @@ def evaluate_online(
         summ = played["info"].get("episode") or u.sim.result(policy_name="agent").summary()
         rec: dict[str, Any] = {
             "seed": seed,
+            "trace": u.window_trace,
             "policy": _online_record(summ, u.sim),
             "baselines": {},
         }
@@ -336,7 +424,9 @@ def evaluate_online(
     env.close()
     if ref_env is not None:
         ref_env.close()
-    return summarize(records, env_id=env_id, first_seed=first_seed, kind="online")
+    out = summarize(records, env_id=env_id, first_seed=first_seed, kind="online")
+    out["split"] = split_record
+    return out
 
 
 def _online_record(summary: Mapping[str, Any], sim: Any) -> dict[str, Any]:
@@ -462,7 +552,12 @@ def _reference_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     """The agent's mean JCT (hours) beside the references' on the same windows.
 
     ``mean_jct_ratio_to_crop`` = policy mean JCT / CROP mean JCT (means over the windows, < 1 is
-    better); ``mean_jct_ratio_to[name]`` the same for every reference.
+    better); ``mean_jct_ratio_to[name]`` the same for every reference. When the four
+    :data:`~crop_gym.baselines.online.JCT_HEURISTICS` were played: ``best_heuristic`` (the one of
+    the lowest mean JCT on these windows), ``mean_jct_ratio_to_best_heuristic`` and its interval
+    ``mean_jct_ratio_to_best_heuristic_ci`` = ``[low, high]``, a 95 % bootstrap over the windows
+    of the paired ratio of means (:func:`~crop_gym.agents.stats.ratio_bootstrap`,
+    :data:`BOOTSTRAP_REPS` resamples, seed 0); ``mean_jct_ratio_to_crop_ci`` likewise.
     """
     refs = list(records[0].get("references") or {}) if records else []
     pj = [r["policy"].get("mean_jct_h") for r in records]
@@ -475,9 +570,23 @@ def _reference_summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "reference_mean_jct_h": means,
         "mean_jct_ratio_to": {n: p / m if m else None for n, m in means.items()},
     }
+    policy = np.asarray(pj, dtype=float)[None, :]
+
+    def ci(name: str) -> list[float]:
+        ref = np.array([r["references"][name] for r in records], dtype=float)
+        boot = ratio_bootstrap(policy, ref, reps=BOOTSTRAP_REPS, seed=0)
+        return [float(v) for v in boot["ratio_of_means_ci95"]]
+
     if "crop" in means:
         out["crop_mean_jct_h"] = means["crop"]
         out["mean_jct_ratio_to_crop"] = out["mean_jct_ratio_to"]["crop"]
+        out["mean_jct_ratio_to_crop_ci"] = ci("crop")
+    if all(n in means for n in JCT_HEURISTICS):
+        best = min(JCT_HEURISTICS, key=means.__getitem__)
+        out["heuristic_mean_jct_h"] = {n: means[n] for n in JCT_HEURISTICS}
+        out["best_heuristic"] = best
+        out["mean_jct_ratio_to_best_heuristic"] = out["mean_jct_ratio_to"][best]
+        out["mean_jct_ratio_to_best_heuristic_ci"] = ci(best)
     return out
 
 
@@ -490,10 +599,13 @@ def evaluate(agent: Any, env_id: str, **kwargs: Any) -> dict[str, Any]:
         if kwargs.pop("safe_stop", None) is not None:
             raise ConfigError(f"{env_id}: safe_stop applies to static placement environments only")
         kwargs.pop("random_reference", None)
+        if "split" in kwargs and kwargs["split"] is None:
+            kwargs.pop("split")
         if "baselines" in kwargs and kwargs["baselines"] is None:
             kwargs.pop("baselines")
         return evaluate_online(agent, env_id, **kwargs)
     if "baselines" in kwargs and kwargs["baselines"] is None:
         kwargs.pop("baselines")
     kwargs.pop("references", None)
+    kwargs.pop("split", None)
     return evaluate_static(agent, env_id, **kwargs)

@@ -341,6 +341,7 @@ class RunState:
             env_kwargs=self.env_kwargs,
             baselines=("crop",),
             references=("crop",),
+            split="train",  # model selection never sees the eval part of the traces
         )
         dt = time.perf_counter() - t
         self.eval_seconds += dt

@@ -45,7 +45,7 @@ from crop_gym.agents.config import (
     load_config,
     parse_hyperparams,
 )
-from crop_gym.agents.envs import make_vec_env
+from crop_gym.agents.envs import is_online_id, make_vec_env, with_split
 from crop_gym.agents.imitation_phase import check_also_on, demo_file, imitate
 from crop_gym.agents.runstate import (
     GAIN_THRESHOLDS,
@@ -256,6 +256,14 @@ def train(
     outdir = Path(out)
     _check_out_dir(outdir, [config], extra=_also_on_demos(cfg))
     env_kwargs = dict(cfg.run["env_kwargs"] or {})
+    if is_online_id(env_id):
+        if env_kwargs.get("split", "train") != "train":
+            raise ConfigError(
+                f"{cfg.source}: env_kwargs split={env_kwargs['split']!r}: training plays the "
+                "train part of the traces only (split='train'; crop-gym eval plays 'eval')"
+            )
+        env_kwargs = with_split(env_id, env_kwargs, "train")
+        cfg = cfg.with_overrides({"env_kwargs": env_kwargs}, "the training split")
     try:
         probe = gym.make(env_id, **env_kwargs)
     except Exception as e:  # (any constructor error of the user's arguments)

@@ -48,9 +48,9 @@ import numpy as np
 
 import crop_gym  # noqa: F401  (registers the IDs)
 from crop_gym.baselines.exact import EXACT_LIMITS, optimum, search_space, upper_bound
-from crop_gym.baselines.online import epsilon, make_online_policy, play
+from crop_gym.baselines.online import JCT_HEURISTICS, epsilon, make_online_policy, play
 from crop_gym.envs.actions import PendingQueue, build_action_tables
-from crop_gym.envs.registration import ENV_IDS
+from crop_gym.envs.registration import ENV_IDS, with_split
 from crop_gym.errors import ConfigError, CropGymError
 from crop_gym.io import atomic_write
 from crop_gym.model.state import ClusterState
@@ -64,7 +64,7 @@ HELD_OUT_SEED = 10**9
 #: Heuristics of the static tasks' best-heuristic column (row-greedy is added).
 HEURISTICS = ("random", "first-fit", "best-fit", "spread", "hived", "comm-greedy")
 #: Heuristics of the online tasks' best-heuristic column.
-ONLINE_HEURISTICS = ("fifo-first-fit", "sjf-crop")
+ONLINE_HEURISTICS = ("fifo-first-fit", *JCT_HEURISTICS)
 
 
 @dataclass
@@ -241,7 +241,7 @@ def _learned_online(
             print(f"headroom: learned {name!r} skipped: {exc}", file=sys.stderr)
             continue
         agent = evaluation.PolicyAgent(model)
-        env = gym.make(env_id, **(meta.get("env_kwargs") or {}))
+        env = gym.make(env_id, **with_split(env_id, meta.get("env_kwargs"), "eval"))
         agent.bind(env)
         return _rollouts(env, agent, seeds, lambda e: float(e.mean_jct_h())), name
     return None
@@ -250,8 +250,8 @@ def _learned_online(
 def online_row(
     env_id: str, seeds: Sequence[int], rollouts: int, learned: Sequence[str] = ()
 ) -> Row:
-    """The online task's row (see the module docstring)."""
-    env = gym.make(env_id)
+    """The online task's row (see the module docstring), on the eval part of the traces."""
+    env = gym.make(env_id, **with_split(env_id, {}, "eval"))
     jct: dict[str, list[float]] = {}
     decisions = multi = 0
     lb: list[float] = []

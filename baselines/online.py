@@ -9,8 +9,19 @@ step. They are the references of the headroom table (:mod:`crop_gym.baselines.he
   (health-blind, the FIFO-with-backfilling of today's schedulers);
 * ``crop``: CROP's first placement on the jobs in the view (:func:`crop_gym.baselines.crop.crop_greedy`,
   the same candidates and robustness as the environment), wait when CROP places nothing;
-* ``sjf-crop``: the job with the least remaining work (at the ideal speed) first, on the row of
-  the largest ΔF among its candidates — a shortest-job-first order CROP does not know.
+* the JCT schedulers' orders, each with CROP's placement (the row of the largest ΔF among the
+  chosen job's candidates), on the placeable jobs of the view (ties: the older job):
+
+  - ``sjf-crop``: the least remaining work (iterations left × ideal iteration time) first — a
+    shortest-job-first order CROP does not know;
+  - ``srsf-crop``: the least remaining work × GPUs first (shortest remaining service first);
+  - ``las-crop``: the least attained service first (Tiresias-like: GPU-seconds run so far,
+    :meth:`crop_gym.sim.Simulator.attained_service_s`; a job not yet started has 0);
+  - ``fifo-backfill-crop``: the oldest queued job first; if it does not fit now, the next one
+    that fits (backfilling).
+
+:data:`JCT_HEURISTICS` names these four: ``crop-gym eval`` reports the best of them on every
+window set (``best_heuristic``).
 
 :func:`play` runs one episode and returns its mean JCT (time in system until completion or the
 horizon) and what was decided.
@@ -18,7 +29,7 @@ horizon) and what was decided.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,8 +37,16 @@ import gymnasium as gym
 import numpy as np
 
 from crop_gym.baselines.crop import crop_greedy
+from crop_gym.model.jobs import Job
 
-__all__ = ["ONLINE_POLICIES", "Episode", "make_online_policy", "play"]
+__all__ = [
+    "JCT_HEURISTICS",
+    "ONLINE_POLICIES",
+    "Episode",
+    "jct_priority",
+    "make_online_policy",
+    "play",
+]
 
 OnlinePolicy = Callable[[Any], int]
 
@@ -83,13 +102,51 @@ def _best_row(env: Any, slot: int | None) -> int:
     return int(table.row_action[r])
 
 
-def _sjf_crop(env: Any) -> int:
-    table = env.table
-    if not table.has_placement:
-        return _wait(env)
-    sim = env.sim
-    work = [sim.remaining_work(j.job_id) * sim.state.ideal_time(j) for j in table.jobs]
-    return _best_row(env, int(np.argmin(work)))
+def _remaining_s(sim: Any, job: Job) -> float:
+    """Remaining run time of ``job`` at its ideal speed (iterations left × ideal iteration time)."""
+    return float(sim.remaining_work(job.job_id) * sim.state.ideal_time(job))
+
+
+def _queue_positions(sim: Any, jobs: Sequence[Job]) -> list[float]:
+    """Each job's position in the queue (oldest first)."""
+    order = {j.job_id: i for i, j in enumerate(sim.queue)}
+    return [float(order[j.job_id]) for j in jobs]
+
+
+#: The JCT orders (name → ``(sim, jobs) -> priorities``, lowest first) of :func:`jct_priority`.
+_PRIORITIES: dict[str, Callable[[Any, Sequence[Job]], list[float]]] = {
+    "sjf-crop": lambda sim, jobs: [_remaining_s(sim, j) for j in jobs],
+    "srsf-crop": lambda sim, jobs: [_remaining_s(sim, j) * j.num_gpus for j in jobs],
+    "las-crop": lambda sim, jobs: [float(sim.attained_service_s(j.job_id)) for j in jobs],
+    "fifo-backfill-crop": _queue_positions,
+}
+
+#: The online JCT heuristics, each with CROP's placement (the best of them is reported).
+JCT_HEURISTICS: tuple[str, ...] = tuple(_PRIORITIES)
+
+
+def jct_priority(name: str, sim: Any, jobs: Sequence[Job]) -> list[float]:
+    """The priorities of ``jobs`` (queued jobs of ``sim``) under heuristic ``name``; lowest first.
+
+    Raises:
+        KeyError: For a name not in :data:`JCT_HEURISTICS`.
+    """
+    if name not in _PRIORITIES:
+        raise KeyError(f"unknown JCT heuristic {name!r}; heuristics: {', '.join(JCT_HEURISTICS)}")
+    return _PRIORITIES[name](sim, jobs)
+
+
+def _ordered_crop(name: str) -> OnlinePolicy:
+    """The view job first in ``name``'s order (ties: the earlier slot, the older job), on its row
+    of the largest ΔF; wait when nothing is placeable."""
+
+    def act(env: Any) -> int:
+        table = env.table
+        if not table.has_placement:
+            return _wait(env)
+        return _best_row(env, int(np.argmin(jct_priority(name, env.sim, table.jobs))))
+
+    return act
 
 
 #: Policy names → factories ``(rng) -> policy``.
@@ -97,7 +154,7 @@ ONLINE_POLICIES: dict[str, Callable[[np.random.Generator], OnlinePolicy]] = {
     "random": _random,
     "fifo-first-fit": lambda rng: _fifo_first_fit,
     "crop": lambda rng: _crop,
-    "sjf-crop": lambda rng: _sjf_crop,
+    **{name: (lambda rng, name=name: _ordered_crop(name)) for name in JCT_HEURISTICS},  # type: ignore[misc]
 }
 
 

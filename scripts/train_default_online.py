@@ -8,7 +8,8 @@
    training windows, one DAgger round, then MaskablePPO fine-tuning for the config's
    ``n_timesteps``; each run keeps its best validation model (windows from 5·10^8);
 2. evaluates every run's ``best_model.zip`` on ``--windows`` held-out windows (reset seeds 10^9,
-   10^9 + 1, ...) beside CROP and the teacher played through the same environment on the same
+   10^9 + 1, ...; on the *eval part* of the traces: training played ``split="train"``, docs/ENVS.md
+   *Honest splits*) beside CROP and the teacher played through the same environment on the same
    windows (:func:`crop_gym.agents.evaluation.evaluate_online`);
 3. summarises in the style of rliable (Agarwal et al., 2021): per seed the mean JCT and its ratio
    to CROP's and to the teacher's; over seeds × windows the IQM of the per-window ratio; 95 %
@@ -164,7 +165,7 @@ def _csv(rep: dict[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point (see the module docstring)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--env", default="crop_gym/OnlinePlacement-Bursty-v1")
+    p.add_argument("--env", default="crop_gym/OnlinePlacement-Bursty-v2")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     p.add_argument("--bc-demos", type=int, default=100, help="teacher windows (default 100)")
     p.add_argument("--steps", type=int, default=None, help="RL steps (default: the config's)")

@@ -152,3 +152,99 @@ def test_eval_default_online_json_reports_mean_jct_ratio(
     assert rep["mean_jct_ratio_to_crop"] == pytest.approx(
         rep["policy_mean_jct_h"] / rep["crop_mean_jct_h"]
     )
+    assert rep["split"]["part"] == "eval"
+    heur = rep["heuristic_mean_jct_h"]
+    assert set(heur) == {"sjf-crop", "srsf-crop", "las-crop", "fifo-backfill-crop"}
+    assert heur[rep["best_heuristic"]] == min(heur.values())
+    assert rep["mean_jct_ratio_to_best_heuristic"] == pytest.approx(
+        rep["policy_mean_jct_h"] / min(heur.values())
+    )
+    lo, hi = rep["mean_jct_ratio_to_best_heuristic_ci"]
+    assert lo <= rep["mean_jct_ratio_to_best_heuristic"] <= hi
+
+
+def test_training_plays_the_train_part_and_refuses_the_eval_part(tmp_path: Path) -> None:
+    meta = train(
+        env_id="crop_gym/OnlinePlacement-v2",
+        steps=0,
+        out=tmp_path / "r",
+        progress=False,
+        log=None,
+        dry_run=True,
+    )
+    assert meta["config"]["env_kwargs"]["split"] == "train"
+    v1 = train(env_id=BURSTY, steps=0, out=tmp_path / "r1", progress=False, log=None, dry_run=True)
+    assert v1["config"]["env_kwargs"]["split"] == "train"  # v1 too: its first 70 %
+    with pytest.raises(ConfigError, match=r"split='eval': training plays the train part"):
+        train(
+            env_id="crop_gym/OnlinePlacement-v2",
+            steps=0,
+            out=tmp_path / "r2",
+            hyperparams=["env_kwargs={split: eval}"],
+            progress=False,
+            log=None,
+            dry_run=True,
+        )
+
+
+def test_evaluation_plays_the_eval_part_and_records_the_split() -> None:
+    rep = evaluate_online(
+        TeacherAgent("sjf-crop"),
+        "crop_gym/OnlinePlacement-Bursty-v2",
+        episodes=2,
+        first_seed=10**9,
+        env_kwargs={"split": "train"},  # overridden: evaluation is on the eval part
+        baselines=(),
+        references=("crop",),
+    )
+    split = rep["split"]
+    assert split["part"] == "eval" and split["train_fraction"] == 0.7
+    assert split["held_out_traces"] == ["elasticflow:cluster06"]
+    assert split["traces"] == [
+        "elasticflow:cluster04",
+        "elasticflow:cluster03",
+        "elasticflow:cluster06",
+    ]
+    assert all(r["trace"] in split["traces"] for r in rep["per_episode"])
+    val = evaluate_online(
+        TeacherAgent("sjf-crop"),
+        "crop_gym/OnlinePlacement-Bursty-v2",
+        episodes=1,
+        first_seed=5 * 10**8,
+        baselines=(),
+        references=(),
+        split="train",
+    )
+    assert val["split"]["part"] == "train" and "elasticflow:cluster06" not in val["split"]["traces"]
+
+
+def test_best_heuristic_and_its_bootstrap_interval() -> None:
+    """The agent plays srsf-crop: its ratio to srsf-crop is 1 with no width, the best heuristic is
+    the one of the lowest mean on these windows, and the interval brackets the ratio."""
+    rep = evaluate_online(
+        TeacherAgent("srsf-crop"), "crop_gym/OnlinePlacement-v2", episodes=4, baselines=()
+    )
+    heur = rep["heuristic_mean_jct_h"]
+    best = rep["best_heuristic"]
+    assert heur[best] == min(heur.values())
+    ratio = rep["mean_jct_ratio_to_best_heuristic"]
+    assert ratio == pytest.approx(rep["policy_mean_jct_h"] / heur[best])
+    lo, hi = rep["mean_jct_ratio_to_best_heuristic_ci"]
+    assert lo <= ratio <= hi
+    assert rep["mean_jct_ratio_to"]["srsf-crop"] == pytest.approx(1.0, rel=1e-9)
+    if best == "srsf-crop":
+        assert lo == pytest.approx(1.0) and hi == pytest.approx(1.0)
+    again = evaluate_online(
+        TeacherAgent("srsf-crop"), "crop_gym/OnlinePlacement-v2", episodes=4, baselines=()
+    )
+    assert again["mean_jct_ratio_to_best_heuristic_ci"] == [lo, hi]  # seeded
+    lo_c, hi_c = rep["mean_jct_ratio_to_crop_ci"]
+    assert lo_c <= rep["mean_jct_ratio_to_crop"] <= hi_c
+    partial = evaluate_online(
+        TeacherAgent("srsf-crop"),
+        "crop_gym/OnlinePlacement-v2",
+        episodes=1,
+        baselines=(),
+        references=("crop", "sjf-crop"),
+    )
+    assert "best_heuristic" not in partial  # not all four played: no "best" of a subset

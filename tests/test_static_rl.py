@@ -96,6 +96,64 @@ def test_eval_plays_the_agent_under_safe_stop(tmp_path: Path) -> None:
     assert all(p >= 1 for p in placed)
 
 
+class _StopWhenAllowed:
+    """Picks stop whenever the mask it is handed allows it, else the first valid placement."""
+
+    name = "stop-when-allowed"
+
+    def bind(self, env: gym.Env) -> None:  # type: ignore[type-arg]
+        """Nothing to prepare."""
+
+    def act(self, obs: object, mask: np.ndarray) -> int:
+        return len(mask) - 1 if mask[-1] else int(np.flatnonzero(mask)[0])
+
+
+@pytest.mark.parametrize("mode", ["positive_gain", "exhausted"])
+def test_eval_under_safe_stop_hands_the_agent_the_wrappers_mask(mode: str) -> None:
+    from crop_gym.agents.evaluation import evaluate_static
+
+    rep = evaluate_static(
+        _StopWhenAllowed(),
+        "crop_gym/Placement-Testbed8-v0",
+        episodes=2,
+        first_seed=10**9,
+        baselines=(),
+        random_reference=False,
+        safe_stop=mode,
+    )
+    # With the base env's mask stop is always allowed: the agent stops at once, SafeStop refuses
+    # it, and the episode burns its step cap on invalid actions with nothing placed.
+    assert rep["policy_invalid_actions"] == 0
+    assert all(r["policy"]["jobs_placed"] >= 1 for r in rep["per_episode"])
+
+
+def test_eval_baselines_crop_rollout_is_in_ratio_to(tmp_path: Path) -> None:
+    pytest.importorskip("sb3_contrib")
+    from crop_gym.cli import main
+
+    out = tmp_path / "eval.json"
+    argv = ["eval", "--model", "default", "--env", "crop_gym/Placement-Testbed8-v0"]
+    argv += ["--episodes", "2", "--baselines", "crop,crop-rollout", "--no-progress"]
+    assert main([*argv, "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert set(rep["ratio_to"]) >= {"crop", "crop-rollout"}
+    for r in rep["per_episode"]:
+        # the lookahead is never below CROP on these instances (it tries CROP's own first row)
+        assert r["baselines"]["crop-rollout"]["F"] >= r["baselines"]["crop"]["F"] - 1e-9
+    rollout_F = np.mean([r["baselines"]["crop-rollout"]["F"] for r in rep["per_episode"]])
+    assert rep["ratio_to"]["crop-rollout"] == pytest.approx(rep["policy_mean_F"] / rollout_F)
+
+
+def test_eval_refuses_crop_rollout_on_a_gpu_mode_env(capsys: pytest.CaptureFixture[str]) -> None:
+    from crop_gym.agents.evaluation import evaluate_static
+    from crop_gym.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="candidate-mode Placement-\\* environments only"):
+        evaluate_static(
+            _StopWhenAllowed(), "crop_gym/PlacementGPU-Testbed8-v0", baselines=("crop-rollout",)
+        )
+
+
 def test_eval_refuses_safe_stop_on_an_online_env(capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("sb3_contrib")
     from crop_gym.cli import main

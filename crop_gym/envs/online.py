@@ -2,8 +2,8 @@
 simulator, where the order, the place and the timing of starts are decisions.
 
 The class docstring of :class:`OnlinePlacementEnv` is the specification; ``OnlinePlacement-v0``,
-``-v1`` and ``-Bursty-v1`` are registered settings of this one class (as CartPole-v0 and -v1 are),
-listed with their differences in its version history.
+``-v1``, ``-Bursty-v1``, ``-v2`` and ``-Bursty-v2`` are registered settings of this one class (as
+CartPole-v0 and -v1 are), listed with their differences in its version history.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from crop_gym.envs.observation import ObservationBuilder, ObservedHealth
 from crop_gym.envs.online_common import (
     ONLINE_FEATURES,
     OnlineRendering,
-    TraceWindows,
+    TraceMix,
+    TraceSplit,
     jobs_option,
     online_cluster,
     progress_features,
@@ -141,6 +142,15 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
     lose the work since their last checkpoint and go back to the queue); failed GPUs are repaired.
     The health timeline is seeded from ``np_random`` and independent of the actions.
 
+    **Splits** (``split``, :class:`~crop_gym.envs.online_common.TraceSplit`): ``trace`` may name
+    several traces (the *training traces*) and ``held_out_traces`` more. Each training trace is cut
+    at the submission time of its job ``floor(train_fraction · n)`` (jobs in submission order):
+    ``split="train"`` draws windows from the jobs submitted before the cut, ``split="eval"`` from
+    those at or after it and from the held-out traces whole; ``None`` / ``"all"`` from every trace
+    whole. A window never crosses a cut (it is drawn inside one part of one trace); with several
+    sources the trace is drawn uniformly first. The job-size scale of the observation is the
+    largest job of every trace named, so it does not depend on the split.
+
     **Actions** ``Discrete(Q * C + 1)``. The view is the first ``Q`` queued jobs, oldest first, that
     fit in the free GPUs now — every job its own slot, or with ``group_identical`` one slot per
     (model, size, batch) class. Action ``q * C + c`` starts view job ``q`` on its candidate ``c``
@@ -193,8 +203,9 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
     finished or the horizon (the mean JCT when every job finished).
 
     Args:
-        trace: Bundled trace name or file (default ``"elasticflow:cluster04"``: jobs of 1 to 64
-            GPUs, enough large ones to contend on 64 GPUs).
+        trace: Bundled trace name or file, or a sequence of them (the training traces; default
+            ``"elasticflow:cluster04"``: jobs of 1 to 64 GPUs, enough large ones to contend on 64
+            GPUs).
         cluster: Topology preset or object (default ``"leafspine-64"``).
         profile: Abnormality profile at time 0 (default ``"mild"``).
         onset_rate_per_gpu_hour: Rate at which a device turns abnormal, overriding the profile's
@@ -222,6 +233,10 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
         render_mode: ``None``, ``"ansi"`` or ``"rgb_array"``.
         hardware: Hardware spec (:attr:`crop_gym.scenario.Scenario.hardware`): ``cluster`` on that
             hardware, and its model options replace ``sim_config.perf``; ``None``: as given.
+        held_out_traces: Traces never in the train part (evaluation only; default none).
+        split: ``"train"``, ``"eval"``, ``"all"`` or ``None`` (same as ``"all"``, the default).
+        train_fraction: Share of each training trace's jobs (by submission time) before its cut,
+            in ``(0, 1)`` (default 0.7).
 
     **Reset options**: ``{"jobs": [Job, ...]}`` plays the given jobs instead of a drawn window;
     other keys are refused (:class:`~crop_gym.errors.ConfigError`).
@@ -244,13 +259,19 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
         Core v2: v0 and v1 are one class (``OnlinePlacementV1Env`` is gone); every step's info
         has the union of both versions' keys; what each version observes, does and rewards is
         unchanged (the behaviour fixture holds).
+        v2 and Bursty-v2 (v1 and Bursty-v1 with honest splits): ``trace=("elasticflow:cluster04",
+        "elasticflow:cluster03")``, ``held_out_traces=("elasticflow:cluster06",)``,
+        ``train_fraction=0.7`` and ``split="train"`` by default: training windows from the first
+        70 % of cluster04 and cluster03 by submission time; ``split="eval"`` (what ``crop-gym
+        eval`` plays) from their last 30 % and from cluster06, which no training window comes
+        from. v1's windows could overlap between training and evaluation seeds.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}  # noqa: RUF012
 
     def __init__(
         self,
-        trace: str = "elasticflow:cluster04",
+        trace: str | Sequence[str] = "elasticflow:cluster04",
         cluster: str | Topology = "leafspine-64",
         profile: str | AbnormalityProfile = "mild",
         *,
@@ -274,6 +295,9 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
         sim_config: SimConfig | None = None,
         render_mode: str | None = None,
         hardware: str | None = None,
+        held_out_traces: Sequence[str] = (),
+        split: Literal["train", "eval", "all"] | None = None,
+        train_fraction: float = 0.7,
     ) -> None:
         self.render_mode = check_render_mode(render_mode)
         window = check_count("window_jobs", window_jobs)
@@ -296,7 +320,18 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
         if mean_abnormal_duration_s is not None:
             overrides["mean_abnormal_duration_s"] = mean_abnormal_duration_s
         self.profile = get_profile(profile, **overrides)
-        self.windows = TraceWindows.load(trace, self.topology, window, arrival_scale, burst_s)
+        self.windows = TraceMix.load(
+            trace,
+            self.topology,
+            window,
+            arrival_scale,
+            burst_s,
+            held_out_traces=held_out_traces,
+            split=split,
+            train_fraction=train_fraction,
+        )
+        #: The trace of the current episode's window (``None`` for ``options["jobs"]``).
+        self.window_trace: str | None = None
         self.max_steps = check_count(
             "max_steps", 20 * self.windows.window_jobs if max_steps is None else max_steps
         )
@@ -330,9 +365,16 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
         self._episode_jobs: dict[str, int] = {}
 
     # ------------------------------------------------------------------ episode
+    @property
+    def split(self) -> TraceSplit:
+        """Which part of which traces this env's windows come from (:class:`TraceSplit`)."""
+        return self.windows.split
+
     def draw_window(self) -> list[Job]:
-        """The next episode's jobs: a window of the trace drawn with ``np_random``, rescaled."""
-        return self.windows.draw(self.np_random)
+        """The next episode's jobs: a window of the split's traces drawn with ``np_random``,
+        rescaled (its trace is then :attr:`window_trace`)."""
+        self.window_trace, jobs = self.windows.draw(self.np_random)
+        return jobs
 
     def _live(self) -> tuple[Simulator, ActionTable]:
         if self.sim is None or self.table is None:
@@ -381,6 +423,8 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
         super().reset(seed=seed)
         if jobs is None:
             jobs = self.draw_window()
+        else:
+            self.window_trace = None
         sim_seed = int(self.np_random.integers(2**63 - 1))
         self.sim = Simulator(
             jobs, self.topology, profile=self.profile, config=self.sim_config, seed=sim_seed

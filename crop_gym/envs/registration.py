@@ -10,9 +10,10 @@ each: docs/ENVS.md and the README list them).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["ENV_IDS", "EPISODE_CAPS", "register_envs"]
+__all__ = ["ENV_IDS", "EPISODE_CAPS", "is_online_id", "register_envs", "with_split"]
 
 NAMESPACE = "crop_gym"
 
@@ -21,6 +22,16 @@ _GPU = "crop_gym.envs.gpu_placement:GPUPlacementEnv"
 _ONLINE = "crop_gym.envs.online:OnlinePlacementEnv"
 #: The batched environment of every candidate-mode ID (``gymnasium.make_vec``).
 _STATIC_VECTOR = "crop_gym.envs.vector:PlacementVectorEnv"
+
+#: The train/eval split of the v2 online IDs: windows of the training traces' first 70 % (by
+#: submission time) with ``split="train"``; their last 30 % and the whole held-out trace with
+#: ``split="eval"`` (:class:`crop_gym.envs.online_common.TraceSplit`).
+_ONLINE_SPLIT: dict[str, Any] = {
+    "trace": ("elasticflow:cluster04", "elasticflow:cluster03"),
+    "held_out_traces": ("elasticflow:cluster06",),
+    "split": "train",
+    "train_fraction": 0.7,
+}
 
 #: ID → (entry point, default kwargs, one-line description).
 ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -108,6 +119,16 @@ ENV_IDS: dict[str, tuple[str, dict[str, Any], str]] = {
         {"arrival_scale": 0.25, "burst_s": 1800.0},
         "OnlinePlacement-v1 with arrivals in bursts (4x arrival rate, batched every 30 simulated minutes)",
     ),
+    f"{NAMESPACE}/OnlinePlacement-v2": (
+        _ONLINE,
+        dict(_ONLINE_SPLIT),
+        "online v2: OnlinePlacement-v1 with honest splits: split='train' (default) draws windows from the first 70% (by submission time) of ElasticFlow cluster04 and cluster03, split='eval' from their last 30% and from held-out cluster06",
+    ),
+    f"{NAMESPACE}/OnlinePlacement-Bursty-v2": (
+        _ONLINE,
+        {**_ONLINE_SPLIT, "arrival_scale": 0.25, "burst_s": 1800.0},
+        "OnlinePlacement-v2 with arrivals in bursts (4x arrival rate, batched every 30 simulated minutes)",
+    ),
 }
 
 
@@ -134,6 +155,8 @@ EPISODE_CAPS: dict[str, int] = {
     f"{NAMESPACE}/OnlinePlacement-v0": 640,
     f"{NAMESPACE}/OnlinePlacement-v1": 960,
     f"{NAMESPACE}/OnlinePlacement-Bursty-v1": 960,
+    f"{NAMESPACE}/OnlinePlacement-v2": 960,
+    f"{NAMESPACE}/OnlinePlacement-Bursty-v2": 960,
 }
 
 
@@ -151,3 +174,34 @@ def register_envs() -> None:
                 max_episode_steps=EPISODE_CAPS[env_id],
                 disable_env_checker=False,
             )
+
+
+def is_online_id(env_id: str) -> bool:
+    """Whether the registered ``env_id`` makes the online placement environment (nothing built).
+
+    Raises:
+        gymnasium.error.Error: For an unregistered ID (Gymnasium's own message).
+    """
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    from crop_gym.envs.online import OnlinePlacementEnv
+
+    entry = gym.spec(env_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return isinstance(creator, type) and issubclass(creator, OnlinePlacementEnv)
+
+
+def with_split(
+    env_id: str, env_kwargs: Mapping[str, Any] | None, part: str | None
+) -> dict[str, Any]:
+    """``env_kwargs`` with ``split=part`` for an online ID (others, and ``part=None``, unchanged).
+
+    Training plays the train part of the traces (``"train"``, validation included), evaluation
+    and the held-out tables the eval part (``"eval"``):
+    :class:`crop_gym.envs.online_common.TraceSplit`.
+    """
+    kwargs = dict(env_kwargs or {})
+    if part is not None and is_online_id(env_id):
+        kwargs["split"] = part
+    return kwargs

@@ -300,6 +300,14 @@ class Simulator:
             return 0.0
         return float(self.ledger.rem[i])
 
+    def attained_service_s(self, job_id: str) -> float:
+        """GPU-seconds ``job_id`` has run so far (GPUs × time running, lost work included; 0 for a
+        job never started): the attained service a least-attained-service scheduler ranks by."""
+        i = self._index[job_id]
+        led = self.ledger
+        running = self.now - led.run_start[i] if led.status[i] == RUNNING else 0.0
+        return float(led.k[i] * (led.run_time[i] + running))
+
     def remaining_time_by_gpu(self) -> NDArray[np.float64]:
         """Per GPU, the remaining run time (s) of the job holding it at its current speed; 0 if free."""
         self._sync()
