@@ -1,4 +1,4 @@
-"""The headroom machinery (baselines/headroom.py) in its fast mode, and the proven upper bound."""
+"""The headroom machinery (agents/headroom.py) in its fast mode, and the proven upper bound."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from crop_gym.agents.headroom import main
 from crop_gym.baselines.crop import crop_greedy
 from crop_gym.baselines.exact import optimum, upper_bound
-from crop_gym.baselines.headroom import main
 from crop_gym.scenario import ScenarioSampler
 
 
@@ -52,3 +52,29 @@ def test_static_learned_column_plays_the_checkpoint_trained_on_the_id(tmp_path: 
     (row,) = json.loads((tmp_path / "results" / "headroom.json").read_text())
     assert row["learned_name"] == "default-severe" and row["learned"] is not None
     assert "`Placement-Severe-v0`: `default-severe`" in (tmp_path / "BENCHMARK.md").read_text()
+
+
+def test_baselines_never_import_or_name_agents() -> None:
+    """The headroom table sits above both layers: ``baselines`` names no ``agents`` module."""
+    import ast
+
+    import crop_gym.baselines
+
+    root = Path(crop_gym.baselines.__file__).parent
+    offenders = []
+    for path in sorted(root.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value] if "crop_gym.agents" in node.value else []
+            offenders += [
+                f"{path.name}:{node.lineno}: {n}"
+                for n in names
+                if n.startswith(("crop_gym.agents", "agents")) or "crop_gym.agents" in n
+            ]
+    assert len(list(root.glob("*.py"))) > 10
+    assert not offenders, offenders

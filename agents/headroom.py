@@ -1,6 +1,6 @@
 """The headroom table: how far each registered task leaves CROP from a bound (docs/BENCHMARK.md).
 
-``python -m crop_gym.baselines.headroom`` (``--fast`` for 2 seeds and 2 rollouts) measures, for every
+``python -m crop_gym.agents.headroom`` (``--fast`` for 2 seeds and 2 rollouts) measures, for every
 registered ``crop_gym/`` ID, on held-out seeds (``reset(seed=s)``, ``s = 10^9, 10^9 + 1, ...``,
 the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
 
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib
 import io
 import json
 import re
@@ -47,6 +46,7 @@ import gymnasium as gym
 import numpy as np
 
 import crop_gym  # noqa: F401  (registers the IDs)
+from crop_gym.agents.config import EVAL_SEED_BASE
 from crop_gym.baselines.exact import EXACT_LIMITS, optimum, search_space, upper_bound
 from crop_gym.baselines.online import epsilon, make_online_policy, play
 from crop_gym.envs.actions import PendingQueue, build_action_tables
@@ -59,8 +59,8 @@ from crop_gym.scenario import PlacementInstance, ScenarioSampler, get_scenario
 
 __all__ = ["HELD_OUT_SEED", "HEURISTICS", "Row", "headroom", "main", "render_markdown"]
 
-#: First held-out seed (the seeds of ``crop-gym eval``, agents/config.py ``EVAL_SEED_BASE``).
-HELD_OUT_SEED = 10**9
+#: First held-out seed (the seeds of ``crop-gym eval``).
+HELD_OUT_SEED = EVAL_SEED_BASE
 #: Heuristics of the static tasks' best-heuristic column (row-greedy is added).
 HEURISTICS = ("random", "first-fit", "best-fit", "spread", "hived", "comm-greedy")
 #: Heuristics of the online tasks' best-heuristic column.
@@ -139,14 +139,15 @@ def _learned_static(
     """F of a shipped checkpoint on ``env_id``, and its name (``None`` where none applies).
 
     The checkpoint is the first of ``learned`` trained on ``env_id`` (its metadata's ``env_id``),
-    else the last of ``learned`` (the general static one). Checkpoints live in ``agents`` (above
-    ``baselines``), so they are found by name, lazily.
+    else the last of ``learned`` (the general static one). The checkpoint modules need the ``rl``
+    extra (torch), so they are imported here, on first use.
     """
     if not learned or not ENV_IDS[env_id][0].endswith(":PlacementEnv"):
         return None
     try:
-        ckpt = importlib.import_module("crop_gym.agents.checkpoint")
-        evaluation = importlib.import_module("crop_gym.agents.evaluation")
+        from crop_gym.agents import checkpoint as ckpt
+        from crop_gym.agents import evaluation
+
         name = next(
             (
                 n
@@ -228,8 +229,8 @@ def _learned_online(
     ``None`` where none was (or the rl extra is missing).
     """
     try:
-        ckpt = importlib.import_module("crop_gym.agents.checkpoint")
-        evaluation = importlib.import_module("crop_gym.agents.evaluation")
+        from crop_gym.agents import checkpoint as ckpt
+        from crop_gym.agents import evaluation
     except ImportError:
         return None
     for name in learned:
@@ -341,7 +342,7 @@ def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
     out = [
         "# Benchmark headroom",
         "",
-        f"Regenerate with `{command}` (module docstring of `baselines/headroom.py` says what each",
+        f"Regenerate with `{command}` (module docstring of `agents/headroom.py` says what each",
         "column is). Held-out seeds from 10^9 (training uses seeds below 10^6).",
         *([note] if note else []),
         "",
@@ -441,9 +442,9 @@ def _merge(path: Path, rows: Sequence[Row]) -> list[Row]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m crop_gym.baselines.headroom [--fast] [--ids ID ...] [--seeds N] [--out DIR]``."""
+    """``python -m crop_gym.agents.headroom [--fast] [--ids ID ...] [--seeds N] [--out DIR]``."""
     p = argparse.ArgumentParser(
-        prog="python -m crop_gym.baselines.headroom", description=__doc__.split("\n")[0]
+        prog="python -m crop_gym.agents.headroom", description=__doc__.split("\n")[0]
     )
     p.add_argument("--fast", action="store_true", help="2 seeds, 2 online windows, 2 rollouts")
     p.add_argument("--ids", nargs="+", help="environment IDs (default: every registered one)")
@@ -483,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if a.ids:
             rows = _merge(out / "results" / "headroom.json", rows)
         args = list(sys.argv[1:] if argv is None else argv)
-        cmd = " ".join(["python -m crop_gym.baselines.headroom", *args])
+        cmd = " ".join(["python -m crop_gym.agents.headroom", *args])
         note = ""
         if a.ids and (out / "BENCHMARK.md").exists():
             m = re.search(r"Regenerate with `([^`]*)`", (out / "BENCHMARK.md").read_text("utf-8"))
