@@ -17,8 +17,10 @@ GPUs (``q_g``: the GPU and, for ``k >= 2``, its own link survive) and spanned in
 
 1. *Time.* Every term of ``T`` grows with the slowdown and with the all-reduce time ``C``, and
    ``C`` grows as bandwidths fall and latencies rise. For every ``g ∈ P``: the pace is ``ℓ``; on one
-   server the most GPUs on a server is ``g_max = k`` and no inter-server link is crossed; spread,
-   ``g_max >= 1``, at least ``n_min(k)`` servers (the fewest that hold ``k`` free GPUs) are spanned,
+   server the most GPUs on a server is ``g_max = k`` and no inter-server link is crossed; spread
+   over ``n`` servers, ``n_min(k) <= n <= min(k, servers with free GPUs)`` (``n_min(k)``: the
+   fewest servers that hold ``k`` free GPUs) and ``g_max >= ⌈k/n⌉``, so ``T`` is at least its
+   least value over those shapes ``(⌈k/n⌉, n)`` (each term grows with ``g_max`` and with ``n``),
    and the uplink of ``g``'s server is one of the spanned links, so the bottleneck share is at most
    that uplink's ``ρB / (load + 1)`` now (loads only grow as jobs are added). The GPU-link
    bottleneck is at most ``g``'s own link's ``ρB``, and the largest latencies at least ``g``'s
@@ -228,11 +230,22 @@ def job_value_bound(
     single = weight * eta(paces[:, None], c1[None, :], float(k)) * keep[None, :] ** k
     single = np.where(allowed & fits[None, :], single, 0.0)
     if k > 1 and t.fewest_servers(k) <= len(t.server_free):
-        s_min = max(2, t.fewest_servers(k))
-        c2 = comm(1, s_min, t.up_share, t.up_lat)
+        # Spread over s servers, some server holds at least ceil(k / s) of the job's GPUs: the
+        # bound takes the best s that the free GPUs allow.
+        most = int(t.server_free.max())
+        busy = int((t.server_free > 0).sum())
+        shapes = [
+            (-(-k // s), s)
+            for s in range(max(2, t.fewest_servers(k)), min(k, busy) + 1)
+            if -(-k // s) <= min(k - 1, most)
+        ]
         G = np.minimum(k - 1, t.server_free[t.server]).astype(np.float64)
         r = keep * t.up_keep ** (1.0 / np.maximum(G, 1.0))
-        spread = weight * eta(paces[:, None], c2[None, :], 1.0) * r[None, :] ** k
+        best_eta = np.zeros((len(paces), len(t.size)))
+        for g, s in shapes:
+            c2 = comm(g, s, t.up_share, t.up_lat)
+            best_eta = np.maximum(best_eta, eta(paces[:, None], c2[None, :], float(g)))
+        spread = weight * best_eta * r[None, :] ** k
         spread = np.where(allowed, spread, 0.0)
     else:
         spread = np.zeros_like(single)
