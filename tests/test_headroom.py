@@ -34,6 +34,11 @@ def test_fast_mode_writes_the_table(tmp_path: Path) -> None:
     static, online = rows
     assert static["bound_kind"] == "exact" and static["bound"] >= static["crop"] - 1e-9
     assert static["random"] <= static["bound"] + 1e-9
+    reach = static["reach"]
+    assert static["crop"] - 1e-9 <= reach["best"] <= static["bound"] + 1e-9
+    assert reach["exact"] == 2 and reach["within_5pct"] == 2 and reach["gap"] == pytest.approx(0)
+    assert reach["gap_ci"][0] <= reach["gap"] <= reach["gap_ci"][1]
+    assert "How far the best achieved F is from the bound" in md
     assert online["bound"] <= online["crop"] + 1e-9  # the best rollout includes CROP's
     assert online["extra"]["hindsight_lower_bound_h"] <= online["bound"] + 1e-9
     assert (tmp_path / "results" / "headroom.csv").read_text().startswith("env_id,")
@@ -43,6 +48,24 @@ def test_bad_arguments_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--ids", "crop_gym/Nope-v0", "--out", "/tmp/unused-headroom"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("headroom:") and "\n" not in err
+
+
+def test_static_reach_on_a_64_gpu_task(tmp_path: Path) -> None:
+    """On Severe the sharing bound is used, and the best achieved F lies between CROP's and it."""
+    ids = ["crop_gym/Placement-Severe-v0"]
+    argv = ["--fast", "--learned", "none", "--search-depth", "1", "--out", str(tmp_path)]
+    assert main([*argv, "--ids", *ids]) == 0
+    (row,) = json.loads((tmp_path / "results" / "headroom.json").read_text())
+    reach = row["reach"]
+    assert set(reach["bound_kinds"]) <= {"milp", "milp dual", "lp", "knapsack"}
+    assert reach["crop_rollout"] is not None and reach["search"] is not None
+    assert row["crop"] - 1e-9 <= reach["best"] <= row["bound"] + 1e-9
+    assert reach["best"] >= max(reach["crop_rollout"], reach["search"]) - 1e-9
+    # --ids merges: a second ID keeps the first row, and the rows read back.
+    assert main([*argv, "--ids", "crop_gym/Placement-Testbed8-v0"]) == 0
+    rows = json.loads((tmp_path / "results" / "headroom.json").read_text())
+    assert [r["env_id"] for r in rows] == [*ids, "crop_gym/Placement-Testbed8-v0"]
+    assert rows[0]["reach"] == reach
 
 
 def test_static_learned_column_plays_the_checkpoint_trained_on_the_id(tmp_path: Path) -> None:
