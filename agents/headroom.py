@@ -9,10 +9,19 @@ the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
   (the best mean F among :data:`HEURISTICS` and *row-greedy*, the valid row of the largest
   ``w·k·η·s``, which the observation hands over), of CROP, of the shipped checkpoint where one
   applies (``--learned``: the first named checkpoint trained on that ID, else the last one:
-  ``default-severe`` on ``Placement-Severe-v0``, ``default`` elsewhere), and a bound: the exact optimum (:func:`crop_gym.baselines.exact.optimum` over every placement)
-  where the instance is within the solver's limits, else the proven upper bound
-  :func:`crop_gym.baselines.exact.upper_bound`. CROP's gap is ``1 - F_CROP / bound`` (mean over seeds) and,
-  in gain terms, ``1 - (F_CROP - F_0) / (bound - F_0)``;
+  ``default-severe`` on ``Placement-Severe-v0``, ``default`` elsewhere), and a bound: the exact
+  optimum (:func:`crop_gym.baselines.exact.optimum` over every placement) where the instance is
+  within the solver's limits, else the least of the proven upper bounds of
+  :func:`crop_gym.baselines.bounds.best_bound` (the GPU-sharing MILP and the knapsack bound).
+  CROP's gap is ``1 - F_CROP / bound`` (mean over seeds) and, in gain terms,
+  ``1 - (F_CROP - F_0) / (bound - F_0)``. Where the queue has at most ``--search-max-jobs``
+  jobs, two more answers: ``crop-rollout`` (the shipped teacher,
+  :class:`~crop_gym.baselines.rollout_expert.CropRolloutExpert`, ``top=12``; candidate-mode IDs)
+  and a budgeted search (:func:`crop_gym.baselines.search.rollout_search` with lookahead
+  ``--search-depth``, and the candidate space's optimum where it is small enough). Per
+  instance, the best F of all of them is the *best achieved*; :class:`Reach` holds its gap to
+  the bound (with a 95 % bootstrap interval), the instances within 5 % of it, and the headroom
+  over the better of CROP and the best heuristic;
 * **online IDs** (``OnlinePlacement*``): mean JCT (time in system until completion or the
   horizon, hours; lower is better) of ``random``, the best heuristic (``fifo-first-fit``,
   ``sjf-crop``), CROP (:mod:`crop_gym.baselines.online`), and two references: the best of ``rollouts``
