@@ -18,8 +18,9 @@ the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
   jobs, two more answers: ``crop-rollout`` (the shipped teacher,
   :class:`~crop_gym.baselines.rollout_expert.CropRolloutExpert`, ``top=12``; candidate-mode IDs)
   and a budgeted search (:func:`crop_gym.baselines.search.rollout_search` with lookahead
-  ``--search-depth``, and the candidate space's optimum where it is small enough). Per
-  instance, the best F of all of them is the *best achieved*; :class:`Reach` holds its gap to
+  ``--search-depth``, and the candidate space's optimum where it is small enough); on every
+  instance, the sharing program's own answer (:attr:`~crop_gym.baselines.bounds.BoundResult.answer`)
+  completed by CROP. Per instance, the best F of all of them is the *best achieved*; :class:`Reach` holds its gap to
   the bound (with a 95 % bootstrap interval), the instances within 5 % of it, and the headroom
   over the better of CROP and the best heuristic;
 * **online IDs** (``OnlinePlacement*``): mean JCT (time in system until completion or the
@@ -58,6 +59,7 @@ import crop_gym  # noqa: F401  (registers the IDs)
 from crop_gym.agents.config import EVAL_SEED_BASE
 from crop_gym.agents.stats import mean_ci
 from crop_gym.baselines.bounds import best_bound
+from crop_gym.baselines.crop import crop_greedy
 from crop_gym.baselines.exact import EXACT_LIMITS, branch_and_bound, optimum, search_space
 from crop_gym.baselines.online import epsilon, make_online_policy, play
 from crop_gym.baselines.rollout_expert import CropRolloutExpert
@@ -113,7 +115,8 @@ class Reach:
         search: Mean F of the budgeted search (:func:`crop_gym.baselines.search.rollout_search`
             with lookahead ``depth``, and the exact optimum over the candidate space where
             :data:`~crop_gym.baselines.exact.EXACT_LIMITS` allow it).
-        best: Mean of the best F achieved per instance by any method of the row.
+        best: Mean of the best F achieved per instance by any method of the row (the columns,
+            the exact optimum where known, and the sharing program's answer completed by CROP).
         best_by: How many instances each method achieved the best F on (ties to each).
         gap: Mean of ``1 - best / bound``.
         gap_ci: Its interval.
@@ -181,8 +184,11 @@ def _rollout_rows(inst: PlacementInstance, pick: Any, C: int) -> float:
         del pending[table.positions[q]]
 
 
-def _bound(inst: PlacementInstance, time_limit: float) -> tuple[float, str, float | None]:
-    """The least valid bound, its kind, and the exact optimum where it was reached.
+def _bound(
+    inst: PlacementInstance, time_limit: float, C: int
+) -> tuple[float, str, float | None, float | None]:
+    """The least valid bound, its kind, the exact optimum where it was reached, and the F of the
+    sharing program's answer completed by CROP (an achieved F; ``None`` where there is none).
 
     The exact optimum over every placement (:func:`~crop_gym.baselines.exact.optimum`) where the
     instance is within :data:`EXACT_LIMITS`, else :func:`~crop_gym.baselines.bounds.best_bound`
@@ -192,11 +198,18 @@ def _bound(inst: PlacementInstance, time_limit: float) -> tuple[float, str, floa
         log10, _ = search_space(inst.state, inst.queue, space="all")
         if log10 <= EXACT_LIMITS.log10_all:
             F = float(optimum(inst.state, inst.queue).F)
-            return F, "exact", F
+            return F, "exact", F, None
     except ConfigError:
         pass
     b = best_bound(inst.state, inst.queue, time_limit=time_limit)
-    return b.value, b.kind, None
+    if not b.answer:
+        return b.value, b.kind, None, None
+    state = inst.state.copy()
+    apply(state, b.answer)
+    placed = {p.job.job_id for p in b.answer}
+    rest = [j for j in inst.queue if j.job_id not in placed]
+    done = crop_greedy(state, rest, max_candidates=C).F if rest else state.F
+    return b.value, b.kind, None, float(done)
 
 
 def _search(inst: PlacementInstance, C: int, depth: int) -> float:
@@ -287,7 +300,7 @@ def static_row(
     sampler = ScenarioSampler(scenario)
     C = sampler.scenario.max_candidates
     per: dict[str, list[float]] = {n: [] for n in (*HEURISTICS, "row-greedy", "crop", "valid")}
-    F0, bound, kinds, optima, searched = [], [], [], [], []
+    F0, bound, kinds, optima, searched, answers = [], [], [], [], [], []
     small = scenario.queue_size <= search_max_jobs
     for s in seeds:
         inst = sampler.sample(np.random.default_rng(s))
@@ -302,10 +315,11 @@ def static_row(
             state = inst.state.copy()
             apply(state, make_policy(name, **kw).place(inst.state, inst.queue, rng))
             per[name].append(float(state.F))
-        b, kind, opt = _bound(inst, time_limit)
+        b, kind, opt, answer = _bound(inst, time_limit, C)
         bound.append(b)
         kinds.append(kind)
         optima.append(opt)
+        answers.append(answer)
         if small:
             searched.append(_search(inst, C, search_depth))
     mean = {n: float(np.mean(v)) for n, v in per.items()}
@@ -321,6 +335,8 @@ def static_row(
         achieved["learned"] = lf[0]
     if any(o is not None for o in optima):
         achieved["exact"] = [o if o is not None else -np.inf for o in optima]
+    if any(a is not None for a in answers):
+        achieved["milp answer"] = [a if a is not None else -np.inf for a in answers]
     table = np.array(list(achieved.values()))  # [methods, seeds]
     top = table.max(axis=0)
     # A bound is proven, and so is never below an achieved F; the max only absorbs round-off.

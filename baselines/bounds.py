@@ -56,7 +56,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
@@ -66,7 +66,7 @@ from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.timing import comm_time, iteration_time, job_constants
-from crop_gym.policy import pending_jobs
+from crop_gym.policy import Placement, pending_jobs
 
 __all__ = [
     "BoundResult",
@@ -264,19 +264,30 @@ class BoundResult:
             ``"none"`` (nothing can be placed).
         variables: Variables of the program (0 where none was built).
         seconds: Wall time.
+        answer: A feasible answer read off the integer program's solution (its F is achieved,
+            not bounded; empty where none was found).
     """
 
     value: float
     kind: str
     variables: int = 0
     seconds: float = 0.0
+    answer: list[Placement] = field(default_factory=list)
+
+
+def _key(j: Job) -> tuple[str, int, float, float]:
+    return j.model, j.num_gpus, float(j.batch_size), float(j.weight)
+
+
+def _same(a: Job, b: Job) -> bool:
+    return _key(a) == _key(b)
 
 
 def _classes(jobs: Sequence[Job]) -> list[tuple[Job, int]]:
     """Identical jobs (model, GPUs, batch, weight) with their counts, in first-seen order."""
     seen: dict[tuple[str, int, float, float], list[Job]] = {}
     for j in jobs:
-        seen.setdefault((j.model, j.num_gpus, float(j.batch_size), float(j.weight)), []).append(j)
+        seen.setdefault(_key(j), []).append(j)
     return [(v[0], len(v)) for v in seen.values()]
 
 
@@ -331,7 +342,10 @@ def sharing_bound(
         return len(cost) - 1
 
     cap_row = [new_row(-np.inf, float(n)) for n in table.size]
+    modes: list[tuple[list[Job], int, list[tuple[int, int]]]] = []  # jobs, z, (x, group)
+    members: dict[str, list[Job]] = {}
     for job, count in _classes(jobs):
+        members[job.job_id] = [j for j in jobs if _same(j, job)]
         k = job.num_gpus
         vb = job_value_bound(state, job, table)
         class_row = new_row(-np.inf, float(count))
@@ -357,11 +371,14 @@ def sharing_bound(
                     rows.append(link)
                     cols.append(z)
                     vals.append(-float(k))
+                    xs = []
                     for c in part.tolist():
                         x = new_var(float(coef[p, c]), False)
                         rows += [link, cap_row[c]]
                         cols += [x, x]
                         vals += [1.0, 1.0]
+                        xs.append((x, c))
+                    modes.append((members[job.job_id], z, xs))
     n = len(cost)
     if not any(integer):
         return BoundResult(F0, "none", 0, time.perf_counter() - t0)
@@ -373,10 +390,13 @@ def sharing_bound(
     opts = {"time_limit": float(time_limit)}
     kind = "lp"
     best = math.inf
+    answer: list[Placement] = []
     if integral:
         r = milp(
             c, constraints=[cons], integrality=np.asarray(integer), bounds=bounds, options=opts
         )
+        if r.x is not None:
+            answer = _round(state, table, modes, np.asarray(r.x))
         dual = getattr(r, "mip_dual_bound", None)
         if r.status == 0 and r.fun is not None:
             best, kind = -float(dual if dual is not None else r.fun), "milp"
@@ -388,17 +408,54 @@ def sharing_bound(
             raise ConfigError(f"the sharing bound's LP relaxation failed: {r.message}")
         best, kind = -float(r.fun), "lp"
     add = max(best, 0.0) * (1 + _SLACK) + _SLACK
-    return BoundResult(F0 + add, kind, n, time.perf_counter() - t0)
+    return BoundResult(F0 + add, kind, n, time.perf_counter() - t0, answer)
+
+
+def _round(
+    state: ClusterState,
+    table: GroupTable,
+    modes: Sequence[tuple[list[Job], int, list[tuple[int, int]]]],
+    x: NDArray[np.float64],
+) -> list[Placement]:
+    """A feasible answer read off the program's solution: each mode's jobs take their ``k`` GPUs
+    from the groups its ``x`` names (largest share first, then any free GPU of those groups)."""
+    taken = np.zeros(len(table.size), dtype=np.int64)
+    used: set[str] = set()
+    out: list[Placement] = []
+    for jobs, z, xs in modes:
+        n = round(float(x[z]))
+        if n <= 0:
+            continue
+        share = {c: float(x[v]) for v, c in xs}
+        order = sorted(share, key=lambda c: -share[c])
+        for job in [j for j in jobs if j.job_id not in used][:n]:
+            k, got = job.num_gpus, list[int]()
+            for want in (True, False):  # the program's share first, then what is left
+                for c in order:
+                    room = int(table.size[c] - taken[c])
+                    m = min(room, k - len(got), round(share[c] / n) if want else room)
+                    if m > 0:
+                        got += table.gpus[c][taken[c] : taken[c] + m].tolist()
+                        taken[c] += m
+                        if want:
+                            share[c] -= m
+            if len(got) == k:
+                out.append(Placement(job, np.sort(np.array(got, dtype=np.int32))))
+                used.add(job.job_id)
+            # (GPUs of a job that could not be completed stay taken: the answer stays valid.)
+    return out
 
 
 def best_bound(
     state: ClusterState, queue: Sequence[Job], *, time_limit: float = 10.0
 ) -> BoundResult:
     """The least of the valid bounds: the knapsack bound
-    (:func:`~crop_gym.baselines.exact.upper_bound`) and :func:`sharing_bound`."""
+    (:func:`~crop_gym.baselines.exact.upper_bound`) and :func:`sharing_bound` (whose answer it
+    keeps)."""
     t0 = time.perf_counter()
     knap = upper_bound(state, queue)
     share = sharing_bound(state, queue, time_limit=time_limit)
+    sec = time.perf_counter() - t0
     if knap <= share.value:
-        return BoundResult(knap, "knapsack", share.variables, time.perf_counter() - t0)
-    return BoundResult(share.value, share.kind, share.variables, time.perf_counter() - t0)
+        return BoundResult(knap, "knapsack", share.variables, sec, share.answer)
+    return BoundResult(share.value, share.kind, share.variables, sec, share.answer)

@@ -15,6 +15,7 @@ from crop_gym.model.health import Health
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
 from crop_gym.model.topology import make_topology
+from crop_gym.policy import apply
 from crop_gym.scenario import ScenarioSampler, get_scenario
 
 
@@ -101,3 +102,16 @@ def test_bad_time_limit_is_a_config_error() -> None:
     st, q = small_instance(np.random.default_rng(0), cluster="testbed-8")
     with pytest.raises(ConfigError, match="time_limit"):
         sharing_bound(st, q, time_limit=0.0)
+
+
+def test_the_programs_answer_is_feasible_and_below_the_bound() -> None:
+    sampler = ScenarioSampler(get_scenario("default").replace(hardware="dgx-a100+rtx-2080ti"))
+    for seed in range(3):
+        inst = sampler.sample(np.random.default_rng(10**9 + seed))
+        share = sharing_bound(inst.state, inst.queue)
+        assert share.answer
+        after = inst.state.copy()
+        apply(after, share.answer)  # raises on an invalid placement
+        got = after.F
+        assert got <= share.value + 1e-9
+        assert len({p.job.job_id for p in share.answer}) == len(share.answer)
