@@ -36,7 +36,8 @@ def test_fast_mode_writes_the_table(tmp_path: Path) -> None:
     assert static["random"] <= static["bound"] + 1e-9
     reach = static["reach"]
     assert static["crop"] - 1e-9 <= reach["best"] <= static["bound"] + 1e-9
-    assert reach["exact"] == 2 and reach["within_5pct"] == 2 and reach["gap"] == pytest.approx(0)
+    assert reach["exact"] == 2 and reach["within_5pct"] == 2 and reach["proven_optimal"] == 2
+    assert reach["gap"] == pytest.approx(0)
     assert reach["gap_ci"][0] <= reach["gap"] <= reach["gap_ci"][1]
     assert "How far the best achieved F is from the bound" in md
     assert online["bound"] <= online["crop"] + 1e-9  # the best rollout includes CROP's
