@@ -126,6 +126,8 @@ class Reach:
         exact: Instances whose bound is the exact optimum.
         proven_optimal: Instances whose best F is proven optimal: the exact optimum, or equal to
             the bound (relative difference at most 1e-5).
+        violations: Instances whose bound came out below an achieved F by more than 1e-6
+            relative (a solver fault: the bound is proven; the table then uses the achieved F).
         reference: The better of CROP and the best heuristic by mean F (the heuristic to beat).
         headroom_achieved: Mean of ``best / F_reference - 1`` (headroom shown to exist).
         headroom_achieved_ci: Its interval.
@@ -150,6 +152,7 @@ class Reach:
     headroom_bound: float
     headroom_bound_ci: list[float]
     bound_kinds: dict[str, int]
+    violations: int = 0
 
 
 # ---------------------------------------------------------------------------------- static
@@ -342,8 +345,11 @@ def static_row(
         achieved["milp answer"] = [a if a is not None else -np.inf for a in answers]
     table = np.array(list(achieved.values()))  # [methods, seeds]
     top = table.max(axis=0)
-    # A bound is proven, and so is never below an achieved F; the max only absorbs round-off.
-    bnd = np.maximum(np.array(bound), top)
+    # A bound is proven, and so is never below an achieved F; the max only absorbs round-off
+    # (anything more is counted as a violation).
+    raw = np.array(bound)
+    violations = int((raw < top * (1 - 1e-6)).sum())
+    bnd = np.maximum(raw, top)
     crop, f0 = np.array(per["crop"]), np.array(F0)
     gain_gap = 1 - (crop - f0) / np.maximum(bnd - f0, 1e-12)
     gap = 1 - top / bnd
@@ -374,6 +380,7 @@ def static_row(
         headroom_bound=float((bnd / ref - 1).mean()),
         headroom_bound_ci=mean_ci(bnd / ref - 1),
         bound_kinds={k: kinds.count(k) for k in sorted(set(kinds))},
+        violations=violations,
     )
     return Row(
         env_id=env_id,
@@ -616,8 +623,8 @@ def _reach_table(rows: Sequence[Row]) -> list[str]:
         "",
         "### How far the best achieved F is from the bound, and the headroom over the best heuristic",
         "",
-        "| task | seeds | bound kinds | gap best → bound | largest gap | within 5 % | proven optimal | best by | heuristic to beat | headroom achieved | headroom at most |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| task | seeds | bound kinds | gap best → bound | largest gap | within 5 % | proven optimal | bound below an answer | best by | heuristic to beat | headroom achieved | headroom at most |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in reach:
         a = r.reach
@@ -627,6 +634,7 @@ def _reach_table(rows: Sequence[Row]) -> list[str]:
         out.append(
             f"| `{r.env_id}` | {r.seeds} | {kinds} | {_ci(a.gap, a.gap_ci)} | "
             f"{100 * a.gap_max:.1f} % | {a.within_5pct} of {r.seeds} | {a.proven_optimal} | "
+            f"{a.violations} | "
             f"{by} | {a.reference} | "
             f"{_ci(a.headroom_achieved, a.headroom_achieved_ci)} | "
             f"{_ci(a.headroom_bound, a.headroom_bound_ci)} |"
@@ -635,7 +643,9 @@ def _reach_table(rows: Sequence[Row]) -> list[str]:
         "",
         "Gap best → bound: mean of `1 - best / bound` over the instances, with a 95 % bootstrap",
         "interval; within 5 %: instances whose bound is at most 1.05 × their best F, or exact;",
-        "proven optimal: the best F is the exact optimum or meets the bound (to 1e-5). Best by:",
+        "proven optimal: the best F is the exact optimum or meets the bound (to 1e-5); bound below",
+        "an answer: instances where a solver fault put the bound under an achieved F (should be 0).",
+        "Best by:",
         "instances on which each method reached the best F (ties count for each). Heuristic to",
         "beat: the better of CROP and the best heuristic by mean F; headroom achieved: mean of",
         "`best / F_heuristic - 1` (shown to exist); at most: of `bound / F_heuristic - 1`.",

@@ -37,7 +37,7 @@ def test_fast_mode_writes_the_table(tmp_path: Path) -> None:
     reach = static["reach"]
     assert static["crop"] - 1e-9 <= reach["best"] <= static["bound"] + 1e-9
     assert reach["exact"] == 2 and reach["within_5pct"] == 2 and reach["proven_optimal"] == 2
-    assert reach["gap"] == pytest.approx(0)
+    assert reach["gap"] == pytest.approx(0) and reach["violations"] == 0
     assert reach["gap_ci"][0] <= reach["gap"] <= reach["gap_ci"][1]
     assert "How far the best achieved F is from the bound" in md
     assert online["bound"] <= online["crop"] + 1e-9  # the best rollout includes CROP's
@@ -61,6 +61,7 @@ def test_static_reach_on_a_64_gpu_task(tmp_path: Path) -> None:
     assert set(reach["bound_kinds"]) <= {"milp", "milp dual", "lp", "knapsack"}
     assert reach["crop_rollout"] is not None and reach["search"] is not None
     assert row["crop"] - 1e-9 <= reach["best"] <= row["bound"] + 1e-9
+    assert reach["violations"] == 0
     assert reach["best"] >= max(reach["crop_rollout"], reach["search"]) - 1e-9
     # --ids merges: a second ID keeps the first row, and the rows read back.
     assert main([*argv, "--ids", "crop_gym/Placement-Testbed8-v0"]) == 0
