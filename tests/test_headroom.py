@@ -103,3 +103,17 @@ def test_baselines_never_import_or_name_agents() -> None:
             ]
     assert len(list(root.glob("*.py"))) > 10
     assert not offenders, offenders
+
+
+def test_mean_ci_brackets_the_mean_and_narrows_with_more_values() -> None:
+    from crop_gym.agents.stats import mean_ci
+
+    rng = np.random.default_rng(3)
+    small, large = rng.normal(1.0, 1.0, 10), rng.normal(1.0, 1.0, 1000)
+    lo, hi = mean_ci(small)
+    assert lo <= small.mean() <= hi
+    lo2, hi2 = mean_ci(large)
+    assert hi2 - lo2 < (hi - lo) / 3
+    assert mean_ci([2.0]) == [2.0, 2.0]
+    with pytest.raises(ValueError):
+        mean_ci([])
