@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["iqm", "ratio_bootstrap"]
+__all__ = ["iqm", "mean_ci", "ratio_bootstrap"]
 
 
 def iqm(x: Any) -> float:
@@ -23,6 +23,18 @@ def iqm(x: Any) -> float:
     n = len(v)
     lo, hi = int(np.floor(0.25 * n)), int(np.ceil(0.75 * n))
     return float(v[lo:hi].mean())
+
+
+def mean_ci(x: Any, *, reps: int = 2000, seed: int = 0) -> list[float]:
+    """95 % percentile-bootstrap interval ``[low, high]`` of the mean of ``x`` (values resampled
+    with replacement; one value: ``[x, x]``)."""
+    v = np.asarray(x, dtype=float).ravel()
+    if len(v) == 0:
+        raise ValueError("mean_ci needs at least one value")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(len(v), size=(reps, len(v)))].mean(axis=1)
+    lo, hi = np.percentile(means, [2.5, 97.5])
+    return [float(lo), float(hi)]
 
 
 def ratio_bootstrap(

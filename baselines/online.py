@@ -2,7 +2,7 @@
 
 Each policy is a callable ``policy(env) -> action`` that reads the unwrapped environment's public
 state (its simulator ``sim``, its action table ``table``) and answers one action of the current
-step. They are the references of the headroom table (:mod:`crop_gym.baselines.headroom`):
+step. They are the references of the headroom table (docs/BENCHMARK.md):
 
 * ``random``: a uniformly drawn valid action, wait included;
 * ``fifo-first-fit``: the oldest job that fits, on its candidate with the lowest-numbered GPUs

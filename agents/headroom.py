@@ -1,6 +1,6 @@
 """The headroom table: how far each registered task leaves CROP from a bound (docs/BENCHMARK.md).
 
-``python -m crop_gym.baselines.headroom`` (``--fast`` for 2 seeds and 2 rollouts) measures, for every
+``python -m crop_gym.agents.headroom`` (``--fast`` for 2 seeds and 2 rollouts) measures, for every
 registered ``crop_gym/`` ID, on held-out seeds (``reset(seed=s)``, ``s = 10^9, 10^9 + 1, ...``,
 the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
 
@@ -9,10 +9,20 @@ the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
   (the best mean F among :data:`HEURISTICS` and *row-greedy*, the valid row of the largest
   ``w·k·η·s``, which the observation hands over), of CROP, of the shipped checkpoint where one
   applies (``--learned``: the first named checkpoint trained on that ID, else the last one:
-  ``default-severe`` on ``Placement-Severe-v0``, ``default`` elsewhere), and a bound: the exact optimum (:func:`crop_gym.baselines.exact.optimum` over every placement)
-  where the instance is within the solver's limits, else the proven upper bound
-  :func:`crop_gym.baselines.exact.upper_bound`. CROP's gap is ``1 - F_CROP / bound`` (mean over seeds) and,
-  in gain terms, ``1 - (F_CROP - F_0) / (bound - F_0)``;
+  ``default-severe`` on ``Placement-Severe-v0``, ``default`` elsewhere), and a bound: the exact
+  optimum (:func:`crop_gym.baselines.exact.optimum` over every placement) where the instance is
+  within the solver's limits, else the least of the proven upper bounds of
+  :func:`crop_gym.baselines.bounds.best_bound` (the GPU-sharing MILP and the knapsack bound).
+  CROP's gap is ``1 - F_CROP / bound`` (mean over seeds) and, in gain terms,
+  ``1 - (F_CROP - F_0) / (bound - F_0)``. Where the queue has at most ``--search-max-jobs``
+  jobs, two more answers: ``crop-rollout`` (the shipped teacher,
+  :class:`~crop_gym.baselines.rollout_expert.CropRolloutExpert`, ``top=12``; candidate-mode IDs)
+  and a budgeted search (:func:`crop_gym.baselines.search.rollout_search` with lookahead
+  ``--search-depth``, and the candidate space's optimum where it is small enough); on every
+  instance, the sharing program's own answer (:attr:`~crop_gym.baselines.bounds.BoundResult.answer`)
+  completed by CROP. Per instance, the best F of all of them is the *best achieved*; :class:`Reach` holds its gap to
+  the bound (with a 95 % bootstrap interval), the instances within 5 % of it, and the headroom
+  over the better of CROP and the best heuristic;
 * **online IDs** (``OnlinePlacement*``): mean JCT (time in system until completion or the
   horizon, hours; lower is better) of ``random``, the best heuristic (``fifo-first-fit``,
   ``sjf-crop``), CROP (:mod:`crop_gym.baselines.online`), and two references: the best of ``rollouts``
@@ -32,7 +42,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib
 import io
 import json
 import re
@@ -47,8 +56,14 @@ import gymnasium as gym
 import numpy as np
 
 import crop_gym  # noqa: F401  (registers the IDs)
-from crop_gym.baselines.exact import EXACT_LIMITS, optimum, search_space, upper_bound
+from crop_gym.agents.config import EVAL_SEED_BASE
+from crop_gym.agents.stats import mean_ci
+from crop_gym.baselines.bounds import best_bound
+from crop_gym.baselines.crop import crop_greedy
+from crop_gym.baselines.exact import EXACT_LIMITS, branch_and_bound, optimum, search_space
 from crop_gym.baselines.online import JCT_HEURISTICS, epsilon, make_online_policy, play
+from crop_gym.baselines.rollout_expert import CropRolloutExpert
+from crop_gym.baselines.search import rollout_search
 from crop_gym.envs.actions import PendingQueue, build_action_tables
 from crop_gym.envs.registration import ENV_IDS, with_split
 from crop_gym.errors import ConfigError, CropGymError
@@ -57,10 +72,10 @@ from crop_gym.model.state import ClusterState
 from crop_gym.policy import apply, make_policy
 from crop_gym.scenario import PlacementInstance, ScenarioSampler, get_scenario
 
-__all__ = ["HELD_OUT_SEED", "HEURISTICS", "Row", "headroom", "main", "render_markdown"]
+__all__ = ["HELD_OUT_SEED", "HEURISTICS", "Reach", "Row", "headroom", "main", "render_markdown"]
 
-#: First held-out seed (the seeds of ``crop-gym eval``, agents/config.py ``EVAL_SEED_BASE``).
-HELD_OUT_SEED = 10**9
+#: First held-out seed (the seeds of ``crop-gym eval``).
+HELD_OUT_SEED = EVAL_SEED_BASE
 #: Heuristics of the static tasks' best-heuristic column (row-greedy is added).
 HEURISTICS = ("random", "first-fit", "best-fit", "spread", "hived", "comm-greedy")
 #: Heuristics of the online tasks' best-heuristic column.
@@ -86,6 +101,58 @@ class Row:
     crop_gap: float  # static: 1 - CROP / bound; online: CROP / bound - 1 (bound = best rollout)
     extra: dict[str, float] = field(default_factory=dict)
     learned_name: str | None = None  # the checkpoint of the learned column
+    reach: Reach | None = None  # static: the best achieved F and its distance to the bound
+
+
+@dataclass
+class Reach:
+    """How close the best known answers come to the bound, per static task (means over seeds;
+    intervals: 95 % percentile bootstrap over the seeds, :func:`crop_gym.agents.stats.mean_ci`).
+
+    Attributes:
+        crop_rollout: Mean F of ``crop-rollout`` (CROP with one step of lookahead, ``top=12``, the
+            shipped teacher), ``None`` where it was not run.
+        search: Mean F of the budgeted search (:func:`crop_gym.baselines.search.rollout_search`
+            with lookahead ``depth``, and the exact optimum over the candidate space where
+            :data:`~crop_gym.baselines.exact.EXACT_LIMITS` allow it).
+        best: Mean of the best F achieved per instance by any method of the row (the columns,
+            the exact optimum where known, and the sharing program's answer completed by CROP).
+        best_by: How many instances each method achieved the best F on (ties to each).
+        gap: Mean of ``1 - best / bound``.
+        gap_ci: Its interval.
+        gap_max: The largest ``1 - best / bound``.
+        within_5pct: Instances whose bound is within 5 % of the best F (``bound <= 1.05 best``)
+            or exact.
+        exact: Instances whose bound is the exact optimum.
+        proven_optimal: Instances whose best F is proven optimal: the exact optimum, or equal to
+            the bound (relative difference at most 1e-5).
+        violations: Instances whose bound came out below an achieved F by more than 1e-6
+            relative (a solver fault: the bound is proven; the table then uses the achieved F).
+        reference: The better of CROP and the best heuristic by mean F (the heuristic to beat).
+        headroom_achieved: Mean of ``best / F_reference - 1`` (headroom shown to exist).
+        headroom_achieved_ci: Its interval.
+        headroom_bound: Mean of ``bound / F_reference - 1`` (the most headroom there can be).
+        headroom_bound_ci: Its interval.
+        bound_kinds: Instances per bound kind (:class:`crop_gym.baselines.bounds.BoundResult`).
+    """
+
+    crop_rollout: float | None
+    search: float | None
+    best: float
+    best_by: dict[str, int]
+    gap: float
+    gap_ci: list[float]
+    gap_max: float
+    within_5pct: int
+    exact: int
+    proven_optimal: int
+    reference: str
+    headroom_achieved: float
+    headroom_achieved_ci: list[float]
+    headroom_bound: float
+    headroom_bound_ci: list[float]
+    bound_kinds: dict[str, int]
+    violations: int = 0
 
 
 # ---------------------------------------------------------------------------------- static
@@ -123,14 +190,61 @@ def _rollout_rows(inst: PlacementInstance, pick: Any, C: int) -> float:
         del pending[table.positions[q]]
 
 
-def _bound(inst: PlacementInstance) -> tuple[float, str]:
+def _bound(
+    inst: PlacementInstance, time_limit: float, C: int
+) -> tuple[float, str, float | None, float | None]:
+    """The least valid bound, its kind, the exact optimum where it was reached, and the F of the
+    sharing program's answer completed by CROP (an achieved F; ``None`` where there is none).
+
+    The exact optimum over every placement (:func:`~crop_gym.baselines.exact.optimum`) where the
+    instance is within :data:`EXACT_LIMITS`, else :func:`~crop_gym.baselines.bounds.best_bound`
+    (the GPU-sharing MILP and the knapsack bound).
+    """
     try:
         log10, _ = search_space(inst.state, inst.queue, space="all")
         if log10 <= EXACT_LIMITS.log10_all:
-            return float(optimum(inst.state, inst.queue).F), "exact"
+            F = float(optimum(inst.state, inst.queue).F)
+            return F, "exact", F, None
     except ConfigError:
         pass
-    return upper_bound(inst.state, inst.queue), "upper bound"
+    b = best_bound(inst.state, inst.queue, time_limit=time_limit)
+    if not b.answer:
+        return b.value, b.kind, None, None
+    state = inst.state.copy()
+    apply(state, b.answer)
+    placed = {p.job.job_id for p in b.answer}
+    rest = [j for j in inst.queue if j.job_id not in placed]
+    done = crop_greedy(state, rest, max_candidates=C).F if rest else state.F
+    return b.value, b.kind, None, float(done)
+
+
+def _search(inst: PlacementInstance, C: int, depth: int) -> float:
+    """F of the budgeted search: the pilot method, and the candidate space's optimum where the
+    limits allow it (each is an achieved answer, not a bound)."""
+    F = rollout_search(inst.state, inst.queue, depth=depth, top=6, max_candidates=C).F
+    try:
+        cand = branch_and_bound(inst.state, inst.queue, space="candidates", max_candidates=C)
+        F = max(F, float(cand.F))
+    except ConfigError:
+        pass
+    return F
+
+
+def _crop_rollout(env_id: str, seeds: Sequence[int]) -> list[float] | None:
+    """F of ``crop-rollout`` (the teacher, ``top=12``) per seed (candidate-mode IDs only)."""
+    if not ENV_IDS[env_id][0].endswith(":PlacementEnv"):
+        return None
+    env = gym.make(env_id)
+    expert = CropRolloutExpert(env, top=12)
+    out = []
+    for s in seeds:
+        env.reset(seed=s)
+        done = False
+        while not done:
+            _, _, term, trunc, _ = env.step(expert.action())
+            done = bool(term or trunc)
+        out.append(float(expert.env.state.F))
+    return out
 
 
 def _learned_static(
@@ -139,14 +253,15 @@ def _learned_static(
     """F of a shipped checkpoint on ``env_id``, and its name (``None`` where none applies).
 
     The checkpoint is the first of ``learned`` trained on ``env_id`` (its metadata's ``env_id``),
-    else the last of ``learned`` (the general static one). Checkpoints live in ``agents`` (above
-    ``baselines``), so they are found by name, lazily.
+    else the last of ``learned`` (the general static one). The checkpoint modules need the ``rl``
+    extra (torch), so they are imported here, on first use.
     """
     if not learned or not ENV_IDS[env_id][0].endswith(":PlacementEnv"):
         return None
     try:
-        ckpt = importlib.import_module("crop_gym.agents.checkpoint")
-        evaluation = importlib.import_module("crop_gym.agents.evaluation")
+        from crop_gym.agents import checkpoint as ckpt
+        from crop_gym.agents import evaluation
+
         name = next(
             (
                 n
@@ -165,8 +280,25 @@ def _learned_static(
     return _rollouts(env, agent, seeds, lambda e: float(e.state.F)), name
 
 
-def static_row(env_id: str, seeds: Sequence[int], learned: Sequence[str]) -> Row:
-    """The static task's row (see the module docstring)."""
+def static_row(
+    env_id: str,
+    seeds: Sequence[int],
+    learned: Sequence[str],
+    *,
+    search_depth: int = 2,
+    search_max_jobs: int = 32,
+    time_limit: float = 10.0,
+) -> Row:
+    """The static task's row (see the module docstring).
+
+    Args:
+        env_id: A static ID.
+        seeds: Held-out seeds.
+        learned: Checkpoints of the learned column (:func:`_learned_static`).
+        search_depth: Lookahead of the budgeted search (1 or 2).
+        search_max_jobs: Instances with more pending jobs get no crop-rollout or search column.
+        time_limit: HiGHS' time limit per bound, seconds.
+    """
     kwargs = ENV_IDS[env_id][1]
     scenario = get_scenario(kwargs.get("scenario", "default"))
     if kwargs.get("hardware") is not None:  # as the env does with its hardware= argument
@@ -174,7 +306,8 @@ def static_row(env_id: str, seeds: Sequence[int], learned: Sequence[str]) -> Row
     sampler = ScenarioSampler(scenario)
     C = sampler.scenario.max_candidates
     per: dict[str, list[float]] = {n: [] for n in (*HEURISTICS, "row-greedy", "crop", "valid")}
-    F0, bound, kinds = [], [], set()
+    F0, bound, kinds, optima, searched, answers = [], [], [], [], [], []
+    small = scenario.queue_size <= search_max_jobs
     for s in seeds:
         inst = sampler.sample(np.random.default_rng(s))
         F0.append(inst.initial_F)
@@ -188,14 +321,67 @@ def static_row(env_id: str, seeds: Sequence[int], learned: Sequence[str]) -> Row
             state = inst.state.copy()
             apply(state, make_policy(name, **kw).place(inst.state, inst.queue, rng))
             per[name].append(float(state.F))
-        b, kind = _bound(inst)
-        bound.append(max(b, per["crop"][-1]))
-        kinds.add(kind)
+        b, kind, opt, answer = _bound(inst, time_limit, C)
+        bound.append(b)
+        kinds.append(kind)
+        optima.append(opt)
+        answers.append(answer)
+        if small:
+            searched.append(_search(inst, C, search_depth))
     mean = {n: float(np.mean(v)) for n, v in per.items()}
     best = max((*HEURISTICS, "row-greedy"), key=mean.__getitem__)
-    crop, bnd, f0 = np.array(per["crop"]), np.array(bound), np.array(F0)
-    gain_gap = 1 - (crop - f0) / np.maximum(bnd - f0, 1e-12)
     lf = _learned_static(env_id, seeds, learned)
+    roll = _crop_rollout(env_id, seeds) if small else None
+    achieved: dict[str, list[float]] = {n: per[n] for n in (*HEURISTICS, "row-greedy", "crop")}
+    if roll is not None:
+        achieved["crop-rollout"] = roll
+    if searched:
+        achieved["search"] = searched
+    if lf is not None:
+        achieved["learned"] = lf[0]
+    if any(o is not None for o in optima):
+        achieved["exact"] = [o if o is not None else -np.inf for o in optima]
+    if any(a is not None for a in answers):
+        achieved["milp answer"] = [a if a is not None else -np.inf for a in answers]
+    table = np.array(list(achieved.values()))  # [methods, seeds]
+    top = table.max(axis=0)
+    # A bound is proven, and so is never below an achieved F; the max only absorbs round-off
+    # (anything more is counted as a violation).
+    raw = np.array(bound)
+    violations = int((raw < top * (1 - 1e-6)).sum())
+    bnd = np.maximum(raw, top)
+    crop, f0 = np.array(per["crop"]), np.array(F0)
+    gain_gap = 1 - (crop - f0) / np.maximum(bnd - f0, 1e-12)
+    gap = 1 - top / bnd
+    ref_name = "crop" if mean["crop"] >= mean[best] else best
+    ref = np.array(per[ref_name])
+    names = list(achieved)
+    exact = sum(k == "exact" for k in kinds)
+    reach = Reach(
+        crop_rollout=None if roll is None else float(np.mean(roll)),
+        search=float(np.mean(searched)) if searched else None,
+        best=float(top.mean()),
+        best_by={n: int((table[i] >= top - 1e-9).sum()) for i, n in enumerate(names)},
+        gap=float(gap.mean()),
+        gap_ci=mean_ci(gap),
+        gap_max=float(gap.max()),
+        within_5pct=int(
+            sum(b <= 1.05 * t or k == "exact" for b, t, k in zip(bnd, top, kinds, strict=True))
+        ),
+        exact=exact,
+        proven_optimal=int(
+            sum(
+                b <= t * (1 + 1e-5) or k == "exact" for b, t, k in zip(bnd, top, kinds, strict=True)
+            )
+        ),
+        reference="CROP" if ref_name == "crop" else ref_name,
+        headroom_achieved=float((top / ref - 1).mean()),
+        headroom_achieved_ci=mean_ci(top / ref - 1),
+        headroom_bound=float((bnd / ref - 1).mean()),
+        headroom_bound_ci=mean_ci(bnd / ref - 1),
+        bound_kinds={k: kinds.count(k) for k in sorted(set(kinds))},
+        violations=violations,
+    )
     return Row(
         env_id=env_id,
         kind="static",
@@ -208,13 +394,10 @@ def static_row(env_id: str, seeds: Sequence[int], learned: Sequence[str]) -> Row
         learned=None if lf is None else float(np.mean(lf[0])),
         learned_name=None if lf is None else lf[1],
         bound=float(bnd.mean()),
-        bound_kind="exact"
-        if kinds == {"exact"}
-        else "upper bound"
-        if "exact" not in kinds
-        else "mixed",
+        bound_kind="exact" if exact == len(kinds) else "proven bound" if not exact else "mixed",
         crop_gap=float(np.mean(1 - crop / bnd)),
         extra={"F0": float(f0.mean()), "crop_gain_gap": float(gain_gap.mean())},
+        reach=reach,
     )
 
 
@@ -228,8 +411,8 @@ def _learned_online(
     ``None`` where none was (or the rl extra is missing).
     """
     try:
-        ckpt = importlib.import_module("crop_gym.agents.checkpoint")
-        evaluation = importlib.import_module("crop_gym.agents.evaluation")
+        from crop_gym.agents import checkpoint as ckpt
+        from crop_gym.agents import evaluation
     except ImportError:
         return None
     for name in learned:
@@ -304,14 +487,18 @@ def online_row(
 def headroom(
     ids: Sequence[str] | None = None,
     *,
-    seeds: int = 20,
+    seeds: int = 40,
     online_seeds: int = 10,
     rollouts: int = 8,
     learned: Sequence[str] = ("default-severe", "default"),
     learned_online: Sequence[str] = ("default-online",),
     progress: bool = True,
+    search_depth: int = 2,
+    search_max_jobs: int = 32,
+    time_limit: float = 10.0,
 ) -> list[Row]:
-    """Rows of every registered ID (or of ``ids``), static rows shared between IDs of one scenario."""
+    """Rows of every registered ID (or of ``ids``); the keyword arguments of :func:`static_row`
+    and :func:`online_row` (GPU-mode IDs play the same instances as their scenario's)."""
     known = [i for i in ENV_IDS if i in gym.registry]
     todo = known if ids is None else list(ids)
     for i in todo:
@@ -324,7 +511,16 @@ def headroom(
             n = [HELD_OUT_SEED + i for i in range(online_seeds)]
             rows.append(online_row(env_id, n, rollouts, learned_online))
         else:
-            rows.append(static_row(env_id, [HELD_OUT_SEED + i for i in range(seeds)], learned))
+            rows.append(
+                static_row(
+                    env_id,
+                    [HELD_OUT_SEED + i for i in range(seeds)],
+                    learned,
+                    search_depth=search_depth,
+                    search_max_jobs=search_max_jobs,
+                    time_limit=time_limit,
+                )
+            )
         if progress:
             print(f"headroom: {env_id} {time.perf_counter() - t0:.1f}s", file=sys.stderr)
     return rows
@@ -341,30 +537,41 @@ def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
     out = [
         "# Benchmark headroom",
         "",
-        f"Regenerate with `{command}` (module docstring of `baselines/headroom.py` says what each",
+        f"Regenerate with `{command}` (module docstring of `agents/headroom.py` says what each",
         "column is). Held-out seeds from 10^9 (training uses seeds below 10^6).",
         *([note] if note else []),
         "",
         "## Static tasks (mean F, higher is better)",
         "",
-        "| task | seeds | random valid | best heuristic | CROP | learned | bound | bound kind | CROP gap (F) | CROP gap (gain) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| task | seeds | random valid | best heuristic | CROP | crop-rollout | learned | search | best achieved | bound | CROP gap (F) | CROP gap (gain) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r.kind == "static":
+            a = r.reach
             out.append(
                 f"| `{r.env_id}` | {r.seeds} | {_fmt(r.random, 's')} | {_fmt(r.best_heuristic, 's')} "
-                f"({r.best_heuristic_name}) | {_fmt(r.crop, 's')} | {_fmt(r.learned, 's')} | "
-                f"{_fmt(r.bound, 's')} | {r.bound_kind} | {100 * r.crop_gap:.1f} % | "
+                f"({r.best_heuristic_name}) | {_fmt(r.crop, 's')} | "
+                f"{_fmt(a.crop_rollout if a else None, 's')} | {_fmt(r.learned, 's')} | "
+                f"{_fmt(a.search if a else None, 's')} | {_fmt(a.best if a else None, 's')} | "
+                f"{_fmt(r.bound, 's')} | {100 * r.crop_gap:.1f} % | "
                 f"{100 * r.extra['crop_gain_gap']:.1f} % |"
             )
     out += [
         "",
         "CROP gap (F): mean of `1 - F_CROP / bound`; (gain): of `1 - (F_CROP - F0) / (bound - F0)`",
-        "(F0: the background jobs). An *upper bound* is proven but can be loose (it ignores the",
-        "contention between the new jobs and takes each job's best GPUs separately); *exact* is the",
-        "optimum over every placement. GPU-mode IDs play the same instances as their scenario.",
+        "(F0: the background jobs). The bound is the exact optimum over every placement where the",
+        "instance is small enough (`baselines/exact.py`), else the least of two proven upper",
+        "bounds: the GPU-sharing MILP (`baselines/bounds.py`: each free GPU to one job at most,",
+        "each job worth at most its per-GPU coefficients; HiGHS' dual bound at its time limit) and",
+        "the knapsack bound (each job on its own best GPUs); rows without a best-achieved column",
+        "are from an earlier run (knapsack bound only). Best achieved: per instance, the best F",
+        "of any column (and of the exact optimum where it is known). Search:",
+        "the pilot method on CROP (`baselines/search.py`, lookahead depth 2, 6 moves per level) and",
+        "the optimum over the candidate space where it is small enough. GPU-mode IDs play the same",
+        "instances as their scenario.",
         *_static_learned_note(rows),
+        *_reach_table(rows),
         "",
         "## Online tasks (mean JCT in hours, lower is better)",
         "",
@@ -403,6 +610,49 @@ def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
     return "\n".join(out)
 
 
+def _ci(x: float, ci: Sequence[float]) -> str:
+    return f"{100 * x:.1f} % [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def _reach_table(rows: Sequence[Row]) -> list[str]:
+    """The static tasks' distance from the best achieved F to the bound, and their headroom."""
+    reach = [r for r in rows if r.kind == "static" and r.reach is not None]
+    if not reach:
+        return []
+    out = [
+        "",
+        "### How far the best achieved F is from the bound, and the headroom over the best heuristic",
+        "",
+        "| task | seeds | bound kinds | gap best → bound | largest gap | within 5 % | proven optimal | bound below an answer | best by | heuristic to beat | headroom achieved | headroom at most |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in reach:
+        a = r.reach
+        assert a is not None
+        kinds = ", ".join(f"{k} {n}" for k, n in a.bound_kinds.items())
+        by = ", ".join(f"{k} {n}" for k, n in sorted(a.best_by.items(), key=lambda kv: -kv[1]) if n)
+        out.append(
+            f"| `{r.env_id}` | {r.seeds} | {kinds} | {_ci(a.gap, a.gap_ci)} | "
+            f"{100 * a.gap_max:.1f} % | {a.within_5pct} of {r.seeds} | {a.proven_optimal} | "
+            f"{a.violations} | "
+            f"{by} | {a.reference} | "
+            f"{_ci(a.headroom_achieved, a.headroom_achieved_ci)} | "
+            f"{_ci(a.headroom_bound, a.headroom_bound_ci)} |"
+        )
+    out += [
+        "",
+        "Gap best → bound: mean of `1 - best / bound` over the instances, with a 95 % bootstrap",
+        "interval; within 5 %: instances whose bound is at most 1.05 × their best F, or exact;",
+        "proven optimal: the best F is the exact optimum or meets the bound (to 1e-5); bound below",
+        "an answer: instances where a solver fault put the bound under an achieved F (should be 0).",
+        "Best by:",
+        "instances on which each method reached the best F (ties count for each). Heuristic to",
+        "beat: the better of CROP and the best heuristic by mean F; headroom achieved: mean of",
+        "`best / F_heuristic - 1` (shown to exist); at most: of `bound / F_heuristic - 1`.",
+    ]
+    return out
+
+
 def _static_learned_note(rows: Sequence[Row]) -> list[str]:
     """Which checkpoint each static row's learned column played (rows without a name: default)."""
     special = [r for r in rows if r.kind == "static" and r.learned_name not in (None, "default")]
@@ -417,14 +667,26 @@ def _static_learned_note(rows: Sequence[Row]) -> list[str]:
 
 def _csv(rows: Sequence[Row]) -> str:
     buf = io.StringIO()
-    keys = [k for k in asdict(rows[0]) if k != "extra"] + sorted({k for r in rows for k in r.extra})
+    flat = []
+    for r in rows:
+        d = {k: v for k, v in asdict(r).items() if k not in ("extra", "reach")}
+        d.update(r.extra)
+        if r.reach is not None:
+            for k, v in asdict(r.reach).items():
+                d[f"reach_{k}"] = json.dumps(v) if isinstance(v, (list, dict)) else v
+        flat.append(d)
+    keys = list(dict.fromkeys(k for d in flat for k in d))
     w = csv.DictWriter(buf, fieldnames=keys)
     w.writeheader()
-    for r in rows:
-        d = {k: v for k, v in asdict(r).items() if k != "extra"}
-        d.update(r.extra)
+    for d in flat:
         w.writerow(d)
     return buf.getvalue()
+
+
+def _row(d: dict[str, Any]) -> Row:
+    """A :class:`Row` from its JSON form."""
+    reach = d.get("reach")
+    return Row(**{**d, "reach": None if reach is None else Reach(**reach)})
 
 
 def _merge(path: Path, rows: Sequence[Row]) -> list[Row]:
@@ -432,7 +694,7 @@ def _merge(path: Path, rows: Sequence[Row]) -> list[Row]:
     if not path.exists():
         return list(rows)
     try:
-        old = [Row(**d) for d in json.loads(path.read_text(encoding="utf-8"))]
+        old = [_row(d) for d in json.loads(path.read_text(encoding="utf-8"))]
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"{path}: cannot merge into it ({exc}); omit --ids") from None
     new = {r.env_id: r for r in rows}
@@ -441,13 +703,25 @@ def _merge(path: Path, rows: Sequence[Row]) -> list[Row]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m crop_gym.baselines.headroom [--fast] [--ids ID ...] [--seeds N] [--out DIR]``."""
+    """``python -m crop_gym.agents.headroom [--fast] [--ids ID ...] [--seeds N] [--out DIR]``."""
     p = argparse.ArgumentParser(
-        prog="python -m crop_gym.baselines.headroom", description=__doc__.split("\n")[0]
+        prog="python -m crop_gym.agents.headroom", description=__doc__.split("\n")[0]
     )
     p.add_argument("--fast", action="store_true", help="2 seeds, 2 online windows, 2 rollouts")
     p.add_argument("--ids", nargs="+", help="environment IDs (default: every registered one)")
-    p.add_argument("--seeds", type=int, default=20, help="static seeds (default 20)")
+    p.add_argument("--seeds", type=int, default=40, help="static seeds (default 40)")
+    p.add_argument(
+        "--search-depth", type=int, default=2, help="lookahead of the static search (1 or 2)"
+    )
+    p.add_argument(
+        "--search-max-jobs",
+        type=int,
+        default=32,
+        help="static tasks with larger queues get no crop-rollout or search column (default 32)",
+    )
+    p.add_argument(
+        "--bound-time-limit", type=float, default=10.0, help="HiGHS seconds per bound (default 10)"
+    )
     p.add_argument("--online-seeds", type=int, default=10, help="online windows (default 10)")
     p.add_argument("--rollouts", type=int, default=8, help="perturbed rollouts per window")
     p.add_argument(
@@ -477,13 +751,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             rollouts=2 if fast else a.rollouts,
             learned=[n for n in a.learned if n != "none"],
             learned_online=[n for n in a.learned_online if n != "none"],
+            search_depth=a.search_depth,
+            search_max_jobs=a.search_max_jobs,
+            time_limit=a.bound_time_limit,
         )
         out = Path(a.out)
         (out / "results").mkdir(parents=True, exist_ok=True)
         if a.ids:
             rows = _merge(out / "results" / "headroom.json", rows)
         args = list(sys.argv[1:] if argv is None else argv)
-        cmd = " ".join(["python -m crop_gym.baselines.headroom", *args])
+        cmd = " ".join(["python -m crop_gym.agents.headroom", *args])
         note = ""
         if a.ids and (out / "BENCHMARK.md").exists():
             m = re.search(r"Regenerate with `([^`]*)`", (out / "BENCHMARK.md").read_text("utf-8"))
