@@ -79,6 +79,19 @@ class Health:
                 raise ConfigError(f"Health.{name} must be in [0, 1) everywhere")
 
     @classmethod
+    def unchecked(cls, **arrays: NDArray[Any]) -> Health:
+        """A Health from arrays the caller built valid (right dtypes, lengths and ranges),
+        *without* running the checks again: for :meth:`AbnormalityProfile.sample`, whose ranges
+        were checked when the profile was made. The arrays are made read-only, as the checked
+        constructor does."""
+        new = object.__new__(cls)
+        for f in dataclasses.fields(cls):
+            a = arrays[f.name]
+            a.setflags(write=False)
+            object.__setattr__(new, f.name, a)
+        return new
+
+    @classmethod
     def healthy(cls, topology: Topology) -> Health:
         """Every device healthy."""
         g, n = topology.num_gpus, topology.num_nodes
@@ -231,7 +244,14 @@ class AbnormalityProfile:
         pl = np.zeros(n)
         m = eligible & (rng.random(n) < self.failprone_link_frac)
         pl[m] = rng.uniform(*self.link_fail_prob, size=int(m.sum()))
-        return Health(slow, failed, pg, rho, pl)
+        # Every draw is inside a range checked in __post_init__ (uniform draws are in [lo, hi)).
+        return Health.unchecked(
+            gpu_slowdown=slow,
+            gpu_failed=failed,
+            gpu_fail_prob=pg,
+            link_degradation=rho,
+            link_fail_prob=pl,
+        )
 
 
 #: The built-in profiles.
