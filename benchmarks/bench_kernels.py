@@ -51,11 +51,13 @@ from _common import Parser, write_rows
 
 import crop_gym
 from crop_gym.envs.actions import build_action_tables
+from crop_gym.envs.job_features import class_columns
 from crop_gym.envs.observation import ObservedHealth
 from crop_gym.model import kernels
 from crop_gym.model.candidates import generate
 from crop_gym.model.conditions import Conditions
 from crop_gym.model.facts import padded_rows
+from crop_gym.model.timing import job_class_memo_stats
 
 ENV = "crop_gym/Placement-v0"
 MEMO_IDS = ("crop_gym/Placement-v0", "crop_gym/OnlinePlacement-v1")
@@ -315,6 +317,8 @@ def memo_rates(env_id: str, steps: int, crop_every: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     _, info = env.reset(seed=0)
     u = env.unwrapped
+    class_hits0, class_misses0 = job_class_memo_stats()
+    col0 = class_columns.cache_info()
     CandidatePool.ids = counted  # type: ignore[method-assign]
     try:
         for t in range(steps):
@@ -330,6 +334,10 @@ def memo_rates(env_id: str, steps: int, crop_every: int) -> dict[str, Any]:
     finally:
         CandidatePool.ids = ids  # type: ignore[method-assign]
     env.close()
+    class_hits, class_misses = job_class_memo_stats()
+    class_hits, class_misses = class_hits - class_hits0, class_misses - class_misses0
+    col = class_columns.cache_info()
+    col_hits, col_misses = col.hits - col0.hits, col.misses - col0.misses
     hits = sum(c.facts_memo_stats[0] for c in seen.values())
     misses = sum(c.facts_memo_stats[1] for c in seen.values())
     pools = [c.cache[POOL_KEY] for c in seen.values() if POOL_KEY in c.cache]
@@ -348,6 +356,14 @@ def memo_rates(env_id: str, steps: int, crop_every: int) -> dict[str, Any]:
         "pool_hit_rate": (asked - new) / asked if asked else None,
         "pool_candidates": sum(len(p.gpus) for p in pools),
         "pool_lists": sum(len(p.lists) for p in pools),
+        "job_class_hits": class_hits,
+        "job_class_misses": class_misses,
+        "job_class_hit_rate": (
+            class_hits / (class_hits + class_misses) if class_hits + class_misses else None
+        ),
+        "columns_hits": col_hits,
+        "columns_misses": col_misses,
+        "columns_hit_rate": col_hits / (col_hits + col_misses) if col_hits + col_misses else None,
     }
 
 
@@ -426,19 +442,25 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(
         f"{'env':30s} {'CROP':>5s} {'conds':>5s} {'facts hits':>10s} {'misses':>7s} {'rate':>6s}   "
-        f"{'CROP calls':>10s} {'pool asked':>10s} {'new':>6s} {'rate':>6s}"
+        f"{'CROP calls':>10s} {'pool asked':>10s} {'new':>6s} {'rate':>6s}   "
+        f"{'class hits':>10s} {'misses':>6s} {'rate':>6s}   "
+        f"{'cols hits':>9s} {'misses':>6s} {'rate':>6s}"
     )
-    print("-" * 106)
+    print("-" * 161)
     for m in memos:
         print(
             f"{m['id']:30s} {m['crop_every'] or '-':>5} {m['conditions']:5d} {m['facts_hits']:10d} {m['facts_misses']:7d} "
             f"{_pct(m['facts_hit_rate'])}   {m['crop_calls']:10d} {m['pool_asked']:10d} "
-            f"{m['pool_new']:6d} {_pct(m['pool_hit_rate'])}"
+            f"{m['pool_new']:6d} {_pct(m['pool_hit_rate'])}   {m['job_class_hits']:10d} "
+            f"{m['job_class_misses']:6d} {_pct(m['job_class_hit_rate'])}   "
+            f"{m['columns_hits']:9d} {m['columns_misses']:6d} {_pct(m['columns_hit_rate'])}"
         )
     print(
         "(CROP: asked every N steps, - never; facts: Conditions.facts_memo_stats summed over "
         "every conditions met (true and blind); pool: candidates CROP's pool already held when "
-        "asked)"
+        "asked; class: timing.job_class_memo_stats, the job-class constants (M, t_c, T*, kappa) "
+        "looked up in this run, this process having run the rows above first; cols: "
+        "job_features.class_columns, a job class's observation columns, counted the same way)"
     )
     if args.json is not None:
         payload = {

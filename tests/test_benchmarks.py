@@ -84,6 +84,9 @@ def test_bench_kernels_runs(tmp_path: Path) -> None:
     for m in memos:
         assert m["facts_hits"] >= 0 and m["facts_misses"] >= 0 and m["conditions"] >= 1
         assert 0 <= m["pool_new"] <= m["pool_asked"]
+        # Every step looks up the job class of the jobs it places: the memo is asked.
+        assert m["job_class_hits"] + m["job_class_misses"] > 0
+        assert 0 <= m["job_class_hit_rate"] <= 1
         assert (m["pool_asked"] > 0) == (m["crop_every"] > 0)
     _one_line_error(_run("bench_kernels.py", "--rounds", "0", timeout=60), "--rounds 0")
 

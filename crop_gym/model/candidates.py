@@ -46,6 +46,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -356,9 +357,10 @@ def _generate_compiled(
     cond: Conditions, free: NDArray[np.bool_], fitting: list[list[int]], cap: int, robust: bool
 ) -> dict[tuple[int, int], CandidateSet]:
     """:func:`_generate` by the compiled kernel (:func:`crop_gym.model.kernels.generate_rows`)."""
+    # The requests as flat arrays: region r asks for sizes req_k[req_ptr[r]:req_ptr[r + 1]].
+    # (Built from Python lists: arrays of one to a few items, where numpy calls cost most.)
     req_k = np.array([k for row in fitting for k in row], dtype=np.int64)
-    req_ptr = np.zeros(len(fitting) + 1, dtype=np.int64)
-    np.cumsum([len(row) for row in fitting], out=req_ptr[1:])
+    req_ptr = np.array([0, *accumulate(len(row) for row in fitting)], dtype=np.int64)
     count, gpus, servers, subtree, quality = kernels.generate_rows(
         *candidate_inputs(cond, free, robust), req_ptr, req_k, cap
     )

@@ -91,6 +91,7 @@ __all__ = [
     "ideal_time",
     "inter_bandwidth",
     "iteration_time",
+    "job_class_memo_stats",
     "job_constants",
     "job_times",
     "model_constants",
@@ -520,6 +521,13 @@ def job_constants(topology: Topology, perf: PerfConfig, jobs: Sequence[Job]) -> 
         )
         rows.append((grad_bytes, t_c, tstar, j.weight, kappa, chi, delta))
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(JOB_COLUMNS))
+
+
+def job_class_memo_stats() -> tuple[int, int]:
+    """``(hits, misses)`` of the job-class memo behind :func:`job_constants` and
+    :func:`ideal_time` so far, in this process (benchmarks print the hit rate)."""
+    info = _job_class.cache_info()
+    return info.hits, info.misses
 
 
 @lru_cache(maxsize=1 << 16)
