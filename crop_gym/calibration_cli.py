@@ -122,6 +122,14 @@ def register(subparsers: Any) -> None:
         help="compute curve per application: measured (the 1-GPU rows themselves; default) or "
         "affine (fitted t0 + per_sample * batch); see docs/MODEL.md section 7.3",
     )
+    g.add_argument(
+        "--grad-prior",
+        type=_grad_prior,
+        default=None,
+        metavar="W|inf",
+        help="weight of the pull of each application's fitted gradient bytes towards the zoo's "
+        "size (default 0.1; inf pins them to the zoo's); see docs/MODEL.md section 7.3",
+    )
     g.add_argument("--out", metavar="PROFILE.json", default=None, help="the fitted profile")
     g.add_argument("--hardware", metavar="NAME|PATH", default=None, help="profile to --evaluate")
     g.add_argument(
@@ -215,6 +223,13 @@ def format_result(result: CalibrationResult) -> str:
     return "\n".join(lines)
 
 
+def _grad_prior(text: str) -> float:
+    """An argparse ``type`` for ``--grad-prior``: a number >= 0 or ``inf`` (M pinned)."""
+    if text.strip().lower() in ("inf", "infinity"):
+        return float("inf")
+    return number_at_least(0.0)(text)
+
+
 def _refuse_measured_options(args: argparse.Namespace) -> None:
     """Refuse the options of a measured fit without ``--profiles`` / ``--evaluate``."""
     from crop_gym.errors import ConfigError
@@ -230,6 +245,7 @@ def _refuse_measured_options(args: argparse.Namespace) -> None:
         "--fit-within-nodes": args.fit_within_nodes is not None,
         "--leave-one-app-out": args.leave_one_app_out,
         "--grad-bytes": args.grad_bytes is not None,
+        "--grad-prior": args.grad_prior is not None,
     }
     for flag, used in given.items():
         if used:

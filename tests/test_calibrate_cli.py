@@ -104,6 +104,19 @@ def test_fit_then_evaluate_round_trip(folder: Path, tmp_path: Path) -> None:
     assert {p: p.read_bytes() for p in folder.glob("*/*.csv")} == before
 
 
+def test_grad_prior_inf_pins_the_zoo_sizes(folder: Path, tmp_path: Path) -> None:
+    """``--grad-prior inf``: every fitted gradient size is the zoo's (bert 110 M, resnet18 11.17 M
+    parameters, 4 bytes each), 3 parameters per application; the default fits 4."""
+    fit = ["calibrate", "--profiles", str(folder), "--gpus-per-node", "8", "--gpu-type", "v100"]
+    pinned, free = tmp_path / "pinned.json", tmp_path / "free.json"
+    assert main([*fit, "--grad-prior", "inf", "--out", str(pinned)]) == 0
+    assert main([*fit, "--out", str(free)]) == 0
+    got = load_hardware(pinned)
+    assert got.grad_bytes == {"bert": 110.0e6 * 4, "resnet18": 11.17e6 * 4}
+    assert got.fit["parameters"] == 6 + 3 * 2
+    assert load_hardware(free).fit["parameters"] == 6 + 4 * 2
+
+
 def test_evaluating_the_true_profile_has_no_error(folder: Path, tmp_path: Path) -> None:
     truth = tmp_path / "truth.json"
     truth.write_text(_known().to_json())
@@ -251,6 +264,7 @@ def test_option_errors(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         ([*base, "--out", str(tmp_path / "p.json"), "--app-map", "bert=nomodel"], "not a model"),
         (["calibrate", "--evaluate", str(folder)], "go together"),
         (["calibrate", "--out", str(tmp_path / "p.json")], "--out needs --profiles"),
+        (["calibrate", "--grad-prior", "inf"], "--grad-prior needs --profiles"),
         (["calibrate", "--hardware", "nope", "--evaluate", str(folder)], "unknown hardware"),
         (["calibrate", "--evaluate", str(folder), "--fit-within-nodes", "2"], "--gpus-per-node"),
         (
@@ -306,6 +320,10 @@ def test_option_errors(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
     for args, needle in cases:
         assert main(args) == 2, args
         _one_line(capsys.readouterr().err, needle)
+    with pytest.raises(SystemExit) as exc:  # argparse's own refusal of the value
+        main([*base, "--out", str(tmp_path / "p.json"), "--grad-prior", "-1"])
+    assert exc.value.code == 2
+    _one_line(capsys.readouterr().err, "argument --grad-prior: expected a finite number >= 0")
     (folder / "mystery").mkdir()
     (folder / "mystery" / "placements-syn.csv").write_text("placement,local_bsz,step_time\n1,8,1\n")
     assert main([*base, "--out", str(tmp_path / "p.json")]) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -126,12 +127,33 @@ def test_fit_recovers_known_parameters() -> None:
         assert got.grad_bytes[m] == pytest.approx(true.grad_bytes[m], rel=0.05)
         # The compute curve is the measured 1-GPU rows themselves (pinned).
         assert got.compute[m]["x"].time == true.compute[m]["x"].time
-    # A new model takes the medians of the fitted ones.
-    assert got.replica_overhead == pytest.approx(0.0035, rel=0.05)
-    assert got.compute_sharing == pytest.approx(float(np.median([0.01, 0.2])), rel=0.05)
+    # A new model takes the geometric means of the fitted ones: sqrt(0.005 * 0.002) = 0.0031623,
+    # sqrt(0.01 * 0.2) = 0.044721.
+    assert got.replica_overhead == pytest.approx(0.0031623, rel=0.05)
+    assert got.compute_sharing == pytest.approx(0.044721, rel=0.05)
     # The fitted profile predicts through the same job_times path, from its own fields.
     again = HardwareProfile.from_mapping(got.to_mapping())
     assert np.array_equal(predict_step_time(again, data), predict_step_time(got, data))
+
+
+def test_pinned_gradient_sizes_are_the_zoo_s() -> None:
+    """``grad_prior=inf``: no M fitted (3 parameters per application), every M the zoo's, and the
+    link bandwidths absolute (the data were made with the zoo's sizes)."""
+    true = dataclasses.replace(
+        truth(), grad_bytes={m: MODEL_ZOO[m].grad_bytes for m in ("bert", "resnet50")}
+    )
+    data = synthetic(true)
+    got = fit_profile(data, gpus_per_node=4, gpu_type="x", grad_prior=math.inf)
+    assert got.fit["parameters"] == 6 + 3 * 2
+    assert got.grad_bytes == {m: MODEL_ZOO[m].grad_bytes for m in ("bert", "resnet50")}
+    assert np.abs(predict_step_time(got, data) / data.step_time - 1).max() < 5e-3
+    assert got.links[1].bandwidth == pytest.approx(5 * GB, rel=0.05)
+    assert got.fabric_bandwidth == pytest.approx(20 * GB, rel=0.05)
+    # The same data with M 1.2 x the zoo's for bert: pinned, the fit cannot absorb it.
+    off = synthetic(truth())
+    pinned = fit_profile(off, gpus_per_node=4, gpu_type="x", grad_prior=math.inf)
+    free = fit_profile(off, gpus_per_node=4, gpu_type="x")
+    assert free.fit["median_abs_rel_error"] < pinned.fit["median_abs_rel_error"]
 
 
 def test_fit_is_deterministic_and_robust_to_noise() -> None:
@@ -165,6 +187,10 @@ def test_fit_refuses_bad_arguments() -> None:
         fit_profile(data, gpus_per_node=4, gpu_type="x", compute="cubic")
     with pytest.raises(ConfigError, match="bucket_bytes"):
         fit_profile(data, gpus_per_node=4, gpu_type="x", bucket_bytes=-1.0)
+    with pytest.raises(ConfigError, match="grad_prior"):
+        fit_profile(data, gpus_per_node=4, gpu_type="x", grad_prior=-1.0)
+    with pytest.raises(ConfigError, match="grad_prior"):
+        fit_profile(data, gpus_per_node=4, gpu_type="x", grad_prior=math.nan)
     # An application without two 1-GPU batches cannot take the measured curve.
     one = data.select(~((data.model == "bert") & (data.num_gpus == 1) & (data.local_bsz > 4)))
     with pytest.raises(ConfigError, match="bert: 1 1-GPU local batch"):

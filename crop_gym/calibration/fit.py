@@ -30,12 +30,15 @@ parameters, three fixed starts of ``F`` and ``B``, the best kept; deterministic)
   ``a_inter``;
 * per application (4, :data:`APP_PARAMETERS`): the effective gradient bytes ``M_a`` (in log,
   within a factor 2 of the zoo's size, which is checked against the published parameter counts,
-  with a weak pull towards it, weight :data:`GRAD_PRIOR`), ``κ_a``, ``χ_a`` and ``δ_a`` (at most
-  half the application's fastest 1-GPU step).
+  with a weak pull towards it, weight ``grad_prior``, default :data:`GRAD_PRIOR`; with
+  ``grad_prior=math.inf`` every ``M_a`` is pinned to the zoo's size and not fitted, 3 per
+  application), ``κ_a``, ``χ_a`` and ``δ_a`` (at most half the application's fastest 1-GPU step).
 
 A model the profile has no per-model value for (a new application, :mod:`.protocols`) takes the
-cluster-wide ``compute_sharing``, ``latency_inflation`` and ``replica_overhead``: the medians of
-the fitted applications' values.
+cluster-wide ``compute_sharing``, ``latency_inflation`` and ``replica_overhead``: the geometric
+means of the fitted applications' values (each is fitted in log, and they differ between
+applications by up to four orders of magnitude, so the mean of the logs is their centre; the
+median of a few such values is one application's value, whichever sits in the middle).
 
 Structural choices that are not fitted: the ring, the GPU link bandwidth (``gpu_bandwidth``, 10
 TB/s by default: the fabric ``F / g`` binds below it) and the bucket size.
@@ -208,6 +211,7 @@ def fit_profile(
     compute: str = "measured",
     gpu_bandwidth: float | None = None,
     bucket_bytes: float = DDP_BUCKET_BYTES,
+    grad_prior: float = GRAD_PRIOR,
 ) -> HardwareProfile:
     """Fit a hardware profile to measured step times (the model of the module docstring).
 
@@ -222,6 +226,8 @@ def fit_profile(
             ``per_sample`` fitted per application).
         gpu_bandwidth: GPU link bandwidth, bytes/s (default the base's, else 10 TB/s).
         bucket_bytes: The last gradient bucket, which cannot overlap (0: no such limit).
+        grad_prior: Weight of the pull of ``ln(M_a / M_zoo)`` towards 0 (:data:`GRAD_PRIOR`);
+            ``math.inf`` pins every ``M_a`` to the model zoo's size (no ``grad_bytes`` fitted).
 
     Returns:
         The fitted profile; its ``fit`` field holds a :class:`FitReport` mapping.
@@ -244,6 +250,9 @@ def fit_profile(
         )
     if not 0 <= bucket_bytes < 1e15:
         raise ConfigError(f"bucket_bytes={bucket_bytes!r} must be in [0, 1e15)")
+    if not grad_prior >= 0:
+        raise ConfigError(f"grad_prior={grad_prior!r} must be >= 0 (inf: M pinned to the zoo's)")
+    pinned = math.isinf(grad_prior)
     rows = measurements
     models = tuple(str(m) for m in np.unique(rows.model))
     apps = {m: str(rows.app[rows.model == m][0]) for m in models}
@@ -271,7 +280,8 @@ def fit_profile(
 
     # The fitted vector: per application blocks (na each), then affine t0, per_sample (ms), then
     # the shared values.
-    app_names = list(APP_PARAMETERS) + (["t0", "per_sample"] if affine else [])
+    app_names = [p for p in APP_PARAMETERS if not (pinned and p == "grad_bytes")]
+    app_names += ["t0", "per_sample"] if affine else []
     n_app = len(app_names)
     t0_start, ps_start = _compute_start(models, rows)
     lo, hi, x0 = [], [], []
@@ -307,7 +317,7 @@ def fit_profile(
         shared["fabric"] = math.exp(sh["fabric"]) * shared["nic"]
         blocks = {p: x[i * na : (i + 1) * na] for i, p in enumerate(app_names)}
         per = {
-            "grad_bytes": zoo_grad * np.exp(blocks["grad_bytes"]),
+            "grad_bytes": zoo_grad * np.exp(blocks["grad_bytes"]) if not pinned else zoo_grad,
             "compute_sharing": np.exp(blocks["compute_sharing"]),
             "latency_inflation": np.exp(blocks["latency_inflation"]),
             "replica_overhead": np.exp(blocks["replica_overhead"]) * _MS,
@@ -353,19 +363,20 @@ def fit_profile(
 
     def residuals(x: FloatArray) -> FloatArray:
         r = np.log(predict(x)) - log_measured
-        return np.concatenate([r, GRAD_PRIOR * x[:na]])
+        return r if pinned else np.concatenate([r, grad_prior * x[:na]])
 
     # Which residuals each parameter moves: a per-application value only its rows (and its
     # prior row), a shared value every row. Finite differences then perturb many columns at once.
-    sparsity = lil_matrix((R + na, len(x_init)), dtype=np.int8)
+    n_prior = 0 if pinned else na
+    sparsity = lil_matrix((R + n_prior, len(x_init)), dtype=np.int8)
     for i, _ in enumerate(app_names):
         for a in range(na):
             sparsity[np.flatnonzero(idx == a), i * na + a] = 1
-    for a in range(na):
+    for a in range(n_prior):
         sparsity[R + a, a] = 1
     sparsity[:R, shared_at:] = 1
     # Grouped differences pay off on many rows; on a few, scipy's sparse bookkeeping costs more.
-    sparse = (R + na) * len(x_init) > _SPARSE_FROM
+    sparse = (R + n_prior) * len(x_init) > _SPARSE_FROM
     best = None
     for f_bw, n_bw in _LINK_STARTS:
         x = x_init.copy()
@@ -439,10 +450,11 @@ def fit_profile(
         overlap_cap=1.0,
         latency="hops",
         bucket_bytes=bucket_bytes,
-        # A model without its own values (a new application) takes the fitted ones' medians.
-        compute_sharing=_sig(float(np.median(per["compute_sharing"]))),
-        latency_inflation=_sig(float(np.median(per["latency_inflation"]))),
-        replica_overhead=_sig(float(np.median(per["replica_overhead"]))),
+        # A model without its own values (a new application) takes the fitted ones' geometric
+        # means (each is fitted in log and they differ by orders of magnitude between models).
+        compute_sharing=_sig(_geometric_mean(per["compute_sharing"])),
+        latency_inflation=_sig(_geometric_mean(per["latency_inflation"])),
+        replica_overhead=_sig(_geometric_mean(per["replica_overhead"])),
         model_compute_sharing=by_model("compute_sharing"),
         model_latency_inflation=by_model("latency_inflation"),
         model_replica_overhead=by_model("replica_overhead"),
@@ -483,6 +495,11 @@ def _compute_start(models: Sequence[str], m: Measurements) -> tuple[FloatArray, 
             ps[i] = float(np.median(m.step_time[sel] / m.local_bsz[sel])) / _MS / 2
             t0[i] = float(np.median(m.step_time[sel])) / _MS / 2
     return t0, ps
+
+
+def _geometric_mean(values: FloatArray) -> float:
+    """``exp(mean(ln v))`` of positive values (every fitted κ, χ, δ is > 0: fitted in log)."""
+    return float(np.exp(np.mean(np.log(values))))
 
 
 def _sig(value: float, digits: int = 6) -> float:

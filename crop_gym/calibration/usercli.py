@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from crop_gym.calibration.fit import fit_profile, predict_step_time
+from crop_gym.calibration.fit import GRAD_PRIOR, fit_profile, predict_step_time
 from crop_gym.calibration.measurements import Measurements, load_measurements
 from crop_gym.calibration.protocols import (
     HeldOut,
@@ -103,6 +103,7 @@ def _fitter(args: argparse.Namespace, source: str) -> Callable[[Measurements], H
             gpu_type=args.gpu_type,
             name=args.name,
             compute=args.compute,
+            grad_prior=GRAD_PRIOR if args.grad_prior is None else args.grad_prior,
             citation=f"fitted by crop-gym calibrate {source}"
             + (f" --cluster {args.cluster}" if args.cluster is not None else ""),
         )
@@ -186,6 +187,7 @@ def _evaluate(args: argparse.Namespace, app_map: dict[str, str], splits: dict[st
                 "--gpu-type": args.gpu_type != "gpu",
                 "--name": args.name is not None,
                 "--compute": args.compute != "measured",
+                "--grad-prior": args.grad_prior is not None,
             },
             "--hardware ... --evaluate",
         )
@@ -240,6 +242,7 @@ def _new_app(args: argparse.Namespace, app_map: dict[str, str], splits: dict[str
             "--evaluate": args.evaluate is not None,
             "--predictions": args.predictions is not None,
             "--gpus-per-node": args.gpus_per_node is not None,
+            "--grad-prior": args.grad_prior is not None,
             **splits,
         },
         "--new-app",
