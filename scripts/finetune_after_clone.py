@@ -90,7 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--dagger", type=int, default=1)
     p.add_argument("--steps", type=int, default=16384, help="RL steps after cloning")
     p.add_argument("--eval-freq", type=int, default=4096)
-    p.add_argument("--eval-episodes", type=int, default=20, help="validation episodes")
+    p.add_argument(
+        "--eval-episodes", type=int, default=None, help="validation episodes (default: config's)"
+    )
     p.add_argument("--hyperparams", nargs="*", default=[], help="KEY=VALUE config overrides")
     p.add_argument("--episodes", type=int, default=100, help="held-out instances (default 100)")
     p.add_argument("--out", default=None, help="run directory (default runs/finetune/<ID>_seedS)")
