@@ -24,6 +24,7 @@ __all__ = [
     "TARGET_RATIO",
     "RunState",
     "callbacks",
+    "keeps_later",
     "latest_checkpoint",
     "plot_curve",
     "time_to_target",
@@ -122,6 +123,21 @@ def plot_curve(curve: list[dict[str, Any]], path: str | Path, *, title: str = ""
     return dest
 
 
+def keeps_later(score: float, best: float | None) -> bool:
+    """Whether a validation ``score`` (higher is better) replaces the kept best model.
+
+    Ties go to the later model: validation is greedy on fixed seeds, so a fine-tuned model that
+    scores exactly what the clone scored plays those instances as well as the clone, and the
+    rule no longer keeps step 0 whenever RL leaves the validation mean unchanged (issue 32 item
+    4: the strict rule did). A model that scores less is never kept.
+
+    Args:
+        score: The new validation score (ratio to CROP; minus the JCT ratio online).
+        best: The best score so far (``None``: nothing kept yet).
+    """
+    return best is None or score >= best
+
+
 def callbacks() -> Any:
     """The callback classes (defined lazily: they subclass SB3's BaseCallback)."""
     from stable_baselines3.common.callbacks import BaseCallback
@@ -169,7 +185,16 @@ def callbacks() -> Any:
 
     class RunCallback(BaseCallback):  # type: ignore[misc]
         """Validation (learning curve, best model; at the start, every ``eval_freq`` steps and at
-        the end, each logged as ``eval/*``) and periodic checkpoints."""
+        the end, each logged as ``eval/*``) and periodic checkpoints.
+
+        Validations run at the *start* of a rollout (and at the end of training), never inside
+        one: SB3 updates the policy after a rollout's last step, so a validation at that step
+        (what ``_on_step`` sees) would score the model before the rollout's update, and the last
+        update of a run would never be validated or kept as the best model. At a rollout's
+        start every update of the steps counted so far has been applied; a validation is due
+        once ``eval_freq`` steps have passed since the last one, so with ``eval_freq`` not a
+        multiple of the rollout size it happens at the next rollout boundary.
+        """
 
         def __init__(self, run: RunState) -> None:
             super().__init__()
@@ -183,25 +208,29 @@ def callbacks() -> Any:
             if self.last_eval < int(self.num_timesteps):
                 self._validate()
 
+        def _on_rollout_start(self) -> None:
+            # Called after the previous rollout's update (SB3: collect_rollouts, then train).
+            if int(self.model.num_timesteps) - self.last_eval >= self.run.eval_freq:
+                self._validate()
+
         def _on_step(self) -> bool:
             n = int(self.num_timesteps)
-            if n - self.last_eval >= self.run.eval_freq:
-                self._validate()
             if n - self.last_ckpt >= self.run.checkpoint_freq:
                 self.run.save_periodic(self.model)
                 self.last_ckpt = n
             return True
 
         def _on_training_end(self) -> None:
-            # A final validation point at the last step, logged with SB3's logger so TensorBoard
-            # has eval/* at the end (and the last update's train/*, which SB3 only dumps at the
-            # start of the next rollout).
-            if self.last_eval < int(self.num_timesteps):
+            # A final validation point after the last update, logged with SB3's logger so
+            # TensorBoard has eval/* at the end (and the last update's train/*, which SB3 only
+            # dumps at the start of the next rollout).
+            if self.last_eval < int(self.model.num_timesteps):
                 self._validate()
 
         def _validate(self) -> None:
-            row = self.run.validate(self.model, int(self.num_timesteps))
-            self.last_eval = int(self.num_timesteps)
+            n = int(self.model.num_timesteps)
+            row = self.run.validate(self.model, n)
+            self.last_eval = n
             for k in (
                 "ratio_to_crop",
                 "gain_ratio_to_crop",
@@ -210,7 +239,7 @@ def callbacks() -> Any:
             ):
                 if row.get(k) is not None:
                     self.logger.record(f"eval/{k}", row[k])
-            self.logger.dump(int(self.num_timesteps))
+            self.logger.dump(n)
 
     return ProgressCallback, RunCallback
 
@@ -379,7 +408,7 @@ class RunState:
         row["eval_seconds"] = dt
         self.curve = [r for r in self.curve if r["steps"] < steps or r["phase"] != phase] + [row]
         atomic_write_json(self.out / "curve.json", self.curve)
-        if score is not None and (self.best is None or score > self.best):
+        if score is not None and keeps_later(score, self.best):
             self.best = score
             save_checkpoint(
                 model,
