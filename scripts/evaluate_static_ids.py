@@ -6,8 +6,11 @@ have another action space), ``--episodes`` instances each from reset seed 10^9, 
 ``crop_gym.wrappers.SafeStop`` (``--safe-stop``, default ``positive_gain``; ``none`` for the
 environment's own stop), and CROP on the same instances (:func:`crop_gym.agents.evaluation.evaluate_static`).
 It prints a table and writes ``docs/results/static_policy.{json,csv}`` (``--out``): per ID the
-policy's and CROP's mean F, their ratio, the episodes below CROP, and whether the ratio reaches
-``--target`` (default 0.99, issue 14's bar for the shipped policy).
+policy's and CROP's mean F, their ratio with its 95 % paired bootstrap interval (the instances
+resampled, :func:`crop_gym.agents.stats.ratio_bootstrap`), the episodes below CROP, whether the
+ratio reaches ``--target`` (default 0.99, issue 14's bar for the shipped policy) and whether the
+policy is significantly below CROP (the interval's upper end under 1; issue 32: never on any
+static ID).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -56,6 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     th.set_num_threads(1)
     from crop_gym.agents.checkpoint import load_checkpoint
     from crop_gym.agents.evaluation import PolicyAgent, evaluate_static
+    from crop_gym.agents.stats import ratio_bootstrap
     from crop_gym.io import atomic_write_text
 
     ids = a.ids or static_ids()
@@ -65,8 +71,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{a.model} (trained on {meta.get('env_id')}), {a.episodes} held-out seeds from "
         f"{HELD_OUT}, SafeStop {a.safe_stop}"
     )
-    print("| ID | policy mean F | CROP mean F | ratio | episodes below CROP | ≥ target |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| ID | policy mean F | CROP mean F | ratio [95 % CI] | episodes below CROP | ≥ target "
+        "| significantly below CROP |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for env_id in ids:
         t0 = time.perf_counter()
         rep = evaluate_static(
@@ -78,21 +87,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             random_reference=False,
             safe_stop=None if a.safe_stop == "none" else a.safe_stop,
         )
+        per = rep["per_episode"]
+        boot = ratio_bootstrap(
+            np.array([[e["policy"]["F"] for e in per]]),
+            np.array([e["baselines"]["crop"]["F"] for e in per]),
+        )
+        lo, hi = boot["ratio_of_means_ci95"]
         row = {
             "env_id": env_id,
             "episodes": a.episodes,
             "policy_mean_F": rep["policy_mean_F"],
             "crop_mean_F": rep["crop_mean_F"],
             "ratio_to_crop": rep["ratio_to_crop"],
+            "ratio_ci95_low": lo,
+            "ratio_ci95_high": hi,
             "episodes_below_crop": rep["episodes_vs_crop"]["worse"],
             "meets_target": bool(rep["ratio_to_crop"] >= a.target),
+            "significantly_below_crop": bool(hi < 1.0),
             "seconds": time.perf_counter() - t0,
         }
         rows.append(row)
         print(
             f"| `{env_id}` | {row['policy_mean_F']:.3f} | {row['crop_mean_F']:.3f} | "
-            f"{row['ratio_to_crop']:.4f} | {row['episodes_below_crop']} | "
-            f"{'yes' if row['meets_target'] else 'no'} |",
+            f"{row['ratio_to_crop']:.4f} [{lo:.4f}, {hi:.4f}] | {row['episodes_below_crop']} | "
+            f"{'yes' if row['meets_target'] else 'no'} | "
+            f"{'yes' if row['significantly_below_crop'] else 'no'} |",
             flush=True,
         )
     report = {
