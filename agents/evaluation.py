@@ -463,8 +463,9 @@ def summarize(
     """Aggregate per-episode records into the evaluation report.
 
     Static: ``policy_mean_F`` (final F, background jobs included), ``policy_mean_gain`` (the
-    return, F(end) − F(start)), ``ratio_to_crop`` = policy mean F / CROP mean F,
-    ``gain_ratio_to_crop`` = policy mean gain / CROP mean gain, and for every baseline its means and
+    return, F(end) − F(start)), ``ratio_to_crop`` = policy mean F / CROP mean F and its
+    interval ``ratio_to_crop_ci`` = ``[low, high]`` (a 95 % bootstrap over the instances of the
+    paired ratio of means, as online), ``gain_ratio_to_crop = policy mean gain / CROP mean gain, and for every baseline its means and
     the same two ratios (``ratio_to[name]``, ``gain_ratio_to[name]``). Online: mean JCT of the
     completed jobs, mean time in system of every arrived job with unfinished ones counted up to the
     end of the episode (the fair number when episodes end at a horizon: a policy that finishes
@@ -505,6 +506,8 @@ def summarize(
             out["gain_ratio_to_crop"] = base["crop"]["gain_ratio"]
             cF = np.array([r["baselines"]["crop"]["F"] for r in records])
             pFs = np.array([r["policy"]["F"] for r in records])
+            boot = ratio_bootstrap(pFs[None, :], cF, reps=BOOTSTRAP_REPS, seed=0)
+            out["ratio_to_crop_ci"] = [float(v) for v in boot["ratio_of_means_ci95"]]
             out["episodes_vs_crop"] = {
                 "better": int((pFs > cF + 1e-9).sum()),
                 "equal": int((np.abs(pFs - cF) <= 1e-9).sum()),
