@@ -25,17 +25,23 @@ import gymnasium as gym
 import numpy as np
 import torch as th
 import torch.nn.functional as F
+from numpy.typing import NDArray
 
 from crop_gym.agents.demonstrations import Demonstrations, rollouts
 from crop_gym.agents.networks import MASKED_LOGIT, obs_to_tensors
 from crop_gym.agents.policies import scorer_of
 
+#: How several demonstration sets share an epoch (:attr:`BCConfig.balance`).
+BALANCE_MODES: tuple[str, ...] = ("states", "sets")
+
 __all__ = [
+    "BALANCE_MODES",
     "BCConfig",
     "Demonstrations",
     "agreement",
     "behaviour_cloning",
     "dagger",
+    "epoch_batches",
     "equivalent_agreement",
     "greedy_action",
     "policy_logits",
@@ -70,6 +76,12 @@ class BCConfig:
             episodes as the run's own, on the same seeds, with their default arguments) and
             DAgger rollouts are cloned together with the run's: one policy for several tasks
             (the candidate scorer does not depend on the cluster or queue size).
+        balance: How several demonstration sets share an epoch. ``"states"``: each set's
+            minibatches are visited once, so a set weighs in proportion to its states (a task
+            with short episodes, e.g. the 8-GPU testbed's 4 jobs or the fragmented cluster's one
+            or two placements, then weighs little). ``"sets"``: every set contributes as many
+            minibatches per epoch as the largest one, smaller sets being visited again in fresh
+            permutations (oversampled), so every task weighs the same.
     """
 
     epochs: int = 30
@@ -87,6 +99,7 @@ class BCConfig:
     dagger_epochs: int = 10
     teacher: str = "crop"
     also_on: tuple[str, ...] = ()
+    balance: str = "states"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -99,6 +112,12 @@ class BCConfig:
         if "also_on" in data:
             data["also_on"] = tuple(data["also_on"] or ())
         return cls(**data)
+
+    def __post_init__(self) -> None:
+        if self.balance not in BALANCE_MODES:
+            raise ValueError(
+                f"bc.balance={self.balance!r} must be one of {', '.join(map(repr, BALANCE_MODES))}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -269,6 +288,46 @@ def equivalent_agreement(
     return {"exact": exact / max(n, 1), "equivalent": equiv / max(n, 1), "states": n}
 
 
+def epoch_batches(
+    train: Sequence[NDArray[np.int64]],
+    batch_size: int,
+    balance: str,
+    rng: np.random.Generator,
+) -> list[tuple[int, NDArray[np.int64]]]:
+    """One epoch's minibatches over several demonstration sets, as ``(set, state indices)``.
+
+    Each set's training states are permuted and cut into minibatches of ``batch_size`` (the last
+    one shorter). With ``balance="states"`` that is all; with ``"sets"`` a set with fewer
+    minibatches than the largest set is permuted again (a fresh permutation each pass) until it
+    has as many, the last pass cut short, so every set is seen in the same number of minibatches.
+    With several sets the minibatches are then shuffled together.
+
+    Args:
+        train: The training state indices of each set.
+        batch_size: States per minibatch (>= 1).
+        balance: ``"states"`` or ``"sets"`` (:data:`BALANCE_MODES`).
+        rng: The generator of the permutations.
+
+    Returns:
+        The minibatches, in the order to visit them.
+    """
+    per_set: list[list[NDArray[np.int64]]] = []
+    for idx in train:
+        perm = rng.permutation(idx)
+        per_set.append([perm[i : i + batch_size] for i in range(0, len(perm), batch_size)])
+    if balance == "sets":
+        most = max((len(b) for b in per_set), default=0)
+        for g, idx in enumerate(train):
+            while 0 < len(per_set[g]) < most:
+                perm = rng.permutation(idx)
+                more = [perm[i : i + batch_size] for i in range(0, len(perm), batch_size)]
+                per_set[g] += more[: most - len(per_set[g])]
+    batches = [(g, b) for g, bs in enumerate(per_set) for b in bs]
+    if len(train) > 1:
+        batches = [batches[i] for i in rng.permutation(len(batches))]
+    return batches
+
+
 def _split(
     demos: Demonstrations, val_fraction: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -315,7 +374,9 @@ def behaviour_cloning(
     Several sets (one per environment, e.g. a run's own and those of ``bc.also_on``) are cloned
     together: each minibatch is drawn from one set (their observation layouts may differ; the
     candidate scorer does not depend on them), and an epoch visits every set's minibatches in a
-    shuffled order, so each set weighs in proportion to its states.
+    shuffled order, so each set weighs in proportion to its states (``config.balance ==
+    "states"``) or, with ``"sets"``, each set is drawn as many minibatches as the largest set has
+    (:func:`epoch_batches`).
 
     Args:
         policy: An SB3 policy (``model.policy``).
@@ -346,14 +407,9 @@ def behaviour_cloning(
         it = tqdm(it, desc="behaviour cloning", unit="epoch", dynamic_ncols=True)
     policy.set_training_mode(True)
     for epoch in it:
-        batches = []
-        for g, (train_idx, _, _) in enumerate(splits):
-            perm = rng.permutation(train_idx)
-            batches += [
-                (g, perm[i : i + config.batch_size]) for i in range(0, len(perm), config.batch_size)
-            ]
-        if len(sets) > 1:
-            batches = [batches[i] for i in rng.permutation(len(batches))]
+        batches = epoch_batches(
+            [train_idx for train_idx, _, _ in splits], config.batch_size, config.balance, rng
+        )
         tot = ce_tot = v_tot = 0.0
         nb = 0
         for g, idx in batches:

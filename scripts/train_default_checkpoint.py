@@ -3,9 +3,12 @@ static ID.
 
 Trains the candidate scorer (MaskablePPO's policy) by behaviour cloning only (``--steps 0``), on
 ``crop_gym/Placement-v0`` *and* the IDs of ``ALSO_ON`` (``bc.also_on``): the 8-GPU testbed, the
-severe abnormalities, and the two other hardware profiles (RTX 2080 Ti, mixed). The teacher is
-``crop-rollout`` (CROP with one step of lookahead, :mod:`crop_gym.baselines.rollout_expert`), on 200
-training instances per ID, then two DAgger rounds of 50 episodes per ID. Trained on the
+severe abnormalities, the two other hardware profiles (RTX 2080 Ti, mixed) and the fragmented
+cluster of large jobs. The teacher is ``crop-rollout`` (CROP with one step of lookahead,
+:mod:`crop_gym.baselines.rollout_expert`), on 200 training instances per ID, then two DAgger rounds
+of 50 episodes per ID; ``balance: sets`` makes every ID weigh the same in an epoch (the testbed's
+and the fragmented cluster's episodes are 2-4 states long, against 13-16 elsewhere, and weighed
+5-8 x less when the sets weighed by their states). Trained on the
 64-GPU A100 task alone, the former default fell below 0.99 x CROP on the testbed and the other
 profiles (docs/AGENTS.md); the scorer does not depend on the cluster or queue size, so one set
 of weights learns them all. The final model is evaluated on 50 held-out seeds (from 10^9) of
@@ -30,12 +33,13 @@ ALSO_ON = (
     "crop_gym/Placement-Severe-v0",
     "crop_gym/Placement-RTX-v0",
     "crop_gym/Placement-Mixed-v0",
+    "crop_gym/Placement-Fragmented-v0",
 )
 #: The bc block of the run (replaces the config entry's; crop_gym.agents.imitation.BCConfig).
 BC = (
     "bc={teacher: crop-rollout, also_on: [" + ", ".join(ALSO_ON) + "], epochs: 30, "
     "batch_size: 256, learning_rate: 1.0e-3, vf_coef: 0.5, dagger_iterations: 2, "
-    "dagger_episodes: 50, dagger_epochs: 10}"
+    "dagger_episodes: 50, dagger_epochs: 10, balance: sets}"
 )
 RECIPE = dict(
     algo="maskable_ppo",
