@@ -109,7 +109,7 @@ def test_fit_recovers_known_parameters() -> None:
     true = truth()
     data = synthetic(true)
     got = fit_profile(data, gpus_per_node=4, gpu_type="x")
-    assert got.fit["compute"] == "measured" and got.fit["parameters"] == 6 + 4 * 2
+    assert got.fit["compute"] == "measured" and got.fit["parameters"] == 7 + 4 * 2
     pred = predict_step_time(got, data)
     assert np.abs(pred / data.step_time - 1).max() < 5e-3
     assert (got.allreduce, got.latency, got.bucket_bytes) == ("ring", "hops", 25e6)
@@ -131,9 +131,25 @@ def test_fit_recovers_known_parameters() -> None:
     # sqrt(0.01 * 0.2) = 0.044721.
     assert got.replica_overhead == pytest.approx(0.0031623, rel=0.05)
     assert got.compute_sharing == pytest.approx(0.044721, rel=0.05)
+    # No saturation in the data: g* ends at its bound (gpus_per_node), where no row saturates.
+    assert got.compute_saturation == math.inf and not got.model_compute_saturation
     # The fitted profile predicts through the same job_times path, from its own fields.
     again = HardwareProfile.from_mapping(got.to_mapping())
     assert np.array_equal(predict_step_time(again, data), predict_step_time(got, data))
+
+
+def test_fit_recovers_a_saturating_compute_sharing() -> None:
+    """Compute sharing that stops growing at g* = 3 co-located GPUs (of 4): κ_max = κ (g* - 1),
+    0.02 for bert (κ 0.01), 0.4 for resnet50 (κ 0.2); the 4-GPU rows are as slow as the 3-GPU
+    ones."""
+    true = dataclasses.replace(truth(), model_compute_saturation={"bert": 0.02, "resnet50": 0.4})
+    data = synthetic(true)
+    got = fit_profile(data, gpus_per_node=4, gpu_type="x")
+    assert np.abs(predict_step_time(got, data) / data.step_time - 1).max() < 5e-3
+    assert got.model_kappa("resnet50") == pytest.approx(0.2, rel=0.05)
+    assert got.model_kappa_max("resnet50") == pytest.approx(0.4, rel=0.05)
+    # A new model: the geometric means, sqrt(0.01 * 0.2) = 0.044721 and 2 x that.
+    assert got.compute_saturation == pytest.approx(0.089443, rel=0.05)
 
 
 def test_pinned_gradient_sizes_are_the_zoo_s() -> None:
@@ -144,7 +160,7 @@ def test_pinned_gradient_sizes_are_the_zoo_s() -> None:
     )
     data = synthetic(true)
     got = fit_profile(data, gpus_per_node=4, gpu_type="x", grad_prior=math.inf)
-    assert got.fit["parameters"] == 6 + 3 * 2
+    assert got.fit["parameters"] == 7 + 3 * 2
     assert got.grad_bytes == {m: MODEL_ZOO[m].grad_bytes for m in ("bert", "resnet50")}
     assert np.abs(predict_step_time(got, data) / data.step_time - 1).max() < 5e-3
     assert got.links[1].bandwidth == pytest.approx(5 * GB, rel=0.05)
@@ -174,7 +190,7 @@ def test_affine_variant_fits_a_line() -> None:
         },
     )
     got = fit_profile(synthetic(true), gpus_per_node=4, gpu_type="x", compute="affine")
-    assert got.fit["parameters"] == 6 + 6 * 2 and got.fit["median_abs_rel_error"] < 2e-3
+    assert got.fit["parameters"] == 7 + 6 * 2 and got.fit["median_abs_rel_error"] < 2e-3
     assert got.compute["bert"]["x"].t0 == pytest.approx(0.05, rel=0.05)
     assert got.compute["resnet50"]["x"].per_sample == pytest.approx(0.002, rel=0.05)
 

@@ -18,7 +18,9 @@ tree of ``gpus_per_node``-GPU nodes under one switch, healthy and alone (``k``, 
 * compute pinned to the measurement: the application's measured 1-GPU step time at the local
   batch (piecewise linear through the median at each 1-GPU batch; ``compute="affine"`` fits
   ``t0 + per_sample · b`` instead), less the single-replica overhead ``δ_a`` on more than one GPU,
-  times ``1 + κ_a (g - 1)`` (compute sharing);
+  times ``1 + min(κ_a (g - 1), κ_a (g* - 1))`` (compute sharing, which stops growing at ``g*``
+  co-located GPUs, where the node's shared resource saturates; ``κ_max,a = κ_a (g* - 1)`` in the
+  profile, none when ``g*`` reaches ``gpus_per_node``);
 * overlap: backward hides up to ``φ · t`` of the all-reduce, but never the last gradient bucket
   (``bucket_bytes``, PyTorch DDP's default 25 MB).
 
@@ -26,8 +28,8 @@ Fitted, with :func:`scipy.optimize.least_squares` (trust-region reflective, soft
 5 % on the log error of the step time, finite differences on the sparsity pattern of the
 parameters, three fixed starts of ``F`` and ``B``, the best kept; deterministic):
 
-* shared by the cluster (:data:`SHARED_PARAMETERS`, 6): ``F``, ``B``, ν, φ, ``a_intra``,
-  ``a_inter``;
+* shared by the cluster (:data:`SHARED_PARAMETERS`, 7): ``F``, ``B``, ν, φ, ``a_intra``,
+  ``a_inter``, ``g*`` (``g* - 1`` in ``[1, gpus_per_node - 1]``, in log);
 * per application (4, :data:`APP_PARAMETERS`): the effective gradient bytes ``M_a`` (in log,
   within a factor 2 of the zoo's size, which is checked against the published parameter counts,
   with a weak pull towards it, weight ``grad_prior``, default :data:`GRAD_PRIOR`; with
@@ -35,8 +37,9 @@ parameters, three fixed starts of ``F`` and ``B``, the best kept; deterministic)
   application), ``κ_a``, ``χ_a`` and ``δ_a`` (at most half the application's fastest 1-GPU step).
 
 A model the profile has no per-model value for (a new application, :mod:`.protocols`) takes the
-cluster-wide ``compute_sharing``, ``latency_inflation`` and ``replica_overhead``: the geometric
-means of the fitted applications' values (each is fitted in log, and they differ between
+cluster-wide ``compute_sharing``, ``compute_saturation``, ``latency_inflation`` and
+``replica_overhead``: the geometric means of the fitted applications' values (so its
+``κ_max = κ (g* - 1)`` too) (each is fitted in log, and they differ between
 applications by up to four orders of magnitude, so the mean of the logs is their centre; the
 median of a few such values is one application's value, whichever sits in the middle).
 
@@ -82,6 +85,7 @@ SHARED_PARAMETERS: tuple[str, ...] = (
     "overlap",  # φ in (0, 1) (logistic)
     "gpu_latency",  # a_intra, s per hop (ln, in µs)
     "nic_latency",  # a_inter, s per hop (ln, in µs)
+    "saturation_gpus",  # g*, co-located GPUs that saturate the node's shared resource (ln(g* - 1))
 )
 #: Per-application parameters fitted (see the module docstring).
 APP_PARAMETERS: tuple[str, ...] = (
@@ -111,6 +115,10 @@ _SHARED = {
     "overlap": (0.0, -12.0, 12.0),
     "gpu_latency": (math.log(10.0), math.log(0.1), math.log(1e5)),
     "nic_latency": (math.log(100.0), math.log(0.1), math.log(1e5)),
+    # g* - 1 in [1, gpus_per_node - 1] (the upper bound is set per fit: there, no row saturates);
+    # it starts at 3 (saturated from 4 GPUs on), where both κ_a and g* move the residuals (a g* that
+    # no row reaches has no gradient).
+    "saturation_gpus": (math.log(3.0), 0.0, math.log(7.0)),
 }
 _APP = {
     "grad_bytes": (0.0, -math.log(2.0), math.log(2.0)),
@@ -176,13 +184,14 @@ def predict_step_time(profile: HardwareProfile, measurements: Measurements) -> F
     facts, b_inter = spread_facts(measurements.placement, profile.links[0], profile.links[1])
     models = measurements.model
     n = len(measurements)
-    compute, grad, kappa, chi, delta = (np.empty(n) for _ in range(5))
+    compute, grad, kappa, kappa_max, chi, delta = (np.empty(n) for _ in range(6))
     for m in np.unique(models):
         sel = models == m
         name = str(m)
         compute[sel] = profile.compute_time(name, measurements.local_bsz[sel])
         grad[sel] = profile.model_grad_bytes(name)
         kappa[sel] = profile.model_kappa(name)
+        kappa_max[sel] = profile.model_kappa_max(name)
         chi[sel] = profile.model_chi(name)
         delta[sel] = profile.model_delta(name)
     times = job_times(
@@ -193,6 +202,7 @@ def predict_step_time(profile: HardwareProfile, measurements: Measurements) -> F
         facts,
         b_inter,
         compute_sharing=kappa,
+        compute_saturation=kappa_max,
         latency_inflation=chi,
         replica_overhead=delta,
     )
@@ -295,8 +305,14 @@ def fit_profile(
             x0.append(t0_start if p == "t0" else ps_start)
             lo.append(np.zeros(na))
             hi.append(np.full(na, np.inf))
+    # (On nodes of 1 or 2 GPUs no row can saturate before g = gpus_per_node: the bound is then
+    # just above 0 and g* is off.)
+    sat_high = math.log(max(gpus_per_node - 1.0, 1.001))
     for p in SHARED_PARAMETERS:
         start, low, high = _SHARED[p]
+        if p == "saturation_gpus":
+            high = sat_high
+            start = min(start, high)
         x0.append(np.array([start]))
         lo.append(np.array([low]))
         hi.append(np.array([high]))
@@ -311,6 +327,7 @@ def fit_profile(
             "overlap": 1.0 / (1.0 + math.exp(-sh["overlap"])),
             "gpu_latency": math.exp(sh["gpu_latency"]) * _US,
             "nic_latency": math.exp(sh["nic_latency"]) * _US,
+            "saturation_gpus": 1.0 + math.exp(sh["saturation_gpus"]),
         }
         # The fabric is fitted relative to the NIC, so that scaling every bandwidth and every M
         # together (the one direction the step times cannot see) stays free for the prior on M.
@@ -322,6 +339,14 @@ def fit_profile(
             "latency_inflation": np.exp(blocks["latency_inflation"]),
             "replica_overhead": np.exp(blocks["replica_overhead"]) * _MS,
         }
+        # The slowdown stops growing at g* co-located GPUs, where the node's shared resource
+        # saturates: κ_max = κ (g* - 1), or none where g* is at its bound (no row reaches it).
+        at_bound = sh["saturation_gpus"] >= sat_high - 1e-9
+        per["compute_saturation"] = (
+            np.full(na, np.inf)
+            if at_bound
+            else per["compute_sharing"] * (shared["saturation_gpus"] - 1.0)
+        )
         if affine:
             per["t0"], per["per_sample"] = blocks["t0"] * _MS, blocks["per_sample"] * _MS
         return shared, per
@@ -353,6 +378,7 @@ def fit_profile(
             facts,
             b_inter,
             compute_sharing=per["compute_sharing"][idx],
+            compute_saturation=per["compute_saturation"][idx],
             latency_inflation=per["latency_inflation"][idx],
             replica_overhead=per["replica_overhead"][idx],
         )
@@ -430,7 +456,7 @@ def fit_profile(
     speeds.setdefault(gpu_type, 1.0)
 
     def by_model(p: str) -> dict[str, float]:
-        return {m: _sig(float(per[p][i])) for i, m in enumerate(models)}
+        return {m: _sig(float(per[p][i])) for i, m in enumerate(models) if np.isfinite(per[p][i])}
 
     return HardwareProfile(
         name=name or f"fitted-{gpu_type}",
@@ -453,9 +479,11 @@ def fit_profile(
         # A model without its own values (a new application) takes the fitted ones' geometric
         # means (each is fitted in log and they differ by orders of magnitude between models).
         compute_sharing=_sig(_geometric_mean(per["compute_sharing"])),
+        compute_saturation=_sig(_geometric_mean(per["compute_saturation"])),
         latency_inflation=_sig(_geometric_mean(per["latency_inflation"])),
         replica_overhead=_sig(_geometric_mean(per["replica_overhead"])),
         model_compute_sharing=by_model("compute_sharing"),
+        model_compute_saturation=by_model("compute_saturation"),
         model_latency_inflation=by_model("latency_inflation"),
         model_replica_overhead=by_model("replica_overhead"),
         compute=compute_curves,
