@@ -157,6 +157,11 @@ def test_fit_within_nodes_and_leave_one_app_out(folder: Path, tmp_path: Path) ->
         "2222",
         "4444",
     }
+    assert data["network"] == "fitted"
+    # Fitted on one node, no row crosses the network: the output says its terms are not fitted.
+    one = tmp_path / "one.json"
+    assert main([*base, "--fit-within-nodes", "1", "--json", str(one)]) == 0
+    assert json.loads(one.read_text())["network"].startswith("not identified: no row crosses")
     lo = tmp_path / "l.json"
     assert main([*base, "--leave-one-app-out", "--json", str(lo)]) == 0
     data = json.loads(lo.read_text())

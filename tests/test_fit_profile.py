@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crop_gym.calibration.fit import fit_profile, predict_step_time
+from crop_gym.calibration.fit import BACKWARD_SHARE, NetworkFacts, fit_profile, predict_step_time
 from crop_gym.calibration.measurements import Measurements
 from crop_gym.calibration.spread import even_spread, spread_facts
 from crop_gym.errors import ConfigError
@@ -211,6 +211,66 @@ def test_fit_refuses_bad_arguments() -> None:
     one = data.select(~((data.model == "bert") & (data.num_gpus == 1) & (data.local_bsz > 4)))
     with pytest.raises(ConfigError, match="bert: 1 1-GPU local batch"):
         fit_profile(one, gpus_per_node=4, gpu_type="x")
+
+
+def test_network_facts_replace_what_one_node_cannot_identify() -> None:
+    """Rows of one node never cross the network: B, ν and a_inter come from the facts."""
+    data = synthetic(truth())
+    one = data.select(data.num_nodes == 1)
+    facts = NetworkFacts(line_rate=25 * GB, nic_sharing=0.0, source="a datasheet")
+    got = fit_profile(one, gpus_per_node=4, gpu_type="x", network=facts)
+    assert got.links[1].bandwidth == 25 * GB and got.nic_sharing == 0.0
+    # A hop out of a node costs what one inside does (the lower bound of a hop that also crosses
+    # the card).
+    assert got.links[1].latency == got.links[0].latency
+    # 7 shared less the three network terms, 4 per application.
+    assert got.fit["parameters"] == 7 - 3 + 4 * 2
+    assert got.fit["network"].startswith("hardware facts, not fitted")
+    assert "25 GB/s" in got.fit["network"] and "a datasheet" in got.fit["network"]
+    # The one-node rows are fitted as well as without facts (the network is not in them).
+    free = fit_profile(one, gpus_per_node=4, gpu_type="x")
+    assert free.fit["network"].startswith("not identified")
+    assert free.fit["parameters"] == 7 + 4 * 2
+    rel = np.abs(predict_step_time(got, one) / one.step_time - 1)
+    assert np.median(rel) < 5e-3
+    # Rows across nodes are fitted as before: facts without an efficiency do not bound B there.
+    multi = fit_profile(data, gpus_per_node=4, gpu_type="x", network=facts)
+    assert multi.fit["network"] == "fitted"
+    assert multi.links[1].bandwidth == pytest.approx(5 * GB, rel=0.05)
+
+
+def test_network_line_rate_bounds_the_nic_on_two_nodes() -> None:
+    """With an efficiency, B of a fit on rows of <= 2 nodes stays in [efficiency, 1] × line rate."""
+    data = synthetic(truth())
+    two = data.select(data.num_nodes <= 2)
+    facts = NetworkFacts(line_rate=8 * GB, nic_sharing=0.5, efficiency=0.8)
+    got = fit_profile(two, gpus_per_node=4, gpu_type="x", network=facts)
+    # The truth's 5 GB/s is below 0.8 × 8 = 6.4 GB/s: the bound keeps B out of it.
+    assert 6.4 * GB * (1 - 1e-5) <= got.links[1].bandwidth <= 8 * GB
+    assert got.fit["network"].startswith("fitted, B bounded to [0.8, 1]")
+
+
+def test_overlap_bound() -> None:
+    """φ stays below ``overlap_max``; the truth's 0.3 is recovered under the backward share."""
+    data = synthetic(truth())
+    got = fit_profile(data, gpus_per_node=4, gpu_type="x", overlap_max=BACKWARD_SHARE)
+    assert got.overlap == pytest.approx(0.3, rel=0.05)
+    assert got.fit["overlap_max"] == pytest.approx(0.666667)
+    low = fit_profile(data, gpus_per_node=4, gpu_type="x", overlap_max=0.1)
+    assert low.overlap <= 0.1
+
+
+def test_network_facts_and_overlap_bound_refuse_bad_values() -> None:
+    with pytest.raises(ConfigError, match="line_rate"):
+        NetworkFacts(line_rate=0.0, nic_sharing=0.0)
+    with pytest.raises(ConfigError, match="nic_sharing"):
+        NetworkFacts(line_rate=1e9, nic_sharing=1.5)
+    with pytest.raises(ConfigError, match="efficiency"):
+        NetworkFacts(line_rate=1e9, nic_sharing=0.0, efficiency=0.0)
+    data = synthetic(truth())
+    for bad in (0.0, 1.5, math.nan):
+        with pytest.raises(ConfigError, match="overlap_max"):
+            fit_profile(data, gpus_per_node=4, gpu_type="x", overlap_max=bad)
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "sia_validation_after.json"
