@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from crop_gym.calibration.fit import fit_profile, predict_step_time
+from crop_gym.calibration.fit import NetworkFacts, fit_profile, predict_step_time
 from crop_gym.calibration.measurements import Measurements, load_measurements
 from crop_gym.calibration.protocols import HeldOut, fit_within_nodes, leave_one_app_out
 from crop_gym.calibration.report import evaluate, ordering_pairs
@@ -78,6 +78,36 @@ CLUSTERS: dict[str, tuple[str, str, int, str]] = {
     "rtx": ("rtx-2080ti-v2", "rtx2080ti", 8, "on-prem, 8 x RTX 2080 Ti per node"),
     "quad": ("quadro-rtx6000-v2", "rtx6000", 4, "on-prem, 4 x Quadro RTX 6000 (one node)"),
 }
+#: Hardware facts of a cluster's network cards, where known (:class:`NetworkFacts`): a fit on
+#: rows that never cross the network (fit within 1 node) takes its network terms from them instead
+#: of leaving them unidentified, and on rows of two nodes (where B and the overlap φ trade off at
+#: nearly equal cost) B stays within [efficiency, 1] x the line rate. A DGX-A100 has eight single-port 200 Gb/s HDR InfiniBand
+#: adapters for its compute fabric, one per GPU (NVIDIA's DGX A100 system specification, as
+#: summarised in https://www.microway.com/hpc-tech-tips/dgx-a100-review-throughput-and-hardware-summary/):
+#: 25 GB/s per GPU rail, no sharing between co-located GPUs (ν = 0). An Azure ND40rs_v2 VM has one
+#: 100 Gb/s EDR InfiniBand backend network for its 8 GPUs (Microsoft, "NDv2-series",
+#: learn.microsoft.com/azure/virtual-machines/ndv2-series): 12.5 GB/s, shared by all (ν = 1);
+#: no bound on its multi-node fits (its rows span 5 nodes, and its fitted ν, 0.34, is not the
+#: hardware's, so its fitted B is not comparable with the line rate). The Sia data and artifact
+#: do not name the network of the on-prem RTX and Quadro nodes: no facts there.
+DGX_A100_NETWORK = NetworkFacts(
+    line_rate=25e9,
+    nic_sharing=0.0,
+    # A ring all-reduce over InfiniBand reaches at least half the line rate (NCCL's bus bandwidth
+    # on HDR is typically 80-95 % of it): on the DGX's two nodes, B in [12.5, 25] GB/s.
+    efficiency=0.5,
+    source="DGX-A100: 8 x 200 Gb/s HDR InfiniBand adapters, one per GPU (NVIDIA DGX A100 spec)",
+)
+AZURE_ND40RS_V2_NETWORK = NetworkFacts(
+    line_rate=12.5e9,
+    nic_sharing=1.0,
+    source="Azure ND40rs_v2: one 100 Gb/s EDR InfiniBand per VM (Microsoft, NDv2-series)",
+)
+NETWORK: dict[str, NetworkFacts] = {
+    "azure": AZURE_ND40RS_V2_NETWORK,
+    "dgx-ext": DGX_A100_NETWORK,
+    "dgx": DGX_A100_NETWORK,
+}
 #: The clusters whose fit is bundled (``--write-profiles``).
 SHIPPED = ("azure", "dgx-ext", "rtx", "quad")
 #: Node counts N of the "fit within N nodes" protocol (those below a cluster's largest).
@@ -102,7 +132,14 @@ def fitter(cluster: str) -> Callable[[Measurements], HardwareProfile]:
     citation = f"{hw}. " + SIA.format(c=cluster)
 
     def fit(rows: Measurements) -> HardwareProfile:
-        return fit_profile(rows, gpus_per_node=gpn, gpu_type=gtype, name=name, citation=citation)
+        return fit_profile(
+            rows,
+            gpus_per_node=gpn,
+            gpu_type=gtype,
+            name=name,
+            citation=citation,
+            network=NETWORK.get(cluster),
+        )
 
     return fit
 

@@ -113,8 +113,8 @@ def test_grad_prior_inf_pins_the_zoo_sizes(folder: Path, tmp_path: Path) -> None
     assert main([*fit, "--out", str(free)]) == 0
     got = load_hardware(pinned)
     assert got.grad_bytes == {"bert": 110.0e6 * 4, "resnet18": 11.17e6 * 4}
-    assert got.fit["parameters"] == 6 + 3 * 2
-    assert load_hardware(free).fit["parameters"] == 6 + 4 * 2
+    assert got.fit["parameters"] == 7 + 3 * 2
+    assert load_hardware(free).fit["parameters"] == 7 + 4 * 2
 
 
 def test_evaluating_the_true_profile_has_no_error(folder: Path, tmp_path: Path) -> None:
@@ -157,6 +157,11 @@ def test_fit_within_nodes_and_leave_one_app_out(folder: Path, tmp_path: Path) ->
         "2222",
         "4444",
     }
+    assert data["network"] == "fitted"
+    # Fitted on one node, no row crosses the network: the output says its terms are not fitted.
+    one = tmp_path / "one.json"
+    assert main([*base, "--fit-within-nodes", "1", "--json", str(one)]) == 0
+    assert json.loads(one.read_text())["network"].startswith("not identified: no row crosses")
     lo = tmp_path / "l.json"
     assert main([*base, "--leave-one-app-out", "--json", str(lo)]) == 0
     data = json.loads(lo.read_text())

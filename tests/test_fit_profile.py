@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from crop_gym.calibration.fit import fit_profile, predict_step_time
+from crop_gym.calibration.fit import BACKWARD_SHARE, NetworkFacts, fit_profile, predict_step_time
 from crop_gym.calibration.measurements import Measurements
 from crop_gym.calibration.spread import even_spread, spread_facts
 from crop_gym.errors import ConfigError
@@ -109,7 +109,7 @@ def test_fit_recovers_known_parameters() -> None:
     true = truth()
     data = synthetic(true)
     got = fit_profile(data, gpus_per_node=4, gpu_type="x")
-    assert got.fit["compute"] == "measured" and got.fit["parameters"] == 6 + 4 * 2
+    assert got.fit["compute"] == "measured" and got.fit["parameters"] == 7 + 4 * 2
     pred = predict_step_time(got, data)
     assert np.abs(pred / data.step_time - 1).max() < 5e-3
     assert (got.allreduce, got.latency, got.bucket_bytes) == ("ring", "hops", 25e6)
@@ -131,9 +131,25 @@ def test_fit_recovers_known_parameters() -> None:
     # sqrt(0.01 * 0.2) = 0.044721.
     assert got.replica_overhead == pytest.approx(0.0031623, rel=0.05)
     assert got.compute_sharing == pytest.approx(0.044721, rel=0.05)
+    # No saturation in the data: g* ends at its bound (gpus_per_node), where no row saturates.
+    assert got.compute_saturation == math.inf and not got.model_compute_saturation
     # The fitted profile predicts through the same job_times path, from its own fields.
     again = HardwareProfile.from_mapping(got.to_mapping())
     assert np.array_equal(predict_step_time(again, data), predict_step_time(got, data))
+
+
+def test_fit_recovers_a_saturating_compute_sharing() -> None:
+    """Compute sharing that stops growing at g* = 3 co-located GPUs (of 4): κ_max = κ (g* - 1),
+    0.02 for bert (κ 0.01), 0.4 for resnet50 (κ 0.2); the 4-GPU rows are as slow as the 3-GPU
+    ones."""
+    true = dataclasses.replace(truth(), model_compute_saturation={"bert": 0.02, "resnet50": 0.4})
+    data = synthetic(true)
+    got = fit_profile(data, gpus_per_node=4, gpu_type="x")
+    assert np.abs(predict_step_time(got, data) / data.step_time - 1).max() < 5e-3
+    assert got.model_kappa("resnet50") == pytest.approx(0.2, rel=0.05)
+    assert got.model_kappa_max("resnet50") == pytest.approx(0.4, rel=0.05)
+    # A new model: the geometric means, sqrt(0.01 * 0.2) = 0.044721 and 2 x that.
+    assert got.compute_saturation == pytest.approx(0.089443, rel=0.05)
 
 
 def test_pinned_gradient_sizes_are_the_zoo_s() -> None:
@@ -144,7 +160,7 @@ def test_pinned_gradient_sizes_are_the_zoo_s() -> None:
     )
     data = synthetic(true)
     got = fit_profile(data, gpus_per_node=4, gpu_type="x", grad_prior=math.inf)
-    assert got.fit["parameters"] == 6 + 3 * 2
+    assert got.fit["parameters"] == 7 + 3 * 2
     assert got.grad_bytes == {m: MODEL_ZOO[m].grad_bytes for m in ("bert", "resnet50")}
     assert np.abs(predict_step_time(got, data) / data.step_time - 1).max() < 5e-3
     assert got.links[1].bandwidth == pytest.approx(5 * GB, rel=0.05)
@@ -174,7 +190,7 @@ def test_affine_variant_fits_a_line() -> None:
         },
     )
     got = fit_profile(synthetic(true), gpus_per_node=4, gpu_type="x", compute="affine")
-    assert got.fit["parameters"] == 6 + 6 * 2 and got.fit["median_abs_rel_error"] < 2e-3
+    assert got.fit["parameters"] == 7 + 6 * 2 and got.fit["median_abs_rel_error"] < 2e-3
     assert got.compute["bert"]["x"].t0 == pytest.approx(0.05, rel=0.05)
     assert got.compute["resnet50"]["x"].per_sample == pytest.approx(0.002, rel=0.05)
 
@@ -195,6 +211,66 @@ def test_fit_refuses_bad_arguments() -> None:
     one = data.select(~((data.model == "bert") & (data.num_gpus == 1) & (data.local_bsz > 4)))
     with pytest.raises(ConfigError, match="bert: 1 1-GPU local batch"):
         fit_profile(one, gpus_per_node=4, gpu_type="x")
+
+
+def test_network_facts_replace_what_one_node_cannot_identify() -> None:
+    """Rows of one node never cross the network: B, ν and a_inter come from the facts."""
+    data = synthetic(truth())
+    one = data.select(data.num_nodes == 1)
+    facts = NetworkFacts(line_rate=25 * GB, nic_sharing=0.0, source="a datasheet")
+    got = fit_profile(one, gpus_per_node=4, gpu_type="x", network=facts)
+    assert got.links[1].bandwidth == 25 * GB and got.nic_sharing == 0.0
+    # A hop out of a node costs what one inside does (the lower bound of a hop that also crosses
+    # the card).
+    assert got.links[1].latency == got.links[0].latency
+    # 7 shared less the three network terms, 4 per application.
+    assert got.fit["parameters"] == 7 - 3 + 4 * 2
+    assert got.fit["network"].startswith("hardware facts, not fitted")
+    assert "25 GB/s" in got.fit["network"] and "a datasheet" in got.fit["network"]
+    # The one-node rows are fitted as well as without facts (the network is not in them).
+    free = fit_profile(one, gpus_per_node=4, gpu_type="x")
+    assert free.fit["network"].startswith("not identified")
+    assert free.fit["parameters"] == 7 + 4 * 2
+    rel = np.abs(predict_step_time(got, one) / one.step_time - 1)
+    assert np.median(rel) < 5e-3
+    # Rows across nodes are fitted as before: facts without an efficiency do not bound B there.
+    multi = fit_profile(data, gpus_per_node=4, gpu_type="x", network=facts)
+    assert multi.fit["network"] == "fitted"
+    assert multi.links[1].bandwidth == pytest.approx(5 * GB, rel=0.05)
+
+
+def test_network_line_rate_bounds_the_nic_on_two_nodes() -> None:
+    """With an efficiency, B of a fit on rows of <= 2 nodes stays in [efficiency, 1] × line rate."""
+    data = synthetic(truth())
+    two = data.select(data.num_nodes <= 2)
+    facts = NetworkFacts(line_rate=8 * GB, nic_sharing=0.5, efficiency=0.8)
+    got = fit_profile(two, gpus_per_node=4, gpu_type="x", network=facts)
+    # The truth's 5 GB/s is below 0.8 × 8 = 6.4 GB/s: the bound keeps B out of it.
+    assert 6.4 * GB * (1 - 1e-5) <= got.links[1].bandwidth <= 8 * GB
+    assert got.fit["network"].startswith("fitted, B bounded to [0.8, 1]")
+
+
+def test_overlap_bound() -> None:
+    """φ stays below ``overlap_max``; the truth's 0.3 is recovered under the backward share."""
+    data = synthetic(truth())
+    got = fit_profile(data, gpus_per_node=4, gpu_type="x", overlap_max=BACKWARD_SHARE)
+    assert got.overlap == pytest.approx(0.3, rel=0.05)
+    assert got.fit["overlap_max"] == pytest.approx(0.666667)
+    low = fit_profile(data, gpus_per_node=4, gpu_type="x", overlap_max=0.1)
+    assert low.overlap <= 0.1
+
+
+def test_network_facts_and_overlap_bound_refuse_bad_values() -> None:
+    with pytest.raises(ConfigError, match="line_rate"):
+        NetworkFacts(line_rate=0.0, nic_sharing=0.0)
+    with pytest.raises(ConfigError, match="nic_sharing"):
+        NetworkFacts(line_rate=1e9, nic_sharing=1.5)
+    with pytest.raises(ConfigError, match="efficiency"):
+        NetworkFacts(line_rate=1e9, nic_sharing=0.0, efficiency=0.0)
+    data = synthetic(truth())
+    for bad in (0.0, 1.5, math.nan):
+        with pytest.raises(ConfigError, match="overlap_max"):
+            fit_profile(data, gpus_per_node=4, gpu_type="x", overlap_max=bad)
 
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "sia_validation_after.json"

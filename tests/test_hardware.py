@@ -4,6 +4,7 @@ is refused with one line naming file and field."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +120,8 @@ def test_toml_profile(tmp_path: Path) -> None:
         ({"grad_bytes": {"bert": 0}}, "grad_bytes.bert"),
         ({"model_compute_sharing": {"bert": -0.1}}, "model_compute_sharing.bert"),
         ({"model_compute_sharing": [0.1]}, "model_compute_sharing"),
+        ({"compute_saturation": -1}, "compute_saturation"),
+        ({"model_compute_saturation": {"bert": -0.1}}, "model_compute_saturation.bert"),
     ],
 )
 def test_bad_profiles_one_line(tmp_path: Path, edit: dict, needle: str) -> None:
@@ -158,6 +161,20 @@ def test_per_model_compute_sharing_round_trips_and_falls_back() -> None:
     assert p.model_kappa("yolov3") == 0.3 and p.model_kappa("bert") == 0.02
     back = HardwareProfile.from_mapping(p.to_mapping(), "y.json")
     assert dict(back.model_compute_sharing) == {"yolov3": 0.3}
+
+
+def test_compute_saturation_round_trips_falls_back_and_is_off_by_default() -> None:
+    base = get_hardware("a100-elasticflow")
+    assert base.compute_saturation == math.inf and base.perf().compute_saturation == math.inf
+    assert "compute_saturation" not in base.to_mapping()  # older profiles round-trip unchanged
+    data = base.to_mapping()
+    data.update(compute_saturation=0.5, model_compute_saturation={"yolov3": 1.3})
+    p = HardwareProfile.from_mapping(data, "x.json")
+    assert p.model_kappa_max("yolov3") == 1.3 and p.model_kappa_max("bert") == 0.5
+    assert p.perf().compute_saturation == 0.5
+    back = HardwareProfile.from_mapping(p.to_mapping(), "y.json")
+    assert dict(back.model_compute_saturation) == {"yolov3": 1.3}
+    assert back.compute_saturation == 0.5
 
 
 def test_whole_placement_terms_round_trip_and_fall_back(tmp_path: Path) -> None:

@@ -136,10 +136,10 @@ def test_whole_placement_terms_reach_the_state(tmp_path: Path) -> None:
         assert pytest.approx(scratch.F, rel=1e-12) == st.F
         times.append(st.iteration_times()["a"])
     assert times[0] != times[1]
-    # The bundled profiles set none of these terms: their constants end in zeros.
+    # The bundled profiles set none of these terms: zeros, and no compute saturation (inf).
     plain = resolve_hardware("azure-v100")
     c = job_constants(plain.topology("leafspine-64"), plain.perf(), [bert])
-    assert c[0, JOB_COLUMNS.index("latency_inflation") :].tolist() == [0.0, 0.0]
+    assert c[0, JOB_COLUMNS.index("latency_inflation") :].tolist() == [0.0, 0.0, math.inf]
 
 
 # ------------------------------------------------------------------------- scenarios

@@ -19,10 +19,13 @@ other. The module is skipped without numba. The first run on a machine compiles 
 
 from __future__ import annotations
 
+import json
 import math
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,10 +46,11 @@ from crop_gym.model import kernels
 from crop_gym.model.candidates import generate
 from crop_gym.model.conditions import Conditions
 from crop_gym.model.facts import padded_rows
+from crop_gym.model.hardware import get_hardware, resolve_hardware
 from crop_gym.model.health import Health, get_profile
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import job_constants
+from crop_gym.model.timing import JOB_COLUMNS, job_constants
 from crop_gym.model.topology import Topology, build_tree, default_link_params, make_topology
 
 MODELS = ("bert", "deepspeech2", "inception3", "resnet50", "vgg16")
@@ -321,6 +325,55 @@ def test_state_place_gains_metrics_compiled_equal_reference(seed: int) -> None:
 
     fast, ref = _both(run)
     same(fast, ref, "state")
+
+
+def _sharing_hardware() -> Any:
+    """The azure-v100 profile (whose terms the compiled kernels run) with compute sharing κ and
+    its saturation κ_max per model, some saturating, some not, one model left to the cluster-wide
+    values; resolved from a file as a user's profile is."""
+    data = get_hardware("azure-v100").to_mapping()
+    data["compute_sharing"], data["compute_saturation"] = 0.05, 0.2
+    data["model_compute_sharing"] = {"bert": 0.3, "vgg16": 0.01, "resnet50": 0.5}
+    data["model_compute_saturation"] = {"bert": 0.9, "vgg16": 5.0, "resnet50": 0.0}
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "sharing.json"
+        path.write_text(json.dumps(data))
+        return resolve_hardware(str(path))
+
+
+@SETTINGS
+@given(seed=hs.integers(0, 2**31 - 1))
+def test_state_with_compute_saturation_compiled_equals_reference(seed: int) -> None:
+    # The κ_max column (JOB_COLUMNS) reaches the compiled times as it does the numpy ones.
+    hw = _sharing_hardware()
+    topo, perf = hw.topology("leafspine-64"), hw.perf()
+
+    def run() -> dict[str, Any]:
+        rng = np.random.default_rng(seed)
+        state = ClusterState(topo, Health.healthy(topo), perf=perf)
+        free = np.ones(topo.num_gpus, dtype=bool)
+        jobs, gpus = [], []
+        for i in range(int(rng.integers(1, 6))):
+            (job,) = _jobs(rng, 1, 8, f"s{i}-")
+            if free.sum() < job.num_gpus:
+                break
+            g = np.sort(rng.choice(np.flatnonzero(free), job.num_gpus, replace=False))
+            free[g] = False
+            jobs.append(job)
+            gpus.append(g)
+        const = job_constants(topo, state.perf, jobs)
+        facts = state.conditions.facts([tuple(g.tolist()) for g in gpus])
+        out = {"const": const, "models": [j.model for j in jobs]}
+        out["gains"] = state.gains(const, facts)
+        out["dF"] = state.place(jobs, gpus)
+        out.update(_snapshot(state))
+        return out
+
+    fast, ref = _both(run)
+    same(fast, ref, "state with compute saturation")
+    col = JOB_COLUMNS.index("compute_saturation")
+    want = [{"bert": 0.9, "vgg16": 5.0, "resnet50": 0.0}.get(m, 0.2) for m in ref["models"]]
+    assert ref["const"][:, col].tolist() == want
 
 
 # ---------------------------------------------------------------------------- action tables

@@ -252,3 +252,65 @@ def test_new_terms_are_checked_and_off_by_default() -> None:
     ):
         with pytest.raises(ConfigError, match=match):
             PerfConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_compute_saturation_caps_the_compute_sharing() -> None:
+    # κ = 0.5, κ_max = 1.3 on g = 1, 2, 3, 4, 8 co-located GPUs of the job (no communication,
+    # M = 0): factors 1 + min(0.5 (g - 1), 1.3) = 1, 1.5, 2.0, 2.3, 2.3 of t_c = 0.1 s.
+    g = np.array([1.0, 2.0, 3.0, 4.0, 8.0])
+    facts = PlacementFacts.of(
+        np.zeros((5, 0), dtype=np.int32),
+        k=g,
+        g=g,
+        s=np.ones(5),
+        b_intra=np.where(g > 1, 100 * GB, np.inf),
+        a_intra=np.zeros(5),
+        a_inter=np.zeros(5),
+        slowdown=np.ones(5),
+        survival=np.ones(5),
+        sum_g2=g**2,
+    )
+    perf = PerfConfig(allreduce="ring", compute_sharing=0.5, compute_saturation=1.3)
+    got = job_times(perf, 0.0, 0.1, np.inf, facts, np.inf)
+    assert pytest.approx([0.1, 0.15, 0.2, 0.23, 0.23], rel=1e-14) == got.T
+    # Per row, replacing the options' values: row 2 saturates at 0.2 (factor 1.2), row 3 never.
+    per_row = job_times(
+        perf,
+        0.0,
+        0.1,
+        np.inf,
+        facts,
+        np.inf,
+        compute_sharing=np.full(5, 0.5),
+        compute_saturation=np.array([0.0, 0.2, 0.2, np.inf, 1.3]),
+    )
+    assert pytest.approx([0.1, 0.12, 0.12, 0.25, 0.23], rel=1e-14) == per_row.T
+
+
+def test_no_compute_saturation_is_the_linear_sharing_bit_for_bit() -> None:
+    # The default κ_max = inf leaves 1 + κ (g - 1) exactly as it was (min(x, inf) is x).
+    g = np.arange(1.0, 9.0)
+    facts = PlacementFacts.of(
+        np.zeros((8, 0), dtype=np.int32),
+        k=g,
+        g=g,
+        s=np.ones(8),
+        b_intra=np.where(g > 1, 50 * GB, np.inf),
+        a_intra=np.where(g > 1, 1e-5, 0.0),
+        a_inter=np.zeros(8),
+        slowdown=np.ones(8),
+        survival=np.ones(8),
+        sum_g2=g**2,
+    )
+    t = np.linspace(0.05, 0.4, 8)
+    kappa = np.array([0.0, 0.01, 0.07, 0.3, 0.0, 0.2, 1.0, 0.13])
+    perf = PerfConfig(allreduce="hierarchical")
+    got = job_times(perf, 2e8, t, np.inf, facts, np.inf, compute_sharing=kappa)
+    C = comm_time("hierarchical", 2e8, g, g, np.ones(8), facts.b_intra, np.inf, facts.a_intra, 0.0)
+    assert np.array_equal(got.T, t * (1.0 + kappa * (g - 1.0)) + C)
+
+
+def test_compute_saturation_range() -> None:
+    PerfConfig(compute_saturation=0.0)
+    with pytest.raises(ConfigError, match="compute_saturation"):
+        PerfConfig(compute_saturation=-0.1)

@@ -18,16 +18,25 @@ tree of ``gpus_per_node``-GPU nodes under one switch, healthy and alone (``k``, 
 * compute pinned to the measurement: the application's measured 1-GPU step time at the local
   batch (piecewise linear through the median at each 1-GPU batch; ``compute="affine"`` fits
   ``t0 + per_sample · b`` instead), less the single-replica overhead ``δ_a`` on more than one GPU,
-  times ``1 + κ_a (g - 1)`` (compute sharing);
+  times ``1 + min(κ_a (g - 1), κ_a (g* - 1))`` (compute sharing, which stops growing at ``g*``
+  co-located GPUs, where the node's shared resource saturates; ``κ_max,a = κ_a (g* - 1)`` in the
+  profile, none when ``g*`` reaches ``gpus_per_node``);
 * overlap: backward hides up to ``φ · t`` of the all-reduce, but never the last gradient bucket
-  (``bucket_bytes``, PyTorch DDP's default 25 MB).
+  (``bucket_bytes``, PyTorch DDP's default 25 MB); ``φ <= overlap_max``, by default the backward
+  pass's share of a step (:data:`BACKWARD_SHARE`, 2/3), the only part of it that overlaps.
+
+**Hardware facts** (:class:`NetworkFacts`, ``network=``) stand in for what the rows cannot
+identify: on rows of one node, which never cross the network, ``B`` is the card's line rate, ν the
+hardware's and ``a_inter = a_intra``, none fitted; with an ``efficiency``, on rows of at most two
+nodes ``B`` stays within ``[efficiency, 1] ×`` the line rate (there hidden and exposed
+communication fit nearly equally well). The fit's report says where the network terms came from.
 
 Fitted, with :func:`scipy.optimize.least_squares` (trust-region reflective, soft-L1 loss of scale
 5 % on the log error of the step time, finite differences on the sparsity pattern of the
 parameters, three fixed starts of ``F`` and ``B``, the best kept; deterministic):
 
-* shared by the cluster (:data:`SHARED_PARAMETERS`, 6): ``F``, ``B``, ν, φ, ``a_intra``,
-  ``a_inter``;
+* shared by the cluster (:data:`SHARED_PARAMETERS`, 7): ``F``, ``B``, ν, φ, ``a_intra``,
+  ``a_inter``, ``g*`` (``g* - 1`` in ``[1, gpus_per_node - 1]``, in log);
 * per application (4, :data:`APP_PARAMETERS`): the effective gradient bytes ``M_a`` (in log,
   within a factor 2 of the zoo's size, which is checked against the published parameter counts,
   with a weak pull towards it, weight ``grad_prior``, default :data:`GRAD_PRIOR`; with
@@ -35,8 +44,9 @@ parameters, three fixed starts of ``F`` and ``B``, the best kept; deterministic)
   application), ``κ_a``, ``χ_a`` and ``δ_a`` (at most half the application's fastest 1-GPU step).
 
 A model the profile has no per-model value for (a new application, :mod:`.protocols`) takes the
-cluster-wide ``compute_sharing``, ``latency_inflation`` and ``replica_overhead``: the geometric
-means of the fitted applications' values (each is fitted in log, and they differ between
+cluster-wide ``compute_sharing``, ``compute_saturation``, ``latency_inflation`` and
+``replica_overhead``: the geometric means of the fitted applications' values (so its
+``κ_max = κ (g* - 1)`` too) (each is fitted in log, and they differ between
 applications by up to four orders of magnitude, so the mean of the logs is their centre; the
 median of a few such values is one application's value, whichever sits in the middle).
 
@@ -63,11 +73,13 @@ from crop_gym.model.timing import PerfConfig, compute_curve, job_times
 
 __all__ = [
     "APP_PARAMETERS",
+    "BACKWARD_SHARE",
     "COMPUTE_VARIANTS",
     "DDP_BUCKET_BYTES",
     "GRAD_PRIOR",
     "SHARED_PARAMETERS",
     "FitReport",
+    "NetworkFacts",
     "fit_profile",
     "predict_step_time",
 ]
@@ -82,6 +94,7 @@ SHARED_PARAMETERS: tuple[str, ...] = (
     "overlap",  # φ in (0, 1) (logistic)
     "gpu_latency",  # a_intra, s per hop (ln, in µs)
     "nic_latency",  # a_inter, s per hop (ln, in µs)
+    "saturation_gpus",  # g*, co-located GPUs that saturate the node's shared resource (ln(g* - 1))
 )
 #: Per-application parameters fitted (see the module docstring).
 APP_PARAMETERS: tuple[str, ...] = (
@@ -96,6 +109,45 @@ COMPUTE_VARIANTS: tuple[str, ...] = ("measured", "affine")
 DDP_BUCKET_BYTES = 25e6
 #: Weight of the pull of ln(M / M_zoo) towards 0 (one pseudo-row per application).
 GRAD_PRIOR = 0.1
+#: Share of a training step's compute that is the backward pass: a backward pass costs about twice
+#: the forward's FLOPs (a weight gradient and an input gradient per layer), so 2/3 of the step.
+#: DDP can overlap the all-reduce only with backward (a bucket is reduced once its gradients are
+#: ready), so the overlap φ cannot exceed it.
+BACKWARD_SHARE = 2.0 / 3.0
+#: Node counts up to which the rows do not tell the NIC bandwidth from the overlap (issue 31): on
+#: rows of at most this many nodes a known line rate bounds ``B`` tightly (:class:`NetworkFacts`).
+_FEW_NODES = 2
+
+
+@dataclass(frozen=True)
+class NetworkFacts:
+    """Hardware facts of a node's network card, for a fit whose rows cannot identify them.
+
+    Attributes:
+        line_rate: Line rate of the network bandwidth ``B`` of the model, bytes/s: what the
+            ``g^ν`` co-located GPUs of a job share (per GPU rail on a node with a card per GPU).
+        nic_sharing: ν of that hardware: 0 with a card per GPU, 1 with one card per node.
+        efficiency: Lowest share of the line rate an all-reduce achieves, in (0, 1], or ``None``
+            (the default): with a value, on rows of at most two nodes ``B`` is bounded to
+            ``[efficiency, 1] × line_rate``; with ``None`` the line rate is used only where no
+            row crosses the network.
+        source: Where the line rate comes from (kept in the fit report).
+    """
+
+    line_rate: float
+    nic_sharing: float
+    efficiency: float | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.line_rate < 1e15:
+            raise ConfigError(f"line_rate={self.line_rate!r} must be in (0, 1e15) bytes/s")
+        if not 0 <= self.nic_sharing <= 1:
+            raise ConfigError(f"nic_sharing={self.nic_sharing!r} must be in [0, 1]")
+        if self.efficiency is not None and not 0 < self.efficiency <= 1:
+            raise ConfigError(f"efficiency={self.efficiency!r} must be in (0, 1]")
+
+
 # GPU link bandwidth of a profile fitted without a base: high enough never to bind, so that the
 # node fabric (F / g per GPU) alone sets the intra-node bandwidth.
 _GPU_LINK = 1e13
@@ -111,6 +163,10 @@ _SHARED = {
     "overlap": (0.0, -12.0, 12.0),
     "gpu_latency": (math.log(10.0), math.log(0.1), math.log(1e5)),
     "nic_latency": (math.log(100.0), math.log(0.1), math.log(1e5)),
+    # g* - 1 in [1, gpus_per_node - 1] (the upper bound is set per fit: there, no row saturates);
+    # it starts at 3 (saturated from 4 GPUs on), where both κ_a and g* move the residuals (a g* that
+    # no row reaches has no gradient).
+    "saturation_gpus": (math.log(3.0), 0.0, math.log(7.0)),
 }
 _APP = {
     "grad_bytes": (0.0, -math.log(2.0), math.log(2.0)),
@@ -139,6 +195,9 @@ class FitReport:
         median_abs_rel_error: In-sample median ``|pred / meas - 1|``.
         p90_abs_rel_error: In-sample 90th percentile.
         cost: Final robust cost.
+        network: Where the network terms (``B``, ν, ``a_inter``) come from: fitted, bounded by
+            or taken from the hardware facts, or not identified (:func:`fit_profile`).
+        overlap_max: Upper bound of φ used (:data:`BACKWARD_SHARE` by default).
     """
 
     rows: int
@@ -149,6 +208,8 @@ class FitReport:
     median_abs_rel_error: float
     p90_abs_rel_error: float
     cost: float
+    network: str = "fitted"
+    overlap_max: float = 1.0
 
     def to_mapping(self) -> dict[str, Any]:
         """A JSON-able mapping."""
@@ -168,6 +229,8 @@ class FitReport:
             "median_abs_rel_error": round(self.median_abs_rel_error, 5),
             "p90_abs_rel_error": round(self.p90_abs_rel_error, 5),
             "cost": round(self.cost, 6),
+            "network": self.network,
+            "overlap_max": round(self.overlap_max, 6),
         }
 
 
@@ -176,13 +239,14 @@ def predict_step_time(profile: HardwareProfile, measurements: Measurements) -> F
     facts, b_inter = spread_facts(measurements.placement, profile.links[0], profile.links[1])
     models = measurements.model
     n = len(measurements)
-    compute, grad, kappa, chi, delta = (np.empty(n) for _ in range(5))
+    compute, grad, kappa, kappa_max, chi, delta = (np.empty(n) for _ in range(6))
     for m in np.unique(models):
         sel = models == m
         name = str(m)
         compute[sel] = profile.compute_time(name, measurements.local_bsz[sel])
         grad[sel] = profile.model_grad_bytes(name)
         kappa[sel] = profile.model_kappa(name)
+        kappa_max[sel] = profile.model_kappa_max(name)
         chi[sel] = profile.model_chi(name)
         delta[sel] = profile.model_delta(name)
     times = job_times(
@@ -193,6 +257,7 @@ def predict_step_time(profile: HardwareProfile, measurements: Measurements) -> F
         facts,
         b_inter,
         compute_sharing=kappa,
+        compute_saturation=kappa_max,
         latency_inflation=chi,
         replica_overhead=delta,
     )
@@ -212,6 +277,8 @@ def fit_profile(
     gpu_bandwidth: float | None = None,
     bucket_bytes: float = DDP_BUCKET_BYTES,
     grad_prior: float = GRAD_PRIOR,
+    overlap_max: float = BACKWARD_SHARE,
+    network: NetworkFacts | None = None,
 ) -> HardwareProfile:
     """Fit a hardware profile to measured step times (the model of the module docstring).
 
@@ -228,6 +295,14 @@ def fit_profile(
         bucket_bytes: The last gradient bucket, which cannot overlap (0: no such limit).
         grad_prior: Weight of the pull of ``ln(M_a / M_zoo)`` towards 0 (:data:`GRAD_PRIOR`);
             ``math.inf`` pins every ``M_a`` to the model zoo's size (no ``grad_bytes`` fitted).
+        overlap_max: Upper bound of the overlap φ, in (0, 1] (default :data:`BACKWARD_SHARE`:
+            only the backward pass overlaps the all-reduce).
+        network: Hardware facts of the network card (:class:`NetworkFacts`), used where the rows
+            cannot identify the network: on rows of at most two nodes ``B`` is bounded to
+            ``[efficiency, 1] ×`` its line rate; on rows of one node (no row crosses the network)
+            ``B`` is the line rate, ν the hardware's and a hop out of a node costs what one inside
+            does (``a_inter = a_intra``), none of them fitted. Without facts such a fit leaves
+            them where its start put them, and its report says they are not identified.
 
     Returns:
         The fitted profile; its ``fit`` field holds a :class:`FitReport` mapping.
@@ -250,10 +325,17 @@ def fit_profile(
         )
     if not 0 <= bucket_bytes < 1e15:
         raise ConfigError(f"bucket_bytes={bucket_bytes!r} must be in [0, 1e15)")
+    if not 0 < overlap_max <= 1:
+        raise ConfigError(f"overlap_max={overlap_max!r} must be in (0, 1]")
     if not grad_prior >= 0:
         raise ConfigError(f"grad_prior={grad_prior!r} must be >= 0 (inf: M pinned to the zoo's)")
     pinned = math.isinf(grad_prior)
     rows = measurements
+    span = int(rows.num_nodes.max())
+    # The network terms no row identifies come from the hardware facts (see Args).
+    net_fixed = span == 1 and network is not None
+    net_bounded = 1 < span <= _FEW_NODES and network is not None and network.efficiency is not None
+    network_note = _network_note(span, network)
     models = tuple(str(m) for m in np.unique(rows.model))
     apps = {m: str(rows.app[rows.model == m][0]) for m in models}
     idx = np.searchsorted(np.array(models), rows.model)
@@ -295,8 +377,18 @@ def fit_profile(
             x0.append(t0_start if p == "t0" else ps_start)
             lo.append(np.zeros(na))
             hi.append(np.full(na, np.inf))
+    # (On nodes of 1 or 2 GPUs no row can saturate before g = gpus_per_node: the bound is then
+    # just above 0 and g* is off.)
+    sat_high = math.log(max(gpus_per_node - 1.0, 1.001))
     for p in SHARED_PARAMETERS:
         start, low, high = _SHARED[p]
+        if p == "saturation_gpus":
+            high = sat_high
+            start = min(start, high)
+        if p == "nic" and net_bounded and network is not None and network.efficiency is not None:
+            low = math.log(network.efficiency * network.line_rate / _GB)
+            high = math.log(network.line_rate / _GB)
+            start = 0.5 * (low + high)
         x0.append(np.array([start]))
         lo.append(np.array([low]))
         hi.append(np.array([high]))
@@ -308,10 +400,15 @@ def fit_profile(
         shared = {
             "nic": math.exp(sh["nic"]) * _GB,
             "nic_sharing": 1.0 / (1.0 + math.exp(-sh["nic_sharing"])),
-            "overlap": 1.0 / (1.0 + math.exp(-sh["overlap"])),
+            "overlap": overlap_max / (1.0 + math.exp(-sh["overlap"])),
             "gpu_latency": math.exp(sh["gpu_latency"]) * _US,
             "nic_latency": math.exp(sh["nic_latency"]) * _US,
+            "saturation_gpus": 1.0 + math.exp(sh["saturation_gpus"]),
         }
+        if net_fixed and network is not None:
+            shared["nic"] = network.line_rate
+            shared["nic_sharing"] = network.nic_sharing
+            shared["nic_latency"] = shared["gpu_latency"]
         # The fabric is fitted relative to the NIC, so that scaling every bandwidth and every M
         # together (the one direction the step times cannot see) stays free for the prior on M.
         shared["fabric"] = math.exp(sh["fabric"]) * shared["nic"]
@@ -322,6 +419,14 @@ def fit_profile(
             "latency_inflation": np.exp(blocks["latency_inflation"]),
             "replica_overhead": np.exp(blocks["replica_overhead"]) * _MS,
         }
+        # The slowdown stops growing at g* co-located GPUs, where the node's shared resource
+        # saturates: κ_max = κ (g* - 1), or none where g* is at its bound (no row reaches it).
+        at_bound = sh["saturation_gpus"] >= sat_high - 1e-9
+        per["compute_saturation"] = (
+            np.full(na, np.inf)
+            if at_bound
+            else per["compute_sharing"] * (shared["saturation_gpus"] - 1.0)
+        )
         if affine:
             per["t0"], per["per_sample"] = blocks["t0"] * _MS, blocks["per_sample"] * _MS
         return shared, per
@@ -353,6 +458,7 @@ def fit_profile(
             facts,
             b_inter,
             compute_sharing=per["compute_sharing"][idx],
+            compute_saturation=per["compute_saturation"][idx],
             latency_inflation=per["latency_inflation"][idx],
             replica_overhead=per["replica_overhead"][idx],
         )
@@ -406,11 +512,13 @@ def fit_profile(
         rows=R,
         shared=SHARED_PARAMETERS,
         applications=tuple(apps[m] for m in models),
-        parameters=len(SHARED_PARAMETERS) + n_app * na,
+        parameters=len(SHARED_PARAMETERS) - (3 if net_fixed else 0) + n_app * na,
         compute=compute,
         median_abs_rel_error=float(np.median(rel)),
         p90_abs_rel_error=float(np.quantile(rel, 0.9)),
         cost=float(best.cost),
+        network=network_note,
+        overlap_max=overlap_max,
     )
     compute_curves: dict[str, dict[str, ComputeCurve]] = (
         {m: dict(c) for m, c in base.compute.items()} if base else {}
@@ -430,7 +538,7 @@ def fit_profile(
     speeds.setdefault(gpu_type, 1.0)
 
     def by_model(p: str) -> dict[str, float]:
-        return {m: _sig(float(per[p][i])) for i, m in enumerate(models)}
+        return {m: _sig(float(per[p][i])) for i, m in enumerate(models) if np.isfinite(per[p][i])}
 
     return HardwareProfile(
         name=name or f"fitted-{gpu_type}",
@@ -453,15 +561,39 @@ def fit_profile(
         # A model without its own values (a new application) takes the fitted ones' geometric
         # means (each is fitted in log and they differ by orders of magnitude between models).
         compute_sharing=_sig(_geometric_mean(per["compute_sharing"])),
+        compute_saturation=_sig(_geometric_mean(per["compute_saturation"])),
         latency_inflation=_sig(_geometric_mean(per["latency_inflation"])),
         replica_overhead=_sig(_geometric_mean(per["replica_overhead"])),
         model_compute_sharing=by_model("compute_sharing"),
+        model_compute_saturation=by_model("compute_saturation"),
         model_latency_inflation=by_model("latency_inflation"),
         model_replica_overhead=by_model("replica_overhead"),
         compute=compute_curves,
         grad_bytes=grads,
         fit=report.to_mapping(),
     )
+
+
+def _network_note(span: int, network: NetworkFacts | None) -> str:
+    """Where a fit of rows spanning ``span`` nodes takes its network terms from (the report)."""
+    src = f" ({network.source})" if network is not None and network.source else ""
+    if span == 1:
+        if network is None:
+            return (
+                "not identified: no row crosses the network and no hardware facts were given, "
+                "so the NIC bandwidth, ν and a_inter stay at the fit's start"
+            )
+        return (
+            "hardware facts, not fitted (no row crosses the network): B = the line rate "
+            f"{network.line_rate / _GB:.3g} GB/s, ν = {network.nic_sharing:g}, "
+            f"a_inter = a_intra{src}"
+        )
+    if span <= _FEW_NODES and network is not None and network.efficiency is not None:
+        return (
+            f"fitted, B bounded to [{network.efficiency:g}, 1] x the line rate "
+            f"{network.line_rate / _GB:.3g} GB/s (rows of {span} nodes){src}"
+        )
+    return "fitted"
 
 
 def _one_gpu_knots(

@@ -122,6 +122,7 @@ def new_application(
         compute=compute,
         grad_bytes=grads,
         model_compute_sharing=others(profile.model_compute_sharing),
+        model_compute_saturation=others(profile.model_compute_saturation),
         model_latency_inflation=others(profile.model_latency_inflation),
         model_replica_overhead=others(profile.model_replica_overhead),
     )

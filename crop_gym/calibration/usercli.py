@@ -159,6 +159,8 @@ def _profiles(args: argparse.Namespace, app_map: dict[str, str], splits: dict[st
         f"{profile.overlap:.2f}",
         file=out,
     )
+    if fitted.get("network", "fitted") != "fitted":
+        print(f"network terms: {fitted['network']}", file=out)
     print(format_evaluation(report, "in sample (ties counted wrong):"), file=out)
     profile_text = profile.to_json()
     writers: dict[str, Callable[[Path], object]] = {
@@ -211,6 +213,10 @@ def _evaluate(args: argparse.Namespace, app_map: dict[str, str], splits: dict[st
         )
         held = [fit_within_nodes(meas, args.fit_within_nodes, fit)]
         summary["protocol"] = f"fit within {args.fit_within_nodes} nodes, predict the rest"
+        # Say where the fit took its network terms from (not identified on rows of one node).
+        summary["network"] = held[0].profile.fit.get("network", "fitted")
+        if summary["network"] != "fitted":
+            print(f"network terms: {summary['network']}", file=out)
         title = f"fitted on rows of <= {args.fit_within_nodes} nodes, scored on the rest:"
     else:
         fit = _fitter(args, f"--evaluate {args.evaluate} --leave-one-app-out")

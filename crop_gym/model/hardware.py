@@ -104,6 +104,8 @@ _KEYS = {
     "nic_sharing",
     "compute_sharing",
     "model_compute_sharing",
+    "compute_saturation",
+    "model_compute_saturation",
     "step_latency",
     "latency",
     "latency_inflation",
@@ -194,6 +196,9 @@ class HardwareProfile:
         nic_sharing: ν in [0, 1].
         compute_sharing: κ >= 0 (every model without its own value).
         model_compute_sharing: ``{model: κ}`` overriding ``compute_sharing`` per model.
+        compute_saturation: κ_max >= 0, the most compute sharing can slow a job (every model
+            without its own value; ``inf``: no saturation).
+        model_compute_saturation: ``{model: κ_max}``.
         step_latency: λ >= 0 s.
         latency: ``"max"`` or ``"hops"`` (ring only).
         latency_inflation: χ >= 0 (every model without its own value).
@@ -222,6 +227,8 @@ class HardwareProfile:
     overlap: float = 0.0
     overlap_cap: float | None = None
     model_compute_sharing: Mapping[str, float] = field(default_factory=dict)
+    compute_saturation: float = math.inf
+    model_compute_saturation: Mapping[str, float] = field(default_factory=dict)
     latency: str = "max"
     latency_inflation: float = 0.0
     model_latency_inflation: Mapping[str, float] = field(default_factory=dict)
@@ -241,7 +248,12 @@ class HardwareProfile:
             MappingProxyType({m: MappingProxyType(dict(c)) for m, c in self.compute.items()}),
         )
         object.__setattr__(self, "grad_bytes", MappingProxyType(dict(self.grad_bytes)))
-        for name in ("model_compute_sharing", "model_latency_inflation", "model_replica_overhead"):
+        for name in (
+            "model_compute_sharing",
+            "model_compute_saturation",
+            "model_latency_inflation",
+            "model_replica_overhead",
+        ):
             object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
         object.__setattr__(self, "fit", MappingProxyType(dict(self.fit)))
         object.__setattr__(self, "links", tuple(self.links))
@@ -257,6 +269,7 @@ class HardwareProfile:
             fabric_bandwidth=self.fabric_bandwidth,
             nic_sharing=self.nic_sharing,
             compute_sharing=self.compute_sharing,
+            compute_saturation=self.compute_saturation,
             step_latency=self.step_latency,
             latency=self.latency,
             latency_inflation=self.latency_inflation,
@@ -321,6 +334,10 @@ class HardwareProfile:
         """Compute sharing κ of ``model`` (the profile's per-model value, else the shared one)."""
         return float(self.model_compute_sharing.get(model, self.compute_sharing))
 
+    def model_kappa_max(self, model: str) -> float:
+        """Compute saturation κ_max of ``model`` (the per-model value, else the shared one)."""
+        return float(self.model_compute_saturation.get(model, self.compute_saturation))
+
     def model_chi(self, model: str) -> float:
         """Latency inflation χ of ``model`` (the profile's per-model value, else the shared one)."""
         return float(self.model_latency_inflation.get(model, self.latency_inflation))
@@ -368,7 +385,13 @@ class HardwareProfile:
         for name in ("latency_inflation", "bucket_bytes", "replica_overhead"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
-        for name in ("model_latency_inflation", "model_replica_overhead"):
+        if math.isfinite(self.compute_saturation):
+            out["compute_saturation"] = self.compute_saturation
+        for name in (
+            "model_compute_saturation",
+            "model_latency_inflation",
+            "model_replica_overhead",
+        ):
             if getattr(self, name):
                 out[name] = dict(getattr(self, name))
         if self.fit:
@@ -453,8 +476,13 @@ class HardwareProfile:
         }
         per_model = {
             name: _per_model(data.get(name, {}), f"{source}: {name}", high)
-            for name, high in (("model_latency_inflation", 1e4), ("model_replica_overhead", 1e3))
+            for name, high in (
+                ("model_compute_saturation", 1e3),
+                ("model_latency_inflation", 1e4),
+                ("model_replica_overhead", 1e3),
+            )
         }
+        saturation = data.get("compute_saturation")
         speeds_raw = data.get("gpu_speeds", {})
         if not isinstance(speeds_raw, Mapping):
             raise ConfigError(f"{source}: field 'gpu_speeds' must be a table {{gpu_type: speed}}")
@@ -490,6 +518,9 @@ class HardwareProfile:
             overlap=check_real(f"{source}: overlap", data.get("overlap", 0.0), 0, 1),
             overlap_cap=None if cap is None else check_real(f"{source}: overlap_cap", cap, 0, 1),
             model_compute_sharing=kappas,
+            compute_saturation=math.inf
+            if saturation is None
+            else check_real(f"{source}: compute_saturation", saturation, 0, 1e3),
             latency=_text(data.get("latency", "max"), f"{source}: latency"),
             latency_inflation=check_real(
                 f"{source}: latency_inflation", data.get("latency_inflation", 0.0), 0, 1e4

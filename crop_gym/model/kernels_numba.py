@@ -499,7 +499,8 @@ def row_times(
     latency: float,
 ) -> Any:
     """``(T, C, η, value, b_inter)`` of rows of jobs (facts ``values[R, 8]`` and root-padded
-    ``links[R, W]``, constants ``const[R, 5]``) under the link loads plus ``plus`` (1: each row is
+    ``links[R, W]``, constants ``const[R, 8]`` in the order of
+    :data:`~crop_gym.model.timing.JOB_COLUMNS`) under the link loads plus ``plus`` (1: each row is
     a candidate that adds its own rings): :func:`crop_gym.model.timing.inter_bandwidth`, then
     :func:`crop_gym.model.timing.times_arrays` and :func:`crop_gym.model.objective.job_value`
     (the same functions, compiled). ``ring``: the ring all-reduce (else hierarchical);
@@ -526,6 +527,7 @@ def row_times(
             const[:, 1],
             const[:, 2],
             const[:, 4],
+            const[:, 7],
             k,
             values[:, 1],
             values[:, 2],
@@ -547,6 +549,7 @@ def row_times(
             const[:, 1],
             const[:, 2],
             const[:, 4],
+            const[:, 7],
             k,
             values[:, 1],
             values[:, 2],
@@ -614,7 +617,7 @@ def action_tables(
     * ``reg int64[4, R + 1]``: where each region's slots, requests and rows start, and the pending
       jobs its view stands for (entry ``r``);
     * the views: ``slot int64[3, n]``, per slot its job's position among the pending jobs and in
-      the queue, and its GPUs; ``slot_const[n, 5]``; ``copies[R, Q]``, the pending jobs each slot
+      the queue, and its GPUs; ``slot_const[n, 8]``; ``copies[R, Q]``, the pending jobs each slot
       stands for (0 past the view);
     * the distinct candidate sets: ``req int64[2, m]`` (per request its size and how many
       candidates; request ``i`` is region ``r``'s ``i - reg[1, r]``-th distinct size, in order of

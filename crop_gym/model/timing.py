@@ -41,9 +41,11 @@ For a placement ``P`` (``k`` GPUs on ``s`` servers, at most ``g`` of them on one
   Every node's count enters, so placements that differ beyond node order get different times
   (3311 and 3221 differ in ``Σ g_i²``); with ``χ = 0`` and equal hop latencies it is today's
   ``2(k-1)·α``.
-* Compute: ``t = (t_c - δ·[k > 1]) · max_{g in P} σ_g / speed_g · (1 + κ (g - 1))`` (the slowest
-  worker sets the pace; ``κ = compute_sharing`` is the slowdown each co-located GPU of the job adds
-  through the node's shared CPU, memory and PCIe, 0 by default). ``t_c`` comes from the model's
+* Compute: ``t = (t_c - δ·[k > 1]) · max_{g in P} σ_g / speed_g · (1 + min(κ (g - 1), κ_max))``
+  (the slowest worker sets the pace; ``κ = compute_sharing`` is the slowdown each co-located GPU
+  of the job adds through the node's shared CPU, memory and PCIe, 0 by default; ``κ_max =
+  compute_saturation`` the most that sharing can slow it, reached once the shared resource is
+  saturated, ``inf`` by default: no saturation, ``1 + κ (g - 1)``). ``t_c`` comes from the model's
   compute curve (:func:`compute_curve`); when the curve is the measured 1-GPU step time,
   ``δ = replica_overhead`` is the per-step work a single replica does that a data-parallel job
   does not (AdaptDL's gradient-noise estimate on one GPU clones and re-reduces the gradients
@@ -123,6 +125,8 @@ class PerfConfig:
         fabric_bandwidth: ``F`` (bytes/s, > 0), a node's fabric shared by its GPUs; ``inf`` = off.
         nic_sharing: ν in [0, 1]: the inter-node share is divided by ``g^ν``; 0 = off.
         compute_sharing: κ >= 0, compute slowdown per co-located GPU of the job; 0 = off.
+        compute_saturation: κ_max >= 0, the largest slowdown compute sharing can add (the
+            factor is ``1 + min(κ (g - 1), κ_max)``); ``inf`` = no saturation.
         step_latency: λ >= 0 seconds added to every step of a job of more than one GPU; 0 = off.
         latency: ``"max"`` (``2(k-1)·max α``, the default) or ``"hops"`` (the sum over the ring's
             hops, ring only).
@@ -137,6 +141,7 @@ class PerfConfig:
     fabric_bandwidth: float = float("inf")
     nic_sharing: float = 0.0
     compute_sharing: float = 0.0
+    compute_saturation: float = float("inf")
     step_latency: float = 0.0
     latency: str = "max"
     latency_inflation: float = 0.0
@@ -156,6 +161,7 @@ class PerfConfig:
         check_range("fabric_bandwidth", self.fabric_bandwidth, 0.0, low_inclusive=False)
         check_range("nic_sharing", self.nic_sharing, 0.0, 1.0)
         check_range("compute_sharing", self.compute_sharing, 0.0, 1e3)
+        check_range("compute_saturation", self.compute_saturation, 0.0)
         check_range("step_latency", self.step_latency, 0.0, 1e3)
         if self.latency not in LATENCY_MODELS:
             raise ConfigError(f"latency={self.latency!r} is not one of {', '.join(LATENCY_MODELS)}")
@@ -305,6 +311,7 @@ def job_times(
     b_inter: Any,
     *,
     compute_sharing: Any = None,
+    compute_saturation: Any = None,
     latency_inflation: Any = None,
     replica_overhead: Any = None,
 ) -> JobTimes:
@@ -320,10 +327,12 @@ def job_times(
         b_inter: Bottleneck inter-server bandwidth share per row (:func:`inter_bandwidth`).
         compute_sharing: κ per row (e.g. a hardware profile's per-model value), replacing
             ``perf.compute_sharing``; ``None`` (the default) uses ``perf.compute_sharing``.
+        compute_saturation: κ_max per row, likewise replacing ``perf.compute_saturation``.
         latency_inflation: χ per row, likewise replacing ``perf.latency_inflation``.
         replica_overhead: δ per row, likewise replacing ``perf.replica_overhead``.
     """
     kappa = perf.compute_sharing if compute_sharing is None else compute_sharing
+    kappa_max = perf.compute_saturation if compute_saturation is None else compute_saturation
     delta = perf.replica_overhead if replica_overhead is None else replica_overhead
     if replica_overhead is not None or delta != 0.0:
         # A 1-GPU step does work (δ) that a data-parallel step does not.
@@ -350,6 +359,7 @@ def job_times(
         compute,
         tstar,
         kappa,
+        kappa_max,
         facts.k,
         facts.g,
         facts.s,
@@ -391,6 +401,7 @@ def times_arrays(
     compute: Any,
     tstar: Any,
     kappa: Any,
+    kappa_max: Any,
     k: Any,
     g: Any,
     s: Any,
@@ -402,7 +413,7 @@ def times_arrays(
     hops: Any = None,
 ) -> tuple[Any, Any, Any]:
     """``(T, C, η)`` of rows given as plain arrays: the body of :func:`job_times` (the model
-    options unpacked, the facts as columns, κ per row; ``overlap_cap`` ``None``, one value or one
+    options unpacked, the facts as columns, κ and κ_max per row; ``overlap_cap`` ``None``, one value or one
     per row; ``hops`` the ring's summed hop latencies, :func:`ring_hop_latency`, or ``None`` for
     the largest-latency form).
 
@@ -424,8 +435,10 @@ def times_arrays(
         step_latency,
         hops,
     )
-    # A co-located GPU of the job slows its compute by κ (1 + κ (g - 1); κ = 0 leaves t as is).
-    t = compute * slowdown * (1.0 + kappa * (g - 1.0))
+    # A co-located GPU of the job slows its compute by κ, up to κ_max in all, once the node's
+    # shared resource is saturated (1 + min(κ (g - 1), κ_max); κ = 0 leaves t as is, and so does
+    # κ_max = inf: min(x, inf) is x exactly).
+    t = compute * slowdown * (1.0 + np.minimum(kappa * (g - 1.0), kappa_max))
     T = iteration_time(t, C, overlap, overlap_cap)
     return T, C, np.minimum(1.0, tstar / T)
 
@@ -459,6 +472,7 @@ def times_of(perf: PerfConfig, const: FloatArray, facts: PlacementFacts, b_inter
         facts,
         b_inter,
         compute_sharing=const[..., 4],
+        compute_saturation=const[..., 7],
         latency_inflation=const[..., 5] if perf.latency == "hops" else None,
         replica_overhead=const[..., 6] if perf.replica_overhead or const[..., 6].any() else None,
     )
@@ -492,6 +506,7 @@ JOB_COLUMNS: tuple[str, ...] = (
     "compute_sharing",
     "latency_inflation",
     "replica_overhead",
+    "compute_saturation",
 )
 
 
@@ -505,21 +520,22 @@ def ideal_time(topology: Topology, job: Job, perf: PerfConfig) -> float:
 
 
 def job_constants(topology: Topology, perf: PerfConfig, jobs: Sequence[Job]) -> FloatArray:
-    """``float64[J, 7]``: per job its :data:`JOB_COLUMNS`, gradient bytes ``M``, reference compute
+    """``float64[J, 8]``: per job its :data:`JOB_COLUMNS`, gradient bytes ``M``, reference compute
     time ``t_c``, ideal time ``T*`` (:func:`ideal_time`), weight ``w``, compute sharing κ, latency
-    inflation χ and single-replica overhead δ (each the hardware profile's value for the job's
-    model, else the ``perf`` value; the ``compute_sharing=``, ``latency_inflation=`` and
-    ``replica_overhead=`` columns of :func:`job_times`).
+    inflation χ, single-replica overhead δ and compute saturation κ_max (each the hardware
+    profile's value for the job's model, else the ``perf`` value; the ``compute_sharing=``,
+    ``latency_inflation=``, ``replica_overhead=`` and ``compute_saturation=`` columns of
+    :func:`job_times`).
 
     One memoised look-up per job class: the constants are a pure function of immutable inputs.
     """
     rows = []
     topo = topology.region_topology  # (a job is placed inside one region: its cluster's T*)
     for j in jobs:
-        grad_bytes, t_c, tstar, kappa, chi, delta = _job_class(
+        grad_bytes, t_c, tstar, kappa, chi, delta, kappa_max = _job_class(
             topo, perf, get_model(j.model), j.num_gpus, float(j.batch_size)
         )
-        rows.append((grad_bytes, t_c, tstar, j.weight, kappa, chi, delta))
+        rows.append((grad_bytes, t_c, tstar, j.weight, kappa, chi, delta, kappa_max))
     return np.array(rows, dtype=np.float64).reshape(len(rows), len(JOB_COLUMNS))
 
 
@@ -533,16 +549,18 @@ def job_class_memo_stats() -> tuple[int, int]:
 @lru_cache(maxsize=1 << 16)
 def _job_class(
     topology: Topology, perf: PerfConfig, spec: ModelSpec, k: int, batch: float
-) -> tuple[float, float, float, float, float, float]:
-    """``(M, t_c, T*, κ, χ, δ)`` of a job class; ``T*`` is the job alone on a compact healthy
+) -> tuple[float, float, float, float, float, float, float]:
+    """``(M, t_c, T*, κ, χ, δ, κ_max)`` of a job class; ``T*`` is the job alone on a compact healthy
     placement."""
     facts = placement_facts(topology, Health.healthy(topology), [topology.compact_placement(k)])
     b_inter = inter_bandwidth(topology.link_bw, 1, facts.inter_links)
     grad_bytes, t_c = _constants(topology, spec, batch / k)
     hw = topology.hardware
     kappa, chi, delta = perf.compute_sharing, perf.latency_inflation, perf.replica_overhead
+    kappa_max = perf.compute_saturation
     if hw is not None:
         kappa = float(hw.model_compute_sharing.get(spec.name, kappa))
+        kappa_max = float(hw.model_compute_saturation.get(spec.name, kappa_max))
         chi = float(hw.model_latency_inflation.get(spec.name, chi))
         delta = float(hw.model_replica_overhead.get(spec.name, delta))
     times = job_times(
@@ -553,7 +571,8 @@ def _job_class(
         facts,
         np.asarray(b_inter),
         compute_sharing=kappa,
+        compute_saturation=kappa_max,
         latency_inflation=chi,
         replica_overhead=delta,
     )
-    return grad_bytes, t_c, float(times.T[0]), kappa, chi, delta
+    return grad_bytes, t_c, float(times.T[0]), kappa, chi, delta, kappa_max
