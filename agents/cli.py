@@ -184,7 +184,8 @@ def register(subparsers: Any) -> None:
         "--baselines",
         default="all",
         help="'all' (default), 'crop', 'none' or a comma-separated list of policy names; static "
-        "IDs also take 'crop-rollout' (CROP with one step of lookahead, played through the env)",
+        "IDs also take 'crop-rollout' (CROP with one step of lookahead, played through the env), "
+        "online IDs 'srsf-crop-rollout' (srsf-crop with one step of lookahead, clairvoyant: slow)",
     )
     e.add_argument(
         "--algo",

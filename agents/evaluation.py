@@ -33,7 +33,7 @@ from crop_gym.agents.networks import MASKED_LOGIT, ObsSpec, adapt_observation, o
 from crop_gym.agents.policies import scorer_of
 from crop_gym.agents.stats import ratio_bootstrap
 from crop_gym.baselines.compare import DEFAULT_POLICIES
-from crop_gym.baselines.online import JCT_HEURISTICS
+from crop_gym.baselines.online import JCT_HEURISTICS, ROLLOUT_POLICIES
 from crop_gym.errors import ConfigError
 
 #: References played through the online environment itself (:mod:`crop_gym.baselines.online`):
@@ -44,12 +44,17 @@ ONLINE_REFERENCES: tuple[str, ...] = ("crop", *JCT_HEURISTICS)
 #: ``baselines`` may name beside registered policies (they are in ``ratio_to`` like those).
 STATIC_ENV_REFERENCES: tuple[str, ...] = ("crop-rollout",)
 
+#: Online references that ``baselines`` may name: played through the environment like
+#: :data:`ONLINE_REFERENCES` (they are then in ``mean_jct_ratio_to``), not in a bare simulator.
+ONLINE_ENV_REFERENCES: tuple[str, ...] = tuple(ROLLOUT_POLICIES)
+
 #: Bootstrap resamples of the intervals of the online report (windows resampled, seeded).
 BOOTSTRAP_REPS = 2000
 
 __all__ = [
     "BOOTSTRAP_REPS",
     "DEFAULT_BASELINES",
+    "ONLINE_ENV_REFERENCES",
     "ONLINE_REFERENCES",
     "STATIC_ENV_REFERENCES",
     "PolicyAgent",
@@ -359,7 +364,10 @@ def evaluate_online(
         episodes: Number of windows.
         first_seed: Seed of the first window (window ``i`` is ``reset(seed=first_seed + i)``).
         env_kwargs: Environment arguments.
-        baselines: Registered (static) policy names run in a bare simulator on each window.
+        baselines: Registered (static) policy names run in a bare simulator on each window, and
+            any of :data:`ONLINE_ENV_REFERENCES` (``srsf-crop-rollout``: the lookahead on
+            srsf-crop, :mod:`crop_gym.baselines.online_rollout`), which are played through the
+            environment and added to ``references``.
         references: :data:`crop_gym.baselines.online.ONLINE_POLICIES` names played through the
             environment.
         progress: Show a progress bar.
@@ -375,12 +383,14 @@ def evaluate_online(
     from crop_gym.policy import make_policy
     from crop_gym.sim import Simulator
 
+    env_refs = [n for n in baselines if n in ONLINE_ENV_REFERENCES]
+    references = [*references, *(n for n in env_refs if n not in references)]
     kwargs = with_split(env_id, env_kwargs, split)
     env = gym.make(env_id, **kwargs)
     ref_env = gym.make(env_id, **kwargs) if references else None
     split_record = env.unwrapped.split.to_dict()  # type: ignore[attr-defined]
     agent.bind(env)
-    policies = {name: make_policy(name) for name in baselines}
+    policies = {name: make_policy(name) for name in baselines if name not in env_refs}
     for name in references:
         make_online_policy(name)  # unknown names fail before any episode
     records: list[dict[str, Any]] = []

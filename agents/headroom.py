@@ -26,8 +26,13 @@ the seeds ``crop-gym eval`` uses; training draws seeds below ``10^6``):
 * **online IDs** (``OnlinePlacement*``): mean JCT (time in system until completion or the
   horizon, hours; lower is better) of ``random``, the best heuristic (``fifo-first-fit``,
   ``sjf-crop``), CROP (:mod:`crop_gym.baselines.online`), and two references: the best of ``rollouts``
-  seeded ε-perturbed (ε = 0.1) rollouts of CROP and sjf-crop per window (achieved, not a bound),
-  and a proven hindsight lower bound (each job's work at its ideal speed, capped at the horizon);
+  seeded ε-perturbed (ε = 0.1) rollouts of CROP and sjf-crop and of the lookahead per window
+  (achieved, not a bound), and a proven hindsight lower bound (each job's work at its ideal
+  speed, capped at the horizon); the *lookahead* column is one step of lookahead on the best JCT
+  heuristic of the row (:func:`crop_gym.baselines.online.rollout_policy`, ``--lookahead-top``
+  placements tried besides the base's, and *wait*; clairvoyant about arrivals and health, never
+  worse than its base on a window), with its ratio to the best heuristic (95 % paired bootstrap
+  over the windows) and its seconds per window;
   the learned column is the shipped online checkpoint (``--learned-online``, default
   ``default-online``) on the ID it was trained on.
 
@@ -57,11 +62,17 @@ import numpy as np
 
 import crop_gym  # noqa: F401  (registers the IDs)
 from crop_gym.agents.config import EVAL_SEED_BASE
-from crop_gym.agents.stats import mean_ci
+from crop_gym.agents.stats import mean_ci, ratio_bootstrap
 from crop_gym.baselines.bounds import best_bound
 from crop_gym.baselines.crop import crop_greedy
 from crop_gym.baselines.exact import EXACT_LIMITS, branch_and_bound, optimum, search_space
-from crop_gym.baselines.online import JCT_HEURISTICS, epsilon, make_online_policy, play
+from crop_gym.baselines.online import (
+    JCT_HEURISTICS,
+    epsilon,
+    make_online_policy,
+    play,
+    rollout_policy,
+)
 from crop_gym.baselines.rollout_expert import CropRolloutExpert
 from crop_gym.baselines.search import rollout_search
 from crop_gym.envs.actions import PendingQueue, build_action_tables
@@ -102,6 +113,7 @@ class Row:
     extra: dict[str, float] = field(default_factory=dict)
     learned_name: str | None = None  # the checkpoint of the learned column
     reach: Reach | None = None  # static: the best achieved F and its distance to the bound
+    lookahead_base: str | None = None  # online: the base heuristic of the lookahead column
 
 
 @dataclass
@@ -431,9 +443,14 @@ def _learned_online(
 
 
 def online_row(
-    env_id: str, seeds: Sequence[int], rollouts: int, learned: Sequence[str] = ()
+    env_id: str,
+    seeds: Sequence[int],
+    rollouts: int,
+    learned: Sequence[str] = (),
+    lookahead_top: int = 3,
 ) -> Row:
-    """The online task's row (see the module docstring), on the eval part of the traces."""
+    """The online task's row (see the module docstring), on the eval part of the traces;
+    ``lookahead_top``: placements the lookahead tries besides its base's."""
     env = gym.make(env_id, **with_split(env_id, {}, "eval"))
     jct: dict[str, list[float]] = {}
     decisions = multi = 0
@@ -446,19 +463,35 @@ def online_row(
             if name == "crop":
                 decisions, multi = decisions + ep.decisions, multi + ep.multi
                 lb.append(ep.lower_bound_h)
+    mean = {n: float(np.mean(v)) for n, v in jct.items()}
+    best = min(ONLINE_HEURISTICS, key=mean.__getitem__)
+    # The lookahead's base: the best JCT heuristic of these windows (fifo-first-fit has no order).
+    base_name = min(JCT_HEURISTICS, key=mean.__getitem__)
+    look, look_s = [], []
+    for s in seeds:
+        t0 = time.perf_counter()
+        look.append(play(env, rollout_policy(base_name, top=lookahead_top), s).mean_jct_h)
+        look_s.append(time.perf_counter() - t0)
     best_roll = []
     for i, s in enumerate(seeds):
-        runs = [jct["crop"][i], jct["sjf-crop"][i]]
+        runs = [jct["crop"][i], jct["sjf-crop"][i], look[i]]
         for r in range(rollouts):
             rng = np.random.default_rng([s, 3, r])
             base = make_online_policy("crop" if r % 2 else "sjf-crop", rng)
             runs.append(play(env, epsilon(base, 0.1, rng), s).mean_jct_h)
         best_roll.append(min(runs))
-    mean = {n: float(np.mean(v)) for n, v in jct.items()}
-    best = min(ONLINE_HEURISTICS, key=mean.__getitem__)
     crop, roll = np.array(jct["crop"]), np.array(best_roll)
     lj = _learned_online(env_id, seeds, learned) if learned else None
     extra = {} if lj is None else {"learned_over_crop": float(np.mean(lj[0]) / crop.mean())}
+    ratio = ratio_bootstrap(np.array(look)[None, :], np.array(jct[best]), reps=2000, seed=0)
+    extra.update(
+        lookahead_h=float(np.mean(look)),
+        lookahead_top=float(lookahead_top),
+        lookahead_over_best_heuristic=ratio["ratio_of_means"],
+        lookahead_over_best_heuristic_low=ratio["ratio_of_means_ci95"][0],
+        lookahead_over_best_heuristic_high=ratio["ratio_of_means_ci95"][1],
+        lookahead_seconds_per_window=float(np.mean(look_s)),
+    )
     return Row(
         env_id=env_id,
         kind="online",
@@ -470,16 +503,17 @@ def online_row(
         crop=mean["crop"],
         learned=None if lj is None else float(np.mean(lj[0])),
         bound=float(roll.mean()),
-        bound_kind=f"best of {rollouts + 2} rollouts",
+        bound_kind=f"best of {rollouts + 3} rollouts",
         crop_gap=float(np.mean(crop / roll - 1)),
         extra={
+            **extra,
             "hindsight_lower_bound_h": float(np.mean(lb)),
             "crop_over_lower_bound": float(np.mean(crop / np.array(lb))),
             "crop_decisions": float(decisions),
             "crop_multi_job_decisions": float(multi),
-            **extra,
         },
         learned_name=None if lj is None else lj[1],
+        lookahead_base=base_name,
     )
 
 
@@ -490,6 +524,7 @@ def headroom(
     seeds: int = 40,
     online_seeds: int = 10,
     rollouts: int = 8,
+    lookahead_top: int = 3,
     learned: Sequence[str] = ("default-severe", "default"),
     learned_online: Sequence[str] = ("default-online",),
     progress: bool = True,
@@ -509,7 +544,7 @@ def headroom(
         t0 = time.perf_counter()
         if "Online" in env_id:
             n = [HELD_OUT_SEED + i for i in range(online_seeds)]
-            rows.append(online_row(env_id, n, rollouts, learned_online))
+            rows.append(online_row(env_id, n, rollouts, learned_online, lookahead_top))
         else:
             rows.append(
                 static_row(
@@ -575,8 +610,8 @@ def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
         "",
         "## Online tasks (mean JCT in hours, lower is better)",
         "",
-        "| task | windows | random | best heuristic | CROP | learned | best rollout | hindsight LB | CROP / best rollout - 1 | multi-job decisions (CROP) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| task | windows | random | best heuristic | CROP | learned | lookahead | lookahead / best heuristic | s per window | best rollout | hindsight LB | CROP / best rollout - 1 | multi-job decisions (CROP) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if r.kind == "online":
@@ -585,6 +620,7 @@ def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
                 f"| `{r.env_id}` | {r.seeds} | {_fmt(r.random, 'online')} | "
                 f"{_fmt(r.best_heuristic, 'online')} ({r.best_heuristic_name}) | "
                 f"{_fmt(r.crop, 'online')} | {_fmt(r.learned, 'online')} | "
+                f"{_lookahead_cells(r)} | "
                 f"{_fmt(r.bound, 'online')} ({r.bound_kind}) | "
                 f"{e['hindsight_lower_bound_h']:.2f} | {100 * r.crop_gap:.1f} % | "
                 f"{int(e['crop_multi_job_decisions'])} of {int(e['crop_decisions'])} |"
@@ -592,10 +628,20 @@ def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
     out += [
         "",
         "JCT: time in the system until completion or the horizon, averaged over the window's jobs.",
-        "Best rollout: per window, the best of CROP, sjf-crop and seeded ε = 0.1 perturbations of",
-        "them (achieved, not a bound). Hindsight LB: each job's work at its ideal speed capped at",
-        "the horizon (proven, loose: it ignores queueing). Multi-job decisions: CROP's steps at",
-        "which two or more jobs were placeable.",
+        "Lookahead: one-step rollout on the row's best JCT heuristic (`baselines/online_rollout.py`,",
+        "`srsf-crop-rollout` for srsf-crop): at each decision the base's own action, the next",
+        "placements in its order (the lookahead's `top`, default 3) and *wait* are each completed",
+        "by the base on a copy of the environment, and the lowest mean JCT wins; it is clairvoyant",
+        "about the window's arrivals and health (an expert, not a deployable policy) and never",
+        "worse than its base on a window. Lookahead / best heuristic: ratio of mean JCTs with a 95 %",
+        "paired bootstrap interval over the windows; s per window: its wall-clock seconds on one",
+        "core. Best rollout: per window, the best of CROP, sjf-crop, the lookahead and seeded",
+        "ε = 0.1 perturbations of CROP and sjf-crop (achieved, not a bound; rows without a",
+        "lookahead column are from an earlier run, without it). Hindsight LB: each job's work at",
+        "its ideal speed capped at the horizon (proven, loose: it ignores queueing). Multi-job",
+        "decisions: CROP's steps at which two or more jobs were placeable.",
+        "`scripts/online_rollout_headroom.py` measures the lookahead on more windows, with",
+        "settings beside (docs/results/online_rollout.json).",
     ]
     learned = [r for r in rows if r.kind == "online" and r.learned_name]
     if learned:
@@ -608,6 +654,18 @@ def render_markdown(rows: Sequence[Row], command: str, note: str = "") -> str:
         ]
     out.append("")
     return "\n".join(out)
+
+
+def _lookahead_cells(r: Row) -> str:
+    """The lookahead's three cells of an online row (dashes for rows from an earlier run)."""
+    e = r.extra
+    if "lookahead_h" not in e:
+        return "— | — | —"
+    return (
+        f"{e['lookahead_h']:.2f} ({r.lookahead_base}, top {int(e['lookahead_top'])}) | "
+        f"{e['lookahead_over_best_heuristic']:.3f} [{e['lookahead_over_best_heuristic_low']:.3f}, "
+        f"{e['lookahead_over_best_heuristic_high']:.3f}] | {e['lookahead_seconds_per_window']:.0f}"
+    )
 
 
 def _ci(x: float, ci: Sequence[float]) -> str:
@@ -707,7 +765,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m crop_gym.agents.headroom", description=__doc__.split("\n")[0]
     )
-    p.add_argument("--fast", action="store_true", help="2 seeds, 2 online windows, 2 rollouts")
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        help="2 seeds, 2 online windows, 2 rollouts, online lookahead top 1 at most",
+    )
     p.add_argument("--ids", nargs="+", help="environment IDs (default: every registered one)")
     p.add_argument("--seeds", type=int, default=40, help="static seeds (default 40)")
     p.add_argument(
@@ -725,6 +787,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--online-seeds", type=int, default=10, help="online windows (default 10)")
     p.add_argument("--rollouts", type=int, default=8, help="perturbed rollouts per window")
     p.add_argument(
+        "--lookahead-top",
+        type=int,
+        default=3,
+        help="online lookahead: placements tried besides its base heuristic's (default 3)",
+    )
+    p.add_argument(
         "--learned",
         nargs="+",
         default=["default-severe", "default"],
@@ -740,8 +808,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default="docs", help="directory of BENCHMARK.md (data in OUT/results)")
     a = p.parse_args(argv)
     try:
-        for name in ("seeds", "online_seeds", "rollouts"):
-            if getattr(a, name) < (0 if name == "rollouts" else 1):
+        for name in ("seeds", "online_seeds", "rollouts", "lookahead_top"):
+            if getattr(a, name) < (0 if name in ("rollouts", "lookahead_top") else 1):
                 raise ConfigError(f"--{name.replace('_', '-')}={getattr(a, name)} must be >= 1")
         fast = a.fast
         rows = headroom(
@@ -749,6 +817,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seeds=2 if fast else a.seeds,
             online_seeds=2 if fast else a.online_seeds,
             rollouts=2 if fast else a.rollouts,
+            lookahead_top=min(a.lookahead_top, 1) if fast else a.lookahead_top,
             learned=[n for n in a.learned if n != "none"],
             learned_online=[n for n in a.learned_online if n != "none"],
             search_depth=a.search_depth,

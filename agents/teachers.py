@@ -8,7 +8,9 @@ on ``Placement-Severe-v0``). The online environments (``OnlinePlacement*``) are
 taught by a policy of :mod:`crop_gym.baselines.online` acting through the same action interface: ``crop``
 (CROP's first placement on the view, wait when it places nothing) or ``sjf-crop`` (the placeable
 job with the least remaining work first, on its row of the largest ΔF), whose mean JCT is far
-below CROP's on the v1 tasks (docs/BENCHMARK.md). A policy cloned from a teacher is compared to
+below CROP's on the v1 tasks (docs/BENCHMARK.md), or ``srsf-crop-rollout``, one step of lookahead
+on srsf-crop (:mod:`crop_gym.baselines.online_rollout`: clairvoyant about the window's arrivals and
+health, never worse than srsf-crop on a window, and slow: tens of completions per decision). A policy cloned from a teacher is compared to
 CROP and to its teacher (docs/AGENTS.md).
 """
 

@@ -23,6 +23,13 @@ step. They are the references of the headroom table (docs/BENCHMARK.md):
 :data:`JCT_HEURISTICS` names these four: ``crop-gym eval`` reports the best of them on every
 window set (``best_heuristic``).
 
+* ``srsf-crop-rollout`` (:data:`ROLLOUT_POLICIES`, :func:`rollout_policy`): one step of lookahead
+  on srsf-crop, the best heuristic of the v2 tasks (:mod:`crop_gym.baselines.online_rollout`):
+  srsf-crop's action, the next placements in its order and *wait* are each completed by
+  srsf-crop on a copy of the environment, and the lowest mean JCT wins. It sees the window's
+  future arrivals and health (an expert and a teacher, not a deployable scheduler), is never
+  worse than srsf-crop on a window, and costs tens of completions per decision.
+
 :func:`play` runs one episode and returns its mean JCT (time in system until completion or the
 horizon) and what was decided.
 """
@@ -37,15 +44,18 @@ import gymnasium as gym
 import numpy as np
 
 from crop_gym.baselines.crop import crop_greedy
+from crop_gym.baselines.online_rollout import OnlineRollout
 from crop_gym.model.jobs import Job
 
 __all__ = [
     "JCT_HEURISTICS",
     "ONLINE_POLICIES",
+    "ROLLOUT_POLICIES",
     "Episode",
     "jct_priority",
     "make_online_policy",
     "play",
+    "rollout_policy",
 ]
 
 OnlinePolicy = Callable[[Any], int]
@@ -149,12 +159,52 @@ def _ordered_crop(name: str) -> OnlinePolicy:
     return act
 
 
+def _ranked_rows(name: str) -> Callable[[Any], list[int]]:
+    """``env -> actions``: every placeable view job in ``name``'s order (ties: the earlier slot),
+    each on its row of the largest ΔF (the placements a rollout on ``name`` tries)."""
+
+    def rank(env: Any) -> list[int]:
+        table = env.table
+        if not table.has_placement:
+            return []
+        prio = jct_priority(name, env.sim, table.jobs)
+        order = sorted(range(len(table.jobs)), key=lambda q: (prio[q], q))
+        return [_best_row(env, q) for q in order if np.any(table.row_slot == q)]
+
+    return rank
+
+
+def rollout_policy(
+    base: str = "srsf-crop", *, top: int = 3, consider_wait: bool = True, depth: int | None = None
+) -> OnlineRollout:
+    """Rollout on the JCT heuristic ``base`` (:class:`~crop_gym.baselines.online_rollout.OnlineRollout`):
+    its own action, the next ``top`` view jobs in its order (each on its row of the largest ΔF)
+    and *wait* are tried, each completed by ``base``.
+
+    Raises:
+        KeyError: For a ``base`` not in :data:`JCT_HEURISTICS`.
+    """
+    if base not in _PRIORITIES:
+        raise KeyError(f"unknown JCT heuristic {base!r}; heuristics: {', '.join(JCT_HEURISTICS)}")
+    return OnlineRollout(
+        _ordered_crop(base), _ranked_rows(base), top=top, consider_wait=consider_wait, depth=depth
+    )
+
+
+#: Rollout policies (name → base heuristic): one-step lookahead on the best JCT heuristic of the
+#: v2 tasks (docs/BENCHMARK.md), clairvoyant about arrivals and health (an expert, a teacher).
+ROLLOUT_POLICIES: dict[str, str] = {"srsf-crop-rollout": "srsf-crop"}
+
 #: Policy names → factories ``(rng) -> policy``.
 ONLINE_POLICIES: dict[str, Callable[[np.random.Generator], OnlinePolicy]] = {
     "random": _random,
     "fifo-first-fit": lambda rng: _fifo_first_fit,
     "crop": lambda rng: _crop,
     **{name: (lambda rng, name=name: _ordered_crop(name)) for name in JCT_HEURISTICS},  # type: ignore[misc]
+    **{
+        name: (lambda rng, base=base: rollout_policy(base))  # type: ignore[misc]
+        for name, base in ROLLOUT_POLICIES.items()
+    },
 }
 
 

@@ -42,6 +42,15 @@ def test_fast_mode_writes_the_table(tmp_path: Path) -> None:
     assert "How far the best achieved F is from the bound" in md
     assert online["bound"] <= online["crop"] + 1e-9  # the best rollout includes CROP's
     assert online["extra"]["hindsight_lower_bound_h"] <= online["bound"] + 1e-9
+    # The lookahead on the best JCT heuristic is one of the rollouts, and never worse than its base.
+    e = online["extra"]
+    assert online["bound"] <= e["lookahead_h"] + 1e-9
+    assert e["lookahead_top"] == 1  # --fast
+    low, high = e["lookahead_over_best_heuristic_low"], e["lookahead_over_best_heuristic_high"]
+    assert low <= e["lookahead_over_best_heuristic"] <= high
+    if online["best_heuristic_name"] == online["lookahead_base"]:
+        assert e["lookahead_over_best_heuristic"] <= 1 + 1e-9
+    assert f"({online['lookahead_base']}, top 1)" in md
     assert (tmp_path / "results" / "headroom.csv").read_text().startswith("env_id,")
 
 

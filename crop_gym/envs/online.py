@@ -8,6 +8,7 @@ CartPole-v0 and -v1 are), listed with their differences in its version history.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, SupportsFloat
@@ -486,6 +487,28 @@ class OnlinePlacementEnv(OnlineRendering, gym.Env[Obs, np.int64]):
             info["sim_metrics"] = sim.result(policy_name="agent").summary()
             info["mean_jct_h"] = self.mean_jct_h()
         return self._observe(), weighted(terms, self.reward_weights), terminated, truncated, info
+
+    def copy(self) -> OnlinePlacementEnv:
+        """An independent copy of this environment mid-episode, for lookahead (rollouts).
+
+        The copy is unwrapped and continues the current episode: the same simulated cluster, queue,
+        step count and accumulated time in system, and the same future (the window's arrivals and
+        the health timeline, whose random state is copied with the simulator:
+        :meth:`crop_gym.sim.Simulator.copy`), so the same actions give the same transitions, rewards
+        and ``mean_jct_h`` in both. Stepping (or resetting) one never changes the other; the copy has
+        its own ``np_random`` (a copy of this one's). It does not render.
+
+        Raises:
+            gymnasium.error.ResetNeeded: Before the first ``reset``.
+        """
+        sim, _ = self._live()
+        new = copy.copy(self)
+        new.sim = sim.copy()
+        new.np_random = copy.deepcopy(self.np_random)
+        new._guard = copy.copy(self._guard)
+        new.render_mode = None
+        new._rebuild()
+        return new
 
     def mean_jct_h(self) -> float:
         """Mean time in the system of the window's jobs so far, hours (queued jobs count to now).

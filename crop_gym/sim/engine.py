@@ -32,6 +32,7 @@ Typical use::
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -215,6 +216,28 @@ class Simulator:
         if self.health_process.next_time() <= 0.0:
             self._handle_health(self.health_process.pop(0.0))
         self._admit(0.0)
+
+    # ------------------------------------------------------------------- copy
+    def copy(self) -> Simulator:
+        """An independent copy of the simulation as it stands, for lookahead.
+
+        The copy has the same jobs, queue, placements, progress, integrals and counters, and the
+        same future: the health process and the policy generator are copied with their random
+        states, so advancing both with the same placements gives the same events at the same
+        times (the health timeline does not depend on placements). Changing one never changes
+        the other. Immutable parts (jobs, topology, profile, configuration) are shared.
+        """
+        new = object.__new__(Simulator)
+        new.__dict__.update(self.__dict__)
+        new.state = self.state.copy()
+        new.ledger = self.ledger.copy()
+        new.health_process = self.health_process.copy()
+        new.policy_rng = copy.deepcopy(self.policy_rng)
+        new.timeline = self.timeline.copy()
+        new._queue = list(self._queue)
+        new._k_count = dict(self._k_count)
+        new._running = list(self._running)
+        return new
 
     # --------------------------------------------------------------- progress
     def _running_jobs(self) -> IntArray:

@@ -34,6 +34,7 @@ finitely many, and :attr:`HealthProcess.max_events_per_hour` bounds their mean r
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections.abc import Sequence
@@ -272,6 +273,14 @@ class HealthProcess:
         return False
 
     # ------------------------------------------------------------------ public
+    def copy(self) -> HealthProcess:
+        """An independent copy whose future is this process's: the pending events, the device
+        states and the random generator's state are copied, so both draw the same timeline from
+        here on (the health timeline does not depend on placements). The topology, the profile,
+        the configuration and the current :class:`Health` (all immutable) are shared."""
+        shared = (self.topology, self.profile, self.config, self._health)
+        return copy.deepcopy(self, memo={id(x): x for x in shared if x is not None})
+
     def next_time(self) -> float:
         """Time of the next health event (``inf`` if none will ever happen)."""
         heap = self._heap

@@ -16,6 +16,7 @@ the current time at the old ``T`` and takes the new one; its completion time is
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -130,6 +131,17 @@ class JobLedger:
             run_start=np.zeros(n),
             ckrem=np.zeros(n),
             slot=np.full(n, -1, dtype=np.intp),
+        )
+
+    def copy(self) -> JobLedger:
+        """An independent copy (every array copied; the checkpoint interval is a number)."""
+        return dataclasses.replace(
+            self,
+            **{
+                f.name: getattr(self, f.name).copy()
+                for f in dataclasses.fields(self)
+                if isinstance(getattr(self, f.name), np.ndarray)
+            },
         )
 
     def last_checkpoint(self, run_start: Any, t: float) -> Any:
