@@ -134,6 +134,8 @@ class Reach:
         headroom_bound: Mean of ``bound / F_reference - 1`` (the most headroom there can be).
         headroom_bound_ci: Its interval.
         bound_kinds: Instances per bound kind (:class:`crop_gym.baselines.bounds.BoundResult`).
+        missed: ``[seed, 1 - best / bound]`` of each instance not within 5 % (seed: its
+            ``reset`` seed).
     """
 
     crop_rollout: float | None
@@ -153,6 +155,7 @@ class Reach:
     headroom_bound_ci: list[float]
     bound_kinds: dict[str, int]
     violations: int = 0
+    missed: list[list[float]] = field(default_factory=list)
 
 
 # ---------------------------------------------------------------------------------- static
@@ -381,6 +384,11 @@ def static_row(
         headroom_bound_ci=mean_ci(bnd / ref - 1),
         bound_kinds={k: kinds.count(k) for k in sorted(set(kinds))},
         violations=violations,
+        missed=[
+            [int(s), float(g)]
+            for s, b, t, g, k in zip(seeds, bnd, top, gap, kinds, strict=True)
+            if not (b <= 1.05 * t or k == "exact")
+        ],
     )
     return Row(
         env_id=env_id,
@@ -639,6 +647,17 @@ def _reach_table(rows: Sequence[Row]) -> list[str]:
             f"{_ci(a.headroom_achieved, a.headroom_achieved_ci)} | "
             f"{_ci(a.headroom_bound, a.headroom_bound_ci)} |"
         )
+    missed = [
+        f"`{r.env_id.split('/')[-1]}` "
+        + ", ".join(f"{int(m[0])} ({100 * m[1]:.1f} %)" for m in r.reach.missed)
+        for r in reach
+        if r.reach is not None and r.reach.missed
+    ]
+    if missed:
+        out += [
+            "",
+            "Instances not within 5 % (reset seed, gap best → bound): " + "; ".join(missed) + ".",
+        ]
     out += [
         "",
         "Gap best → bound: mean of `1 - best / bound` over the instances, with a 95 % bootstrap",
