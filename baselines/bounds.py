@@ -13,51 +13,69 @@ job ``j`` (weight ``w``, ``k`` GPUs) take the GPUs ``P``. Its value is
 ``v = w k η s`` with ``η = min(1, T*/T)`` and survival ``s = Π_{g∈P} q_g · Π_{e} y_e`` over its
 GPUs (``q_g``: the GPU and, for ``k >= 2``, its own link survive) and spanned inter-server links
 ``e``. Write ``ℓ`` for the largest slowdown ``σ/speed`` over ``P`` (its *pace*) and ``m`` for its
-*mode*: on one server, or spread over two or more.
+*mode*: on one server, or spread over two or more. A spread placement's mode also names its
+*lowest common switch* ``X`` (the deepest switch above all of ``P``: ``P`` touches two or more of
+``X``'s children) and its *bandwidth level* ``β``, defined next. For ``g ∈ P`` under ``X``, two
+links above ``g`` are spanned for certain: the uplink of ``g``'s server (``P`` is on two or more
+servers) and the link ``e_X(g)`` just below ``X`` on ``g``'s path (``P`` touches another child of
+``X``; the two are one link when the server hangs under ``X``). Its *chain share* is the lesser
+of those links' ``ρB / (load + 1)`` now, and ``β`` is the least chain share over ``P``.
 
 1. *Time.* Every term of ``T`` grows with the slowdown and with the all-reduce time ``C``, and
    ``C`` grows as bandwidths fall and latencies rise. For every ``g ∈ P``: the pace is ``ℓ``; on one
-   server the most GPUs on a server is ``g_max = k`` and no inter-server link is crossed; spread
-   over ``n`` servers, ``n_min(k) <= n <= min(k, servers with free GPUs)`` (``n_min(k)``: the
-   fewest servers that hold ``k`` free GPUs) and ``g_max >= ⌈k/n⌉``, so ``T`` is at least its
-   least value over those shapes ``(⌈k/n⌉, n)`` (each term grows with ``g_max`` and with ``n``),
-   and the uplink of ``g``'s server is one of the spanned links, so the bottleneck share is at most
-   that uplink's ``ρB / (load + 1)`` now (loads only grow as jobs are added). The GPU-link
-   bottleneck is at most ``g``'s own link's ``ρB``, and the largest latencies at least ``g``'s
-   link's (latency terms are dropped under ``latency="hops"``, where they are summed
-   differently; they only add time). So ``T >= T_j(ℓ, m, g)`` (:func:`~crop_gym.model.timing.comm_time`
-   and :func:`~crop_gym.model.timing.iteration_time` with those arguments), and
+   server the most GPUs on a server is ``g_max = k`` and no inter-server link is crossed. Spread
+   under ``X`` at level ``β``, every GPU of ``P`` lies in the set ``U`` of GPUs under ``X`` of
+   slowdown ``<= ℓ`` and chain share ``>= β``; with ``n`` servers, ``n_min <= n <= min(k, servers
+   of U)`` (``n_min``: the fewest servers of ``U`` holding ``k`` of its GPUs) and ``g_max >= g(n)``,
+   the least ``g`` for which the ``n`` largest ``min(|U ∩ server|, g)`` sum to ``k`` (at least
+   ``⌈k/n⌉``), so ``T`` is at least its least value over those shapes ``(g(n), n)`` (each term
+   grows with ``g_max`` and with ``n``). Both links of every chain are spanned and loads only grow
+   as jobs are added, so the inter-server bottleneck share is at most ``β``; the largest
+   inter-server latency is at least that of either link. The GPU-link bottleneck is at most ``g``'s
+   own link's ``ρB``, and the largest intra-server latency at least ``g``'s link's (latency terms
+   are dropped under ``latency="hops"``, where they are summed differently; they only add time).
+   So ``T >= T_j(ℓ, m, g)`` (:func:`~crop_gym.model.timing.comm_time` and
+   :func:`~crop_gym.model.timing.iteration_time` with those arguments), and
    ``η <= η_j(ℓ, m, g) = min(1, T*/T_j(ℓ, m, g))`` for every ``g ∈ P``.
-2. *Survival.* Spread over servers ``i`` holding ``g_i <= G_i = min(k - 1, free GPUs of i)``
-   GPUs each, every uplink ``y_i`` is spanned, and ``y_i = Π_{g on i} y_i^{1/g_i} <=
-   Π_{g on i} y_i^{1/G_i}`` (``y <= 1``). So ``s <= Π_{g∈P} r_g`` with ``r_g = q_g`` on one
-   server and ``r_g = q_g y_{i(g)}^{1/G_{i(g)}}`` spread. By the power-mean inequality,
-   ``k Π_g r_g <= Σ_g r_g^k``.
+2. *Survival.* Spread under ``X``, every spanned link ``e`` of a chain holds at most
+   ``G_e = min(k - 1, free GPUs under e)`` GPUs of ``P`` (``e`` is spanned, so not all of ``P``
+   is under it), and ``y_e = Π_{g under e} y_e^{1/g_e} <= Π_{g under e} y_e^{1/G_e}``
+   (``y <= 1``, ``g_e = |P under e|``). The other spanned links only lower ``s``. So
+   ``s <= Π_{g∈P} r_g`` with ``r_g = q_g`` on one server and ``r_g = q_g y_{i(g)}^{1/G_{i(g)}}
+   y_{e_X(g)}^{1/G_{e_X(g)}}`` spread (the second factor once where the links are one). By the
+   power-mean inequality, ``k Π_g r_g <= Σ_g r_g^k``.
 3. Together: ``v = w k η s <= w η Σ_g r_g^k <= Σ_{g∈P} w η_j(ℓ, m, g) r_g^k`` — a sum over the
    job's GPUs of a coefficient that depends on the GPU's group, the job's pace and its mode only.
 4. *The chord.* The power mean is loose when a large job mixes reliable and failure-prone GPUs
    (29 GPUs at 1 and 3 at 0.8: 0.91 for a product of 0.51). A second bound: with
-   ``u = Σ_{g∈P} log r_g``, ``s <= e^u``, and ``u`` lies in ``[λ, 0]`` where ``λ`` is the least
-   sum of ``k`` logs the allowed groups offer. ``e^u`` is convex, so it lies below its chord:
-   ``e^u <= 1 + α u`` with ``α = (1 - e^λ) / -λ``. With ``η̄`` the largest ``η_j(ℓ, m, g)`` over
-   the allowed groups, ``v <= w η̄ k (1 + α u) = Σ_{g∈P} w η̄ (1 + α k log r_g)`` (terms may be
-   negative; their sum is not). For ``k >= 2`` the program takes the lesser of the two sums
-   through a variable ``V <= Σ power-mean terms`` and ``V <= Σ chord terms`` per mode.
+   ``u = Σ_{g∈P} log r_g``, ``s <= e^u``, and ``u`` lies in ``[λ, μ]`` where ``λ`` and ``μ`` are
+   the least and the greatest sums of ``k`` logs the allowed groups offer. ``e^u`` is convex, so it
+   lies below its chord: ``e^u <= a + b u`` with ``b = (e^μ - e^λ) / (μ - λ)`` and
+   ``a = e^μ - b μ`` (``b = 0``, ``a = e^μ`` where ``μ = λ``). With ``η̄`` the largest
+   ``η_j(ℓ, m, g)`` over the allowed groups, ``v <= w η̄ k (a + b u) = Σ_{g∈P} w η̄ (a + b k
+   log r_g)`` (terms may be negative; their sum is not). For ``k >= 2`` the program takes the
+   lesser of the two sums through a variable ``V <= Σ power-mean terms`` and
+   ``V <= Σ chord terms`` per mode.
 
 **The program.** Identical jobs (same model, GPUs, batch and weight) form a class ``a`` of
 ``n_a`` jobs. Integer ``z_{a,ℓ,m} >= 0`` counts the class's jobs placed at pace ``ℓ`` in mode
-``m`` (one server ``i``, or spread); ``x_{a,ℓ,m,c} >= 0`` the GPUs of group ``c`` they take, only
-from groups of slowdown ``<= ℓ`` (and, on one server, of server ``i``); ``V_{a,ℓ,m}`` their value
+``m`` (one server ``i``, or spread under a switch ``X`` at a level ``β``: one mode per chain share
+under ``X`` that leaves ``k`` GPUs); ``x_{a,ℓ,m,c} >= 0`` the GPUs of group ``c`` they take, only
+from groups of slowdown ``<= ℓ`` (and, on one server, of server ``i``; spread, of the mode's set
+``U``); ``V_{a,ℓ,m}`` their value
 (point 4; for 1-GPU jobs the power-mean sum itself). Constraints:
-``Σ_{ℓ,m} z_{a,ℓ,m} <= n_a``; ``Σ_c x_{a,ℓ,m,c} = k_a z_{a,ℓ,m}``; each group's GPUs are taken at
+(A pace is kept for a part only where the part holds a GPU of that slowdown: any placement's
+pace is one of its GPUs' slowdowns, and a pace without one offers the same GPUs as a faster pace
+at a larger time.) ``Σ_{ℓ,m} z_{a,ℓ,m} <= n_a``; ``Σ_c x_{a,ℓ,m,c} = k_a z_{a,ℓ,m}``; each group's GPUs are taken at
 most once, ``Σ_{a,ℓ,m} x_{a,ℓ,m,c} <= |c|``. Objective: ``F(now) + Σ V``. (With several jobs
 of a class in one mode, each bound is a sum over them, and the sum of their lesser bounds is
 at most the lesser of the sums.)
 
 **Validity.** Take the best placement of any subset of the queue. Adding a job never raises
 another job's value (link loads only grow), so its F is at most ``F(now) + Σ_j v_j``. Setting each
-placed job's ``z`` at its pace and mode and its ``x`` to its GPUs per group is feasible (a GPU is
-held by one job; its pace bounds its GPUs' slowdowns), and by 3 the objective there is ``>= F``.
+placed job's ``z`` at its pace and mode (its lowest common switch and the level of its least
+chain share, read off the state before the queue) and its ``x`` to its GPUs per group is feasible
+(a GPU is held by one job; its pace bounds its GPUs' slowdowns, its level their chain shares), and by 3 the objective there is ``>= F``.
 So the program's optimum is ``>= F``; HiGHS' dual bound is ``>=`` that optimum, and so is the
 optimum of its LP relaxation (the fallback when the integer program is not solved in time).
 """
@@ -84,9 +102,12 @@ __all__ = [
     "BoundResult",
     "GroupTable",
     "JobValueBound",
+    "ValueMode",
     "best_bound",
+    "extreme_sum",
     "group_table",
     "job_value_bound",
+    "least_g_max",
     "sharing_bound",
 ]
 
@@ -111,6 +132,13 @@ class GroupTable:
         up_keep: ``float64[C]`` survival of the server uplink.
         up_lat: ``float64[C]`` latency of the server uplink.
         server_free: ``int64[S]`` free usable GPUs per server.
+        path: ``int64[C, D]`` the links (child nodes) from the group's GPUs up to the root,
+            root-padded (:attr:`~crop_gym.model.topology.Topology.gpu_links`).
+        node_free: ``int64[N]`` free usable GPUs under each node.
+        node_share: ``float64[N]`` each link's ``ρB / (load + 1)`` now.
+        node_keep: ``float64[N]`` each link's survival.
+        node_lat: ``float64[N]`` each link's latency.
+        switches: ``int64[K]`` the switch nodes (spread modes' lowest common nodes).
     """
 
     gpus: tuple[NDArray[np.int32], ...]
@@ -125,11 +153,24 @@ class GroupTable:
     up_keep: NDArray[np.float64]
     up_lat: NDArray[np.float64]
     server_free: NDArray[np.int64]
+    path: NDArray[np.int64]
+    node_free: NDArray[np.int64]
+    node_share: NDArray[np.float64]
+    node_keep: NDArray[np.float64]
+    node_lat: NDArray[np.float64]
+    switches: NDArray[np.int64]
 
-    def fewest_servers(self, k: int) -> int:
-        """The fewest servers whose free GPUs hold ``k`` (``servers + 1`` if none do)."""
-        reach = np.cumsum(np.sort(self.server_free)[::-1])
-        return int(np.searchsorted(reach, k) + 1)
+    def below(self, node: int) -> NDArray[np.bool_]:
+        """``bool[C]``: the groups under ``node``."""
+        return np.asarray((self.path == node).any(axis=1), dtype=np.bool_)
+
+    def child_link(self, node: int) -> NDArray[np.int64]:
+        """``int64[C]``: for each group under the switch ``node``, the link just below ``node``
+        on its path (the child of ``node`` that holds it; -1 for groups not under ``node``)."""
+        hit = self.path == node
+        pos = hit.argmax(axis=1)
+        out = self.path[np.arange(len(self.size)), np.maximum(pos - 1, 0)]
+        return np.where(hit.any(axis=1) & (pos > 0), out, -1).astype(np.int64)
 
 
 def group_table(state: ClusterState) -> GroupTable:
@@ -142,6 +183,13 @@ def group_table(state: ClusterState) -> GroupTable:
     up = topo.server_node[server]
     eff = state.eff_bandwidth
     free = state.free_mask
+    share = eff / (state.link_load + 1.0)
+    cum = np.concatenate(([0], np.cumsum(free)))
+    # The links above each group's GPUs, then the root (0) as a last column: every group is
+    # under the root.
+    path = np.concatenate(
+        (topo.gpu_links[first].astype(np.int64), np.zeros((len(first), 1), np.int64)), axis=1
+    )
     return GroupTable(
         gpus=groups,
         size=np.array([len(g) for g in groups], dtype=np.int64),
@@ -151,52 +199,85 @@ def group_table(state: ClusterState) -> GroupTable:
         keep_link=1.0 - h.link_fail_prob[node],
         link_bw=eff[node],
         link_lat=topo.link_lat[node],
-        up_share=eff[up] / (state.link_load[up] + 1.0),
+        up_share=share[up],
         up_keep=1.0 - h.link_fail_prob[up],
         up_lat=topo.link_lat[up],
         server_free=np.bincount(topo.gpu_server[free], minlength=topo.num_servers).astype(np.int64),
+        path=path,
+        node_free=(cum[topo.node_gpu_hi] - cum[topo.node_gpu_lo]).astype(np.int64),
+        node_share=np.asarray(share, dtype=np.float64),
+        node_keep=1.0 - h.link_fail_prob,
+        node_lat=np.asarray(topo.link_lat, dtype=np.float64),
+        switches=np.flatnonzero(topo.kind == 2).astype(np.int64),
     )
 
 
 @dataclass(frozen=True)
+class ValueMode:
+    """One mode of a job's placements and its per-GPU coefficients (module docstring, point 3).
+
+    Attributes:
+        node: ``-1`` for placements on one server; else the switch that is the placements'
+            lowest common node (spread over two or more of its children).
+        level: The bandwidth level ``β`` of a spread mode (``inf`` on one server): its GPUs are
+            those whose chain share is at least ``β``, and its time bound reads ``b_inter = β``.
+        coef: ``float64[L, C]`` coefficient of a GPU of group ``c`` at pace ``ℓ`` (0 where the
+            group is not in the mode, is slower than the pace, or, on one server, the job does
+            not fit on the group's server).
+        eta: ``float64[L, C]`` the bound ``η_j(ℓ, m, g)`` (0 where ``coef`` is).
+        r: ``float64[C]`` the per-GPU survival factor ``r_g``.
+    """
+
+    node: int
+    level: float
+    coef: NDArray[np.float64]
+    eta: NDArray[np.float64]
+    r: NDArray[np.float64]
+
+
+@dataclass(frozen=True)
 class JobValueBound:
-    """Per-GPU value coefficients of one job (module docstring, point 3).
+    """Per-GPU value coefficients of one job, per mode (module docstring, points 1-4).
 
     Attributes:
         paces: ``float64[L]`` the paces (distinct group slowdowns, increasing).
-        single: ``float64[L, C]`` coefficient of a GPU of group ``c`` when the job sits on one
-            server at pace ``ℓ`` (0 where the group is slower than the pace or the job does not
-            fit on the group's server).
-        spread: ``float64[L, C]`` the same spread over two or more servers (0 where ``k = 1`` or
-            the group is slower than the pace).
-        eta: ``float64[2, L, C]`` the bound ``η_j(ℓ, m, g)`` on one server (0) and spread (1).
-        r: ``float64[2, C]`` the per-GPU survival factor ``r_g`` on one server and spread.
+        modes: The modes: on one server first, then one per (lowest common switch, bandwidth
+            level) for ``k >= 2``.
         weight: The job's weight.
         k: Its GPUs.
     """
 
     paces: NDArray[np.float64]
-    single: NDArray[np.float64]
-    spread: NDArray[np.float64]
-    eta: NDArray[np.float64]
-    r: NDArray[np.float64]
+    modes: tuple[ValueMode, ...]
     weight: float
     k: int
 
-    def chord(self, table: GroupTable, pace: int, part: NDArray[np.intp], spread: bool) -> Any:
-        """Per-GPU coefficients of the chord bound (module docstring, point 4) for placements at
-        ``pace`` in one mode whose GPUs all lie in the groups ``part``."""
-        m = int(spread)
-        logs = np.log(self.r[m, part])
-        order = np.argsort(logs, kind="stable")
-        take = np.minimum(
-            table.size[part][order],
-            np.maximum(0, self.k - np.concatenate(([0], np.cumsum(table.size[part][order])[:-1]))),
-        )
-        low = float((take * logs[order]).sum())  # the least Σ log r of k GPUs of the part
-        alpha = (1.0 - math.exp(low)) / -low if low < -1e-12 else 0.0
-        top = float(self.eta[m, pace, part].max())
-        return self.weight * top * (1.0 + alpha * self.k * logs)
+    def chord(self, table: GroupTable, mode: ValueMode, pace: int, part: NDArray[np.intp]) -> Any:
+        """Per-GPU coefficients of the chord bound (module docstring, point 4) for placements in
+        ``mode`` at ``pace`` whose GPUs all lie in the groups ``part``."""
+        logs = np.log(np.maximum(mode.r[part], 1e-300))
+        size = table.size[part]
+        low = extreme_sum(size, logs, self.k, largest=False)  # λ: the least Σ log r of k GPUs
+        high = extreme_sum(size, logs, self.k, largest=True)  # μ: the greatest
+        gap = high - low
+        slope = (math.exp(high) - math.exp(low)) / gap if gap > 1e-12 else 0.0
+        base = math.exp(high) - slope * high  # the chord through (λ, e^λ) and (μ, e^μ)
+        top = float(mode.eta[pace, part].max())
+        return self.weight * top * (base + slope * self.k * logs)
+
+    def mode_of(self, table: GroupTable, c_of: NDArray[np.int64]) -> ValueMode | None:
+        """The mode a placement on the groups ``c_of`` (one entry per GPU) maps to (the proof's
+        "Validity"): one server, or its lowest common switch and the largest level at most its
+        least chain share (``None`` only where the coefficients do not cover it: a bug)."""
+        servers = np.unique(table.server[c_of])
+        if len(servers) == 1:
+            return self.modes[0]
+        paths = table.path[c_of]
+        common = [int(n) for n in paths[0] if (paths == n).any(axis=1).all()]
+        lca = next(n for n in common if n in set(table.switches.tolist()))
+        share = _chain_share(table, lca)[c_of].min()
+        fit = [m for m in self.modes if m.node == lca and m.level <= share * (1 + 1e-12)]
+        return max(fit, key=lambda m: m.level) if fit else None
 
     def placement_bound(self, table: GroupTable, gpus: NDArray[np.integer]) -> float:
         """The bound of points 3 and 4 for one placement ``gpus`` of free GPUs (its own value is
@@ -204,16 +285,54 @@ class JobValueBound:
         gid = {int(g): c for c, arr in enumerate(table.gpus) for g in arr.tolist()}
         c_of = np.array([gid[int(g)] for g in np.asarray(gpus).tolist()], dtype=np.int64)
         pace = int(np.searchsorted(self.paces, table.slowdown[c_of].max()))
-        servers = np.unique(table.server[c_of])
-        spread = len(servers) > 1
-        coef = (self.spread if spread else self.single)[pace]
+        mode = self.mode_of(table, c_of)
+        if mode is None:
+            return math.inf
+        coef = mode.coef[pace]
         power = float(coef[c_of].sum())
         part = np.flatnonzero(coef > 0)
-        if not spread:
-            part = part[table.server[part] == servers[0]]
+        if mode.node < 0:
+            part = part[table.server[part] == table.server[c_of[0]]]
         where = {int(c): i for i, c in enumerate(part.tolist())}
-        chord = self.chord(table, pace, part, spread)
+        chord = self.chord(table, mode, pace, part)
         return min(power, float(sum(chord[where[int(c)]] for c in c_of.tolist())))
+
+
+def extreme_sum(
+    size: NDArray[np.int64], values: NDArray[np.float64], k: int, *, largest: bool
+) -> float:
+    """The least (or, ``largest``, the greatest) sum of ``k`` values, group ``c`` offering
+    ``size[c]`` copies of ``values[c]`` (``k <= size.sum()``)."""
+    order = np.argsort(-values if largest else values, kind="stable")
+    before = np.concatenate(([0], np.cumsum(size[order])[:-1]))
+    take = np.minimum(size[order], np.maximum(0, k - before))
+    return float((take * values[order]).sum())
+
+
+def least_g_max(count: NDArray[Any], k: int, s: int) -> int:
+    """The least ``g`` such that ``s`` servers holding ``count`` GPUs offer ``k`` GPUs with at
+    most ``g`` on each (the ``s`` largest ``min(count, g)`` sum to ``k``): a placement of ``k``
+    GPUs on ``s`` servers has at least that many on one (at least ``ceil(k / s)``)."""
+    top = np.sort(np.asarray(count, dtype=np.int64))[::-1][:s]
+    g = -(-k // s)
+    while g <= k and int(np.minimum(top, g).sum()) < k:
+        g += 1
+    return g
+
+
+def _fewest(count: NDArray[Any], k: int) -> int:
+    """The fewest servers whose ``count`` GPUs hold ``k`` (one more than there are if none do)."""
+    reach = np.cumsum(np.sort(count)[::-1])
+    return int(np.searchsorted(reach, k - 1e-9) + 1)
+
+
+def _chain_share(table: GroupTable, node: int) -> NDArray[np.float64]:
+    """``float64[C]``: for placements whose lowest common node is the switch ``node``, the least
+    share of the two links every such placement spans above a GPU of the group: its server's
+    uplink and the link just below ``node`` (``-inf`` for groups not under ``node``)."""
+    child = table.child_link(node)
+    up = table.up_share
+    return np.where(child >= 0, np.minimum(up, table.node_share[np.maximum(child, 0)]), -np.inf)
 
 
 def job_value_bound(
@@ -244,9 +363,7 @@ def job_value_bound(
         with np.errstate(divide="ignore"):
             return np.asarray(np.minimum(1.0, tstar / T), dtype=np.float64)
 
-    def comm(
-        g: int, s: int, b_inter: NDArray[np.float64], a_inter: NDArray[np.float64]
-    ) -> NDArray[np.float64]:
+    def comm(g: int, s: int, b_inter: Any, a_inter: Any) -> NDArray[np.float64]:
         return np.asarray(
             comm_time(
                 perf.allreduce,
@@ -261,47 +378,58 @@ def job_value_bound(
                 perf.fabric_bandwidth,
                 perf.nic_sharing,
                 perf.step_latency,
-            ),
+            )
+            * np.ones(len(t.size)),
             dtype=np.float64,
         )
 
     keep = t.keep_gpu * (t.keep_link if k > 1 else 1.0)
-    inf = np.full(len(t.size), np.inf)
-    c1 = comm(k, 1, inf, np.zeros(len(t.size)))
+    c1 = comm(k, 1, np.inf, 0.0)
     fits = t.server_free[t.server] >= k
     eta1 = np.where(allowed & fits[None, :], eta(paces[:, None], c1[None, :], float(k)), 0.0)
-    single = weight * eta1 * keep[None, :] ** k
-    if k > 1 and t.fewest_servers(k) <= len(t.server_free):
-        # Spread over s servers, some server holds at least ceil(k / s) of the job's GPUs: the
-        # bound takes the best s that the free GPUs allow.
-        most = int(t.server_free.max())
-        busy = int((t.server_free > 0).sum())
-        shapes = [
-            (-(-k // s), s)
-            for s in range(max(2, t.fewest_servers(k)), min(k, busy) + 1)
-            if -(-k // s) <= min(k - 1, most)
-        ]
-        G = np.minimum(k - 1, t.server_free[t.server]).astype(np.float64)
-        r = keep * t.up_keep ** (1.0 / np.maximum(G, 1.0))
-        best_eta = np.zeros((len(paces), len(t.size)))
-        for g, s in shapes:
-            c2 = comm(g, s, t.up_share, t.up_lat)
-            best_eta = np.maximum(best_eta, eta(paces[:, None], c2[None, :], float(g)))
-        best_eta = np.where(allowed, best_eta, 0.0)
-        spread = weight * best_eta * r[None, :] ** k
-    else:
-        best_eta = np.zeros_like(single)
-        spread = np.zeros_like(single)
-        r = keep
-    return JobValueBound(
-        paces=paces,
-        single=single,
-        spread=spread,
-        eta=np.stack([eta1, best_eta]),
-        r=np.stack([keep, r]),
-        weight=float(weight),
-        k=k,
-    )
+    modes = [ValueMode(-1, math.inf, weight * eta1 * keep[None, :] ** k, eta1, keep)]
+    for node in t.switches.tolist() if k > 1 else []:
+        under = t.below(node)
+        child = t.child_link(node)
+        if int(t.node_free[node]) < k or len(np.unique(child[under])) < 2:
+            continue  # no placement has this lowest common node
+        cl = np.maximum(child, 0)
+        two = child != t.path[:, 1]  # the link below the node is not the server's own uplink
+        G_up = np.minimum(k - 1, t.server_free[t.server]).astype(np.float64)
+        G_ch = np.minimum(k - 1, t.node_free[cl]).astype(np.float64)
+        r = keep * t.up_keep ** (1.0 / np.maximum(G_up, 1.0))
+        r = r * np.where(two, t.node_keep[cl] ** (1.0 / np.maximum(G_ch, 1.0)), 1.0)
+        a_inter = np.where(two, np.maximum(t.up_lat, t.node_lat[cl]), t.up_lat)
+        share = _chain_share(t, node)
+        for beta in np.unique(share[under]).tolist():
+            inside = under & (share >= beta * (1 - 1e-12))
+            if int(t.size[inside].sum()) < k:
+                continue
+            best_eta = np.zeros((len(paces), len(t.size)))
+            for p in range(len(paces)):
+                # A placement of this mode at pace p takes its GPUs from `use`; spread over s of
+                # its servers, one of them holds at least ceil(k / s): the time bound takes the
+                # best shape that those GPUs allow (point 1).
+                use = inside & allowed[p]
+                count = np.bincount(
+                    t.server[use], weights=t.size[use], minlength=len(t.server_free)
+                )
+                if count.sum() < k:
+                    continue
+                fewest = _fewest(count, k)
+                most, busy = int(count.max()), int((count > 0).sum())
+                for s_ in range(max(2, fewest), min(k, busy) + 1):
+                    g = least_g_max(count, k, s_)
+                    if g <= min(k - 1, most):
+                        c2 = comm(g, s_, beta, a_inter)
+                        best_eta[p] = np.maximum(best_eta[p], eta(paces[p], c2, float(g)))
+                best_eta[p] = np.where(use, best_eta[p], 0.0)
+            if not best_eta.any():
+                continue
+            modes.append(
+                ValueMode(node, float(beta), weight * best_eta * r[None, :] ** k, best_eta, r)
+            )
+    return JobValueBound(paces=paces, modes=tuple(modes), weight=float(weight), k=k)
 
 
 @dataclass(frozen=True)
@@ -401,20 +529,24 @@ def sharing_bound(
         k = job.num_gpus
         vb = job_value_bound(state, job, table)
         class_row = new_row(-np.inf, float(count))
-        for coef, spread in ((vb.single, False), (vb.spread, True)):
+        for mode in vb.modes:
+            spread = mode.node >= 0
+            coef = mode.coef
             for p in range(len(vb.paces)):
                 on = np.flatnonzero(coef[p] > 0)
                 if not len(on):
                     continue
-                # One mode per server on one server; one spread mode.
+                # One part per server on one server; the mode's groups spread.
                 parts = (
                     [on]
                     if spread
                     else [on[table.server[on] == i] for i in np.unique(table.server[on])]
                 )
                 for part in parts:
-                    if int(table.size[part].sum()) < k:
-                        continue
+                    if int(table.size[part].sum()) < k or not np.any(
+                        table.slowdown[part] >= vb.paces[p] * (1 - 1e-12)
+                    ):
+                        continue  # too few GPUs, or none at this pace (the last pace's set)
                     z = new_var(0.0, True)
                     rows.append(class_row)
                     cols.append(z)
@@ -431,7 +563,7 @@ def sharing_bound(
                         rows += [r_pm, r_ch]
                         cols += [v, v]
                         vals += [1.0, 1.0]
-                        chord = vb.chord(table, p, part, spread)
+                        chord = vb.chord(table, mode, p, part)
                     for i, c in enumerate(part.tolist()):
                         x = new_var(0.0 if two else float(coef[p, c]), False)
                         rows += [link, cap_row[c]]

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st_
 
-from crop_gym.baselines.bounds import best_bound, group_table, job_value_bound, sharing_bound
+from crop_gym.baselines.bounds import (
+    best_bound,
+    extreme_sum,
+    group_table,
+    job_value_bound,
+    least_g_max,
+    sharing_bound,
+)
 from crop_gym.baselines.exact import optimum, upper_bound
 from crop_gym.baselines.instances import small_instance
 from crop_gym.errors import ConfigError
@@ -115,3 +124,73 @@ def test_the_programs_answer_is_feasible_and_below_the_bound() -> None:
         got = after.F
         assert got <= share.value + 1e-9
         assert len({p.job.job_id for p in share.answer}) == len(share.answer)
+
+
+def _two_free_gpus(cluster: str, gpus: tuple[int, int], **health: object) -> ClusterState:
+    """An empty cluster on which only ``gpus`` are usable (the rest failed)."""
+    topo = make_topology(cluster)
+    failed = np.ones(topo.num_gpus, dtype=bool)
+    failed[list(gpus)] = False
+    return ClusterState(topo, Health.healthy(topo).replace(gpu_failed=failed, **health))
+
+
+def test_a_degraded_uplink_slows_every_gpu_of_a_spread_job() -> None:
+    """Two free GPUs on the testbed's two servers, server 1's uplink at 0.3 of its bandwidth: a
+    2-GPU job must span both uplinks, so its bottleneck is the degraded one for both GPUs (the
+    bandwidth level). The per-GPU shares gave GPU 0 the healthy uplink's time; the level bound
+    is the job's one placement's value."""
+    topo = make_topology("testbed-8")
+    rho = np.ones(topo.num_nodes)
+    rho[topo.server_node[1]] = 0.3
+    st = _two_free_gpus("testbed-8", (0, 4), link_degradation=rho)
+    q = [Job("a", "vgg16", 2, 32)]
+    only = optimum(st, q).F
+    assert only < 1.9  # the degraded uplink costs time
+    assert sharing_bound(st, q).value == pytest.approx(only, rel=1e-5)
+
+
+def test_a_failure_prone_tor_uplink_is_charged_to_jobs_across_tors() -> None:
+    """One free GPU under each ToR of leafspine-64, ToR 0's uplink fails with probability 0.5: a
+    2-GPU job spans both ToR uplinks, survival 0.5 (hand-computed: r = 0.5 and 1, the chord
+    over λ = μ = log 0.5 gives 2 · 0.5 · η, the job's value)."""
+    topo = make_topology("leafspine-64")
+    fail = np.zeros(topo.num_nodes)
+    fail[topo.node_names.index("tor0")] = 0.5
+    st = _two_free_gpus("leafspine-64", (0, 32), link_fail_prob=fail)
+    q = [Job("a", "resnet50", 2, 32)]
+    only = optimum(st, q).F
+    eta = st.gains(q[0], st.facts_for(np.array([0, 32]))).eta[0]
+    assert only == pytest.approx(2 * 0.5 * eta)
+    assert sharing_bound(st, q).value == pytest.approx(only, rel=1e-5)
+
+
+def testextreme_sums_andleast_g_max_by_hand() -> None:
+    size = np.array([2, 3], dtype=np.int64)
+    logs = np.array([-1.0, -0.5])
+    assert extreme_sum(size, logs, 3, largest=False) == pytest.approx(-2.5)  # -1 -1 -0.5
+    assert extreme_sum(size, logs, 3, largest=True) == pytest.approx(-1.5)  # 3 x -0.5
+    # 4 GPUs on 2 of servers holding 4, 1, 1: 3 + 1 (2 + 1 = 3 < 4 with at most 2 on one)
+    assert least_g_max(np.array([4, 1, 1]), 4, 2) == 3
+    assert least_g_max(np.array([4, 1, 1]), 4, 3) == 2  # 2 + 1 + 1
+    assert least_g_max(np.array([7, 7, 6, 6, 5, 4, 1]), 32, 6) == 6  # 6+6+6+6+5+4 = 33
+    assert least_g_max(np.array([7, 7, 6, 6, 5, 4, 1]), 32, 5) > 31  # 31 GPUs on 5: no shape
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    size=st_.lists(st_.integers(1, 5), min_size=1, max_size=6),
+    logs=st_.lists(st_.floats(-3.0, 0.0), min_size=6, max_size=6),
+    k=st_.integers(1, 30),
+)
+def testextreme_sums_bracket_every_choice(size: list[int], logs: list[float], k: int) -> None:
+    """Every way to take ``k`` values (``size[c]`` copies of ``logs[c]``) sums between them."""
+    n = np.array(size, dtype=np.int64)
+    v = np.array(logs[: len(size)])
+    k = min(k, int(n.sum()))
+    pool = np.repeat(v, n)
+    rng = np.random.default_rng(k)
+    lo = extreme_sum(n, v, k, largest=False)
+    hi = extreme_sum(n, v, k, largest=True)
+    for _ in range(20):
+        got = float(rng.choice(pool, k, replace=False).sum())
+        assert lo - 1e-9 <= got <= hi + 1e-9

@@ -38,6 +38,7 @@ def test_fast_mode_writes_the_table(tmp_path: Path) -> None:
     assert static["crop"] - 1e-9 <= reach["best"] <= static["bound"] + 1e-9
     assert reach["exact"] == 2 and reach["within_5pct"] == 2 and reach["proven_optimal"] == 2
     assert reach["gap"] == pytest.approx(0) and reach["violations"] == 0
+    assert reach["missed"] == []  # exact bounds are never missed
     assert reach["gap_ci"][0] <= reach["gap"] <= reach["gap_ci"][1]
     assert "How far the best achieved F is from the bound" in md
     assert online["bound"] <= online["crop"] + 1e-9  # the best rollout includes CROP's
@@ -71,6 +72,8 @@ def test_static_reach_on_a_64_gpu_task(tmp_path: Path) -> None:
     assert reach["crop_rollout"] is not None and reach["search"] is not None
     assert row["crop"] - 1e-9 <= reach["best"] <= row["bound"] + 1e-9
     assert reach["violations"] == 0
+    assert len(reach["missed"]) == row["seeds"] - reach["within_5pct"]
+    assert all(m[0] >= 10**9 and m[1] > 1 - 1 / 1.05 for m in reach["missed"])
     assert reach["best"] >= max(reach["crop_rollout"], reach["search"]) - 1e-9
     # --ids merges: a second ID keeps the first row, and the rows read back.
     assert main([*argv, "--ids", "crop_gym/Placement-Testbed8-v0"]) == 0
