@@ -21,7 +21,8 @@ servers) and the link ``e_X(g)`` just below ``X`` on ``g``'s path (``P`` touches
 ``X``; the two are one link when the server hangs under ``X``). Its *chain share* is the lesser
 of those links' ``ρB / (load + 1)`` now, and ``β`` is the least chain share over ``P``.
 
-1. *Time.* Every term of ``T`` grows with the slowdown and with the all-reduce time ``C``, and
+1. *Time.* Every term of ``T`` grows with the slowdown and with the all-reduce time ``C`` (and
+   compute with ``g_max`` through :func:`~crop_gym.model.timing.sharing_factor`), and
    ``C`` grows as bandwidths fall and latencies rise. For every ``g ∈ P``: the pace is ``ℓ``; on one
    server the most GPUs on a server is ``g_max = k`` and no inter-server link is crossed. Spread
    under ``X`` at level ``β``, every GPU of ``P`` lies in the set ``U`` of GPUs under ``X`` of
@@ -95,7 +96,13 @@ from crop_gym.baselines.exact import gpu_groups, upper_bound
 from crop_gym.errors import ConfigError, check_range
 from crop_gym.model.jobs import Job
 from crop_gym.model.state import ClusterState
-from crop_gym.model.timing import comm_time, iteration_time, job_constants
+from crop_gym.model.timing import (
+    JOB_COLUMNS,
+    comm_time,
+    iteration_time,
+    job_constants,
+    sharing_factor,
+)
 from crop_gym.policy import Placement, pending_jobs
 
 __all__ = [
@@ -347,9 +354,14 @@ def job_value_bound(
     """
     t = group_table(state) if table is None else table
     perf = state.perf
-    grad_bytes, compute, tstar, weight, kappa, _, delta = job_constants(
-        state.topology, perf, [job]
-    )[0]
+    const = dict(zip(JOB_COLUMNS, job_constants(state.topology, perf, [job])[0], strict=True))
+    grad_bytes, compute, tstar = const["grad_bytes"], const["compute"], const["tstar"]
+    weight = const["weight"]
+    kappa, kappa_max, delta = (
+        const["compute_sharing"],
+        const["compute_saturation"],
+        const["replica_overhead"],
+    )
     k = job.num_gpus
     if k > 1:
         compute = max(compute - delta, 0.0)
@@ -358,7 +370,7 @@ def job_value_bound(
     allowed = t.slowdown[None, :] <= paces[:, None] * (1 + 1e-12)  # [L, C]
 
     def eta(sigma: NDArray[np.float64], comm: NDArray[np.float64], g: float) -> NDArray[np.float64]:
-        tc = compute * sigma * (1.0 + kappa * (g - 1.0))
+        tc = compute * sigma * sharing_factor(kappa, kappa_max, g)
         T = iteration_time(tc, comm, perf.overlap, perf.overlap_cap)
         with np.errstate(divide="ignore"):
             return np.asarray(np.minimum(1.0, tstar / T), dtype=np.float64)

@@ -97,6 +97,7 @@ __all__ = [
     "job_constants",
     "job_times",
     "model_constants",
+    "sharing_factor",
     "times_arrays",
     "times_of",
 ]
@@ -390,6 +391,14 @@ def ring_hop_latency(k: Any, s: Any, a_intra: Any, a_inter: Any, sum_g2: Any, ch
     return np.asarray(a_intra) * intra_hops + np.where(spread > 0, a_inter, 0.0) * inter_hops
 
 
+def sharing_factor(kappa: Any, kappa_max: Any, g: Any) -> Any:
+    """``1 + min(κ (g - 1), κ_max)``: how much a job's compute slows with ``g`` of its GPUs on one
+    node (κ per co-located GPU, through the node's shared CPU, memory and PCIe, up to κ_max once
+    that shared resource is saturated). Non-decreasing in ``g``; 1 for ``g = 1`` or ``κ = 0``, and
+    ``κ_max = inf`` leaves ``1 + κ (g - 1)`` exactly. Arrays broadcast."""
+    return 1.0 + np.minimum(kappa * (g - 1.0), kappa_max)
+
+
 def times_arrays(
     allreduce: str,
     overlap: float,
@@ -438,7 +447,7 @@ def times_arrays(
     # A co-located GPU of the job slows its compute by κ, up to κ_max in all, once the node's
     # shared resource is saturated (1 + min(κ (g - 1), κ_max); κ = 0 leaves t as is, and so does
     # κ_max = inf: min(x, inf) is x exactly).
-    t = compute * slowdown * (1.0 + np.minimum(kappa * (g - 1.0), kappa_max))
+    t = compute * slowdown * sharing_factor(kappa, kappa_max, g)
     T = iteration_time(t, C, overlap, overlap_cap)
     return T, C, np.minimum(1.0, tstar / T)
 
