@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -138,11 +137,9 @@ def test_refused_before_anything_is_built(
     make: Callable[[Path], Path], words: tuple[str, ...], tmp_path: Path
 ) -> None:
     path = make(tmp_path / "bad.zip")
-    start = time.perf_counter()
-    with no_hang(30), pytest.raises(ConfigError) as exc:
+    with no_hang(30), pytest.raises(ConfigError) as exc:  # a hang fails here, not a slow machine
         load_checkpoint(path)
     message = str(exc.value)
-    assert time.perf_counter() - start < 20
     assert "\n" not in message and str(path) in message, message
     for word in words:
         assert word in message, message
