@@ -39,7 +39,10 @@ def _compiled_copy(fn: Any, **callees: Any) -> Any:
 
 _comm = _compiled_copy(timing.comm_time)
 _iteration = _compiled_copy(timing.iteration_time)
-_times = _compiled_copy(timing.times_arrays, comm_time=_comm, iteration_time=_iteration)
+_sharing = _compiled_copy(timing.sharing_factor)
+_times = _compiled_copy(
+    timing.times_arrays, comm_time=_comm, iteration_time=_iteration, sharing_factor=_sharing
+)
 _value = _compiled_copy(objective.job_value)
 
 
