@@ -32,6 +32,7 @@ import copy
 import math
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import MISSING
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -378,10 +379,15 @@ def check_entry(algo: str, entry: Mapping[Any, Any], where: str) -> None:
     _check_block(where, entry, {**RUN_KEYS, **params})
     _check_block(f"{where}: finetune", entry.get("finetune") or {}, params)
     bc = entry.get("bc") or {}
-    fields = {n: f.default for n, f in BCConfig.__dataclass_fields__.items() if n != "extra"} | {
-        "extra": {}
+    fields = {
+        n: f.default_factory() if f.default is MISSING else f.default  # type: ignore[misc]
+        for n, f in BCConfig.__dataclass_fields__.items()
     }
     _check_keys(f"{where}: bc", bc, fields)
+    try:
+        BCConfig.from_dict(dict(bc))
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def parse_hyperparams(items: list[str] | None) -> dict[str, Any]:

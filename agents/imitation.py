@@ -33,9 +33,12 @@ from crop_gym.agents.policies import scorer_of
 
 #: How several demonstration sets share an epoch (:attr:`BCConfig.balance`).
 BALANCE_MODES: tuple[str, ...] = ("states", "sets")
+#: The options a :attr:`BCConfig.per_id` block may set.
+PER_ID_OPTIONS: tuple[str, ...] = ("teacher", "episodes", "dagger_episodes")
 
 __all__ = [
     "BALANCE_MODES",
+    "PER_ID_OPTIONS",
     "BCConfig",
     "Demonstrations",
     "agreement",
@@ -82,6 +85,12 @@ class BCConfig:
             or two placements, then weighs little). ``"sets"``: every set contributes as many
             minibatches per epoch as the largest one, smaller sets being visited again in fresh
             permutations (oversampled), so every task weighs the same.
+        per_id: Options that replace the run-wide ones on one environment ID (the run's own or
+            one of ``also_on``): ``teacher``, ``episodes`` (its demonstration episodes: the first
+            of the run's seeds, at most as many as the run's) and ``dagger_episodes``. A task
+            whose episodes are long (``Placement-1024-v0``: 200 placements) gets fewer episodes
+            so that it does not outweigh the others, and a teacher that runs there in time
+            (``crop-rollout`` completes the episode once per tried row: minutes on 200 jobs).
     """
 
     epochs: int = 30
@@ -100,6 +109,7 @@ class BCConfig:
     teacher: str = "crop"
     also_on: tuple[str, ...] = ()
     balance: str = "states"
+    per_id: dict[str, dict[str, Any]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -111,6 +121,8 @@ class BCConfig:
             raise ValueError(f"unknown bc options: {sorted(unknown)}")
         if "also_on" in data:
             data["also_on"] = tuple(data["also_on"] or ())
+        if "per_id" in data and data["per_id"] is None:
+            del data["per_id"]
         return cls(**data)
 
     def __post_init__(self) -> None:
@@ -118,6 +130,35 @@ class BCConfig:
             raise ValueError(
                 f"bc.balance={self.balance!r} must be one of {', '.join(map(repr, BALANCE_MODES))}"
             )
+        if not isinstance(self.per_id, dict):
+            raise ValueError("bc.per_id must map environment IDs to option blocks")
+        for env_id, opts in self.per_id.items():
+            where = f"bc.per_id[{env_id!r}]"
+            if not isinstance(opts, dict):
+                raise ValueError(f"{where} must be a block of options, not {opts!r}")
+            unknown = set(opts) - set(PER_ID_OPTIONS)
+            if unknown:
+                raise ValueError(
+                    f"{where}: unknown options {sorted(unknown)} (allowed: {', '.join(PER_ID_OPTIONS)})"
+                )
+            if "teacher" in opts and not isinstance(opts["teacher"], str):
+                raise ValueError(f"{where}.teacher={opts['teacher']!r} must be a teacher's name")
+            for key, low in (("episodes", 1), ("dagger_episodes", 0)):
+                v = opts.get(key, low)
+                if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= 100_000:
+                    raise ValueError(f"{where}.{key}={v!r} must be an integer in [{low}, 100000]")
+
+    def teacher_for(self, env_id: str) -> str:
+        """The teacher of ``env_id``: its ``per_id`` teacher, else :attr:`teacher`."""
+        return str(self.per_id.get(env_id, {}).get("teacher", self.teacher))
+
+    def episodes_for(self, env_id: str, episodes: int) -> int:
+        """How many of the run's ``episodes`` demonstration episodes ``env_id`` records."""
+        return min(episodes, int(self.per_id.get(env_id, {}).get("episodes", episodes)))
+
+    def dagger_episodes_for(self, env_id: str) -> int:
+        """Episodes rolled out on ``env_id`` in each DAgger round."""
+        return int(self.per_id.get(env_id, {}).get("dagger_episodes", self.dagger_episodes))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -483,6 +524,7 @@ def dagger(
     seed_fn: Callable[[int, int], int],
     *,
     seed: int = 0,
+    env_ids: Sequence[str] | None = None,
     logger: Any = None,
     progress: bool = False,
 ) -> tuple[Any, list[dict[str, Any]]]:
@@ -492,7 +534,9 @@ def dagger(
     (in every environment, when several are given);
     each step follows the expert with probability ``dagger_beta / 2**(i-1)``, else the policy's
     greedy action; every visited state is labelled with the expert's action (the teacher of
-    ``config.teacher``, :func:`crop_gym.agents.teachers.teacher_of`).
+    ``config.teacher``, :func:`crop_gym.agents.teachers.teacher_of`); with ``env_ids`` (one per
+    environment), each environment's ``per_id`` teacher and ``dagger_episodes``
+    (:meth:`BCConfig.teacher_for`, :meth:`BCConfig.dagger_episodes_for`).
 
     Args:
         policy: The (already cloned) SB3 policy, trained in place.
@@ -501,6 +545,8 @@ def dagger(
         config: Options (``dagger_*``).
         seed_fn: ``(round, episode) -> reset seed`` (training range).
         seed: Seed of the mixing draws and re-training.
+        env_ids: The environments' IDs (the keys of ``config.per_id``); ``None``: run-wide
+            options everywhere.
         logger: SB3 logger for ``bc/*`` scalars.
         progress: Show progress bars.
 
@@ -513,6 +559,9 @@ def dagger(
     sets = [demos] if single else list(demos)
     if len(envs) != len(sets):
         raise ValueError(f"dagger: {len(envs)} environments for {len(sets)} demonstration sets")
+    ids = list(env_ids) if env_ids is not None else [""] * len(envs)
+    if len(ids) != len(envs):
+        raise ValueError(f"dagger: {len(ids)} environment IDs for {len(envs)} environments")
     rng = np.random.default_rng([seed, 2])
     rounds: list[dict[str, Any]] = []
     for i in range(1, config.dagger_iterations + 1):
@@ -524,8 +573,10 @@ def dagger(
                 return a_exp
             return greedy_action(policy, obs, mask)
 
-        seeds = [seed_fn(i, e) for e in range(config.dagger_episodes)]
         for g, e in enumerate(envs):
+            seeds = [seed_fn(i, k) for k in range(config.dagger_episodes_for(ids[g]))]
+            if not seeds:
+                continue
             new = rollouts(
                 e,
                 seeds,
@@ -534,7 +585,7 @@ def dagger(
                 expert_driven=False,
                 progress=progress,
                 desc=f"DAgger {i}" + (f" ({g + 1}/{len(envs)})" if len(envs) > 1 else ""),
-                teacher=config.teacher,
+                teacher=config.teacher_for(ids[g]),
             )
             sets[g] = sets[g].extend(new)
         hist = behaviour_cloning(

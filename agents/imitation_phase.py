@@ -35,8 +35,24 @@ def check_also_on(cfg: RunConfig, probe: gym.Env[Any, Any], teacher: str) -> Non
     environment (another class: online, or GPU-by-GPU actions) or without the teacher."""
     from crop_gym.agents.teachers import teacher_of
 
+    bc = cfg.run.get("bc") or {}
+    per_id = bc.get("per_id") or {}
+    own = cfg.env_id
+    if isinstance(per_id, dict):
+        known = {own, *(bc.get("also_on") or ())}
+        for env_id in per_id:
+            if env_id not in known:
+                raise ConfigError(
+                    f"{cfg.source}: bc.per_id: {env_id} is neither the run's environment nor one "
+                    "of bc.also_on"
+                )
+
+    def teacher_for(env_id: str) -> str:
+        opts = per_id.get(env_id) if isinstance(per_id, dict) else None
+        return str(opts.get("teacher", teacher)) if isinstance(opts, dict) else teacher
+
     where = f"{cfg.source}: bc.also_on"
-    for other in (cfg.run.get("bc") or {}).get("also_on") or ():
+    for other in bc.get("also_on") or ():
         check_env_id(other, where=where)
         env = gym.make(other)
         try:
@@ -53,7 +69,7 @@ def check_also_on(cfg: RunConfig, probe: gym.Env[Any, Any], teacher: str) -> Non
                 )
             env.reset(seed=0)
             try:
-                teacher_of(env, teacher)
+                teacher_of(env, teacher_for(other))
             except ValueError as e:
                 raise ConfigError(f"{where}: {e} ({other})") from None
         finally:
@@ -110,18 +126,24 @@ def imitate(
     # Their observations are recorded as the policy reads them when it plays there (the job-size
     # normaliser of the 8-GPU testbed is not the 64-GPU one's).
     envs = [env, *(_as_scorer_sees(gym.make(other), model.policy) for other in bc_cfg.also_on)]
+    env_ids = [run.env_id, *bc_cfg.also_on]
     t = time.perf_counter()
     sets: list[Demonstrations] = []
     for g, e in enumerate(envs):
         demo_path = run.out / demo_file(g)
+        own_seeds = seeds[: bc_cfg.episodes_for(env_ids[g], len(seeds))]
         demos: Demonstrations | None = None
         if resume and demo_path.exists():
             demos = Demonstrations.load(demo_path)
-            if demos.seeds != seeds:
+            if demos.seeds != own_seeds:
                 demos = None
         if demos is None:
             demos = record_demonstrations(
-                e, seeds, gamma=bc_cfg.gamma, progress=progress, teacher=bc_cfg.teacher
+                e,
+                own_seeds,
+                gamma=bc_cfg.gamma,
+                progress=progress,
+                teacher=bc_cfg.teacher_for(env_ids[g]),
             )
             demos.save(demo_path)
         sets.append(demos)
@@ -157,7 +179,7 @@ def imitate(
         phase["val_equivalent_agreement"] = eq["equivalent"]
         phase["val_equivalent_states"] = eq["states"]
     if "per_set" in hist:
-        phase["per_set"] = dict(zip([run.env_id, *bc_cfg.also_on], hist["per_set"], strict=True))
+        phase["per_set"] = dict(zip(env_ids, hist["per_set"], strict=True))
     if bc_cfg.dagger_iterations > 0:
         _, rounds = dagger(
             model.policy,
@@ -166,6 +188,7 @@ def imitate(
             bc_cfg,
             lambda r, e: train_seed(run.seed, r, e),
             seed=run.seed,
+            env_ids=env_ids,
             logger=logger,
             progress=progress,
         )

@@ -275,10 +275,12 @@ def train(
     if finetune:
         from crop_gym.agents.teachers import teacher_of
 
-        teacher = str((cfg.run.get("bc") or {}).get("teacher", "crop"))
+        bc = cfg.run.get("bc") or {}
+        teacher = str(bc.get("teacher", "crop"))
+        own = (bc.get("per_id") or {}).get(env_id) or {}
         try:
             probe.reset(seed=0)
-            teacher_of(probe, teacher)
+            teacher_of(probe, str(own.get("teacher", teacher)))
         except ValueError as e:
             probe.close()
             raise ConfigError(f"{cfg.source}: bc: {e} ({env_id})") from None

@@ -4,9 +4,10 @@ static ID.
 Trains the candidate scorer (MaskablePPO's policy) by behaviour cloning only (``--steps 0``), on
 ``crop_gym/Placement-v0`` *and* the IDs of ``ALSO_ON`` (``bc.also_on``): the 8-GPU testbed, the
 severe abnormalities, the two other hardware profiles (RTX 2080 Ti, mixed) and the fragmented
-cluster of large jobs. The teacher is ``crop-rollout`` (CROP with one step of lookahead,
-:mod:`crop_gym.baselines.rollout_expert`), on 200 training instances per ID, then two DAgger rounds
-of 50 episodes per ID; ``balance: sets`` makes every ID weigh the same in an epoch (the testbed's
+cluster of large jobs, and the 1024-GPU cluster. The teacher is ``crop-rollout`` (CROP with one
+step of lookahead, :mod:`crop_gym.baselines.rollout_expert`), on 200 training instances per ID, then
+two DAgger rounds of 50 episodes per ID, except on the 1024-GPU cluster (``PER_ID``: CROP, 15
+instances, 4 DAgger episodes a round; never cloned there, the former default was 0.998 x CROP); ``balance: sets`` makes every ID weigh the same in an epoch (the testbed's
 and the fragmented cluster's episodes are 2-4 states long, against 13-16 elsewhere, and weighed
 5-8 x less when the sets weighed by their states). Trained on the
 64-GPU A100 task alone, the former default fell below 0.99 x CROP on the testbed and the other
@@ -34,12 +35,19 @@ ALSO_ON = (
     "crop_gym/Placement-RTX-v0",
     "crop_gym/Placement-Mixed-v0",
     "crop_gym/Placement-Fragmented-v0",
+    "crop_gym/Placement-1024-v0",
 )
+#: Per-ID options (bc.per_id): the 1024-GPU task's episodes are 200 placements long, where
+#: crop-rollout (one CROP completion per tried row) takes minutes, so CROP teaches there, on 15
+#: demonstration episodes and 4 DAgger episodes a round (about as many states as the others).
+PER_ID = {"crop_gym/Placement-1024-v0": "{teacher: crop, episodes: 15, dagger_episodes: 4}"}
 #: The bc block of the run (replaces the config entry's; crop_gym.agents.imitation.BCConfig).
 BC = (
     "bc={teacher: crop-rollout, also_on: [" + ", ".join(ALSO_ON) + "], epochs: 30, "
     "batch_size: 256, learning_rate: 1.0e-3, vf_coef: 0.5, dagger_iterations: 2, "
-    "dagger_episodes: 50, dagger_epochs: 10, balance: sets}"
+    "dagger_episodes: 50, dagger_epochs: 10, balance: sets, per_id: {"
+    + ", ".join(f"{k}: {v}" for k, v in PER_ID.items())
+    + "}}"
 )
 RECIPE = dict(
     algo="maskable_ppo",

@@ -188,3 +188,106 @@ def test_scorer_observation_is_what_the_policy_agent_reads() -> None:
     assert set(b) == set(want) and all(np.array_equal(b[k], want[k]) for k in want)
     assert all(wrapped.observation_space[k].shape == b[k].shape for k in b)
     assert np.array_equal(wrapped.action_masks(), raw.unwrapped.action_masks())
+
+
+def test_per_id_options_replace_the_run_wide_ones_there() -> None:
+    cfg = BCConfig.from_dict(
+        {
+            "teacher": "crop-rollout",
+            "dagger_episodes": 50,
+            "per_id": {TESTBED: {"teacher": "crop", "episodes": 3, "dagger_episodes": 0}},
+        }
+    )
+    assert cfg.teacher_for(TESTBED) == "crop" and cfg.teacher_for(HEALTHY) == "crop-rollout"
+    assert cfg.episodes_for(TESTBED, 10) == 3 and cfg.episodes_for(HEALTHY, 10) == 10
+    assert cfg.episodes_for(TESTBED, 2) == 2  # never more than the run's
+    assert cfg.dagger_episodes_for(TESTBED) == 0 and cfg.dagger_episodes_for(HEALTHY) == 50
+    assert BCConfig.from_dict({"per_id": None}).per_id == {}
+
+
+@pytest.mark.parametrize(
+    ("per_id", "message"),
+    [
+        ({TESTBED: {"demos": 3}}, r"unknown options \['demos'\]"),
+        ({TESTBED: {"episodes": 0}}, r"episodes=0 must be an integer in \[1, 100000\]"),
+        ({TESTBED: {"dagger_episodes": 1.5}}, r"dagger_episodes=1.5 must be an integer"),
+        ({TESTBED: {"teacher": 3}}, "must be a teacher's name"),
+        ({TESTBED: 3}, "must be a block of options"),
+    ],
+)
+def test_bad_per_id_is_refused_in_one_line(per_id: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as e:
+        BCConfig.from_dict({"per_id": per_id})
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("per_id", "message"),
+    [
+        (f"{{{HEALTHY}: {{episodes: 2}}}}", "is neither the run's environment nor one of"),
+        (f"{{{TESTBED}: {{teacher: sjf-crop}}}}", "taught by crop or crop-rollout"),
+        (f"{{{TESTBED}: {{episodes: -1}}}}", r"episodes=-1 must be an integer in \[1, 100000\]"),
+    ],
+)
+def test_bad_per_id_in_a_run_is_refused_before_writing(
+    tmp_path: Path, per_id: str, message: str
+) -> None:
+    out = tmp_path / "run"
+    bc = _bc(f"[{TESTBED}]")[:-1] + f", per_id: {per_id}}}"
+    with pytest.raises(ConfigError, match=message) as e:
+        train(
+            env_id=HEALTHY.replace("Healthy", "Severe"),
+            bc_demos=2,
+            steps=0,
+            out=out,
+            hyperparams=[bc],
+            log=None,
+        )
+    assert "\n" not in str(e.value)
+    assert not out.exists()
+
+
+def test_per_id_episodes_in_a_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    bc = _bc(f"[{TESTBED}]")[:-1] + f", per_id: {{{TESTBED}: {{episodes: 3}}}}}}"
+    train(
+        env_id=HEALTHY,
+        bc_demos=6,
+        steps=0,
+        out=out,
+        hyperparams=[bc, "eval_episodes=1"],
+        progress=False,
+        log=None,
+    )
+    run = json.loads((out / "run.json").read_text())
+    assert run["phases"]["demos"]["episodes"] == 6
+    assert run["phases"]["demos"]["also_on"][TESTBED]["episodes"] == 3
+    own = Demonstrations.load(out / "demos.npz").seeds
+    assert Demonstrations.load(out / "demos-1.npz").seeds == own[:3]
+    assert run["phases"]["bc"]["config"]["per_id"] == {TESTBED: {"episodes": 3}}
+
+
+def test_dagger_takes_each_environments_per_id_episodes() -> None:
+    envs, sets = _sets()
+    model = _model(envs[0])
+    cfg = BCConfig(
+        epochs=1,
+        batch_size=32,
+        dagger_iterations=1,
+        dagger_episodes=2,
+        dagger_epochs=1,
+        per_id={TESTBED: {"dagger_episodes": 0}, HEALTHY: {"dagger_episodes": 3}},
+    )
+    out, _ = dagger(
+        model.policy,  # type: ignore[attr-defined]
+        envs,
+        sets,
+        cfg,
+        lambda r, e: train_seed(0, r, e),
+        seed=0,
+        env_ids=[TESTBED, HEALTHY],
+    )
+    assert out[0].num_episodes == sets[0].num_episodes  # none on the testbed
+    assert out[1].num_episodes == sets[1].num_episodes + 3
+    with pytest.raises(ValueError, match="1 environment IDs for 2 environments"):
+        dagger(model.policy, envs, sets, cfg, lambda r, e: e, env_ids=[TESTBED])  # type: ignore[attr-defined]
