@@ -86,19 +86,25 @@ def test_a_list_of_one_set_trains_exactly_like_the_set() -> None:
     assert "per_set" not in hist
 
 
-def test_dagger_extends_every_set_in_its_own_environment() -> None:
-    envs, sets = _sets()
-    model = _model(envs[0])
-    cfg = BCConfig(epochs=1, batch_size=32, dagger_iterations=1, dagger_episodes=2, dagger_epochs=1)
-    behaviour_cloning(model.policy, sets, cfg, seed=0)  # type: ignore[attr-defined]
-    out, rounds = dagger(
+def _dagger(model: object, envs: list, sets: list, cfg: BCConfig, **kw: object) -> tuple:
+    """One DAgger pass of ``model``'s policy on training seeds (round r, episode e)."""
+    return dagger(
         model.policy,  # type: ignore[attr-defined]
         envs,
         sets,
         cfg,
         lambda r, e: train_seed(0, r, e),
         seed=0,
+        **kw,  # type: ignore[arg-type]
     )
+
+
+def test_dagger_extends_every_set_in_its_own_environment() -> None:
+    envs, sets = _sets()
+    model = _model(envs[0])
+    cfg = BCConfig(epochs=1, batch_size=32, dagger_iterations=1, dagger_episodes=2, dagger_epochs=1)
+    behaviour_cloning(model.policy, sets, cfg, seed=0)  # type: ignore[attr-defined]
+    out, rounds = _dagger(model, envs, sets, cfg)
     assert isinstance(out, list) and len(out) == 2
     for before, after in zip(sets, out, strict=True):
         assert after.num_episodes == before.num_episodes + 2
@@ -278,15 +284,7 @@ def test_dagger_takes_each_environments_per_id_episodes() -> None:
         dagger_epochs=1,
         per_id={TESTBED: {"dagger_episodes": 0}, HEALTHY: {"dagger_episodes": 3}},
     )
-    out, _ = dagger(
-        model.policy,  # type: ignore[attr-defined]
-        envs,
-        sets,
-        cfg,
-        lambda r, e: train_seed(0, r, e),
-        seed=0,
-        env_ids=[TESTBED, HEALTHY],
-    )
+    out, _ = _dagger(model, envs, sets, cfg, env_ids=[TESTBED, HEALTHY])
     assert out[0].num_episodes == sets[0].num_episodes  # none on the testbed
     assert out[1].num_episodes == sets[1].num_episodes + 3
     with pytest.raises(ValueError, match="1 environment IDs for 2 environments"):

@@ -109,22 +109,28 @@ def test_perf_config_ranges() -> None:
             PerfConfig(**bad)
 
 
+def _one_node_facts(g: np.ndarray) -> PlacementFacts:
+    """Rows of ``g`` GPUs each on one node (no inter-node links; NVLink-class 100 GB/s within)."""
+    n = len(g)
+    return PlacementFacts.of(
+        np.zeros((n, 0), dtype=np.int32),
+        k=g,
+        g=g,
+        s=np.ones(n),
+        b_intra=np.where(g > 1, 100 * GB, np.inf),
+        a_intra=np.zeros(n),
+        a_inter=np.zeros(n),
+        slowdown=np.ones(n),
+        survival=np.ones(n),
+        sum_g2=g**2,
+    )
+
+
 def test_per_row_compute_sharing_is_the_shared_formula_per_row() -> None:
     # Rows with g = 1, 4, 8 and two values of κ: the array column gives each row its own κ, and a
     # constant column equals perf.compute_sharing.
     g = np.array([1.0, 4.0, 8.0])
-    facts = PlacementFacts.of(
-        np.zeros((3, 0), dtype=np.int32),
-        k=g,
-        g=g,
-        s=np.ones(3),
-        b_intra=np.where(g > 1, 100 * GB, np.inf),
-        a_intra=np.zeros(3),
-        a_inter=np.zeros(3),
-        slowdown=np.ones(3),
-        survival=np.ones(3),
-        sum_g2=g**2,
-    )
+    facts = _one_node_facts(g)
     t = np.array([0.1, 0.2, 0.3])
     perf = PerfConfig(allreduce="hierarchical", compute_sharing=0.05)
     shared = job_times(perf, 1e8, t, np.inf, facts, np.inf)
@@ -258,18 +264,7 @@ def test_compute_saturation_caps_the_compute_sharing() -> None:
     # κ = 0.5, κ_max = 1.3 on g = 1, 2, 3, 4, 8 co-located GPUs of the job (no communication,
     # M = 0): factors 1 + min(0.5 (g - 1), 1.3) = 1, 1.5, 2.0, 2.3, 2.3 of t_c = 0.1 s.
     g = np.array([1.0, 2.0, 3.0, 4.0, 8.0])
-    facts = PlacementFacts.of(
-        np.zeros((5, 0), dtype=np.int32),
-        k=g,
-        g=g,
-        s=np.ones(5),
-        b_intra=np.where(g > 1, 100 * GB, np.inf),
-        a_intra=np.zeros(5),
-        a_inter=np.zeros(5),
-        slowdown=np.ones(5),
-        survival=np.ones(5),
-        sum_g2=g**2,
-    )
+    facts = _one_node_facts(g)
     perf = PerfConfig(allreduce="ring", compute_sharing=0.5, compute_saturation=1.3)
     got = job_times(perf, 0.0, 0.1, np.inf, facts, np.inf)
     assert pytest.approx([0.1, 0.15, 0.2, 0.23, 0.23], rel=1e-14) == got.T
