@@ -4,10 +4,9 @@ static ID.
 Trains the candidate scorer (MaskablePPO's policy) by behaviour cloning only (``--steps 0``), on
 ``crop_gym/Placement-v0`` *and* the IDs of ``ALSO_ON`` (``bc.also_on``): the 8-GPU testbed, the
 severe abnormalities, the two other hardware profiles (RTX 2080 Ti, mixed) and the fragmented
-cluster of large jobs, and the 1024-GPU cluster. The teacher is ``crop-rollout`` (CROP with one
-step of lookahead, :mod:`crop_gym.baselines.rollout_expert`), on 200 training instances per ID, then
-two DAgger rounds of 50 episodes per ID, except on the 1024-GPU cluster (``PER_ID``: CROP, 15
-instances, 4 DAgger episodes a round; never cloned there, the former default was 0.998 x CROP); ``balance: sets`` makes every ID weigh the same in an epoch (the testbed's
+cluster of large jobs. The teacher is ``crop-rollout`` (CROP with one step of lookahead,
+:mod:`crop_gym.baselines.rollout_expert`), on 200 training instances per ID, then two DAgger rounds
+of 50 episodes per ID; ``balance: sets`` makes every ID weigh the same in an epoch (the testbed's
 and the fragmented cluster's episodes are 2-4 states long, against 13-16 elsewhere, and weighed
 5-8 x less when the sets weighed by their states). Trained on the
 64-GPU A100 task alone, the former default fell below 0.99 x CROP on the testbed and the other
@@ -21,6 +20,7 @@ Usage::
     PYTHONPATH=. python scripts/train_default_checkpoint.py [--out runs/default_checkpoint]
         [--from-run DIR]   # export an existing run instead of training
         [--dest agents/checkpoints/default.zip]
+        [--with-1024]      # also clone on Placement-1024-v0, taught by CROP (tried, not shipped)
 """
 
 from __future__ import annotations
@@ -35,20 +35,30 @@ ALSO_ON = (
     "crop_gym/Placement-RTX-v0",
     "crop_gym/Placement-Mixed-v0",
     "crop_gym/Placement-Fragmented-v0",
-    "crop_gym/Placement-1024-v0",
 )
-#: Per-ID options (bc.per_id): the 1024-GPU task's episodes are 200 placements long, where
-#: crop-rollout (one CROP completion per tried row) takes minutes, so CROP teaches there, on 15
-#: demonstration episodes and 4 DAgger episodes a round (about as many states as the others).
-PER_ID = {"crop_gym/Placement-1024-v0": "{teacher: crop, episodes: 15, dagger_episodes: 4}"}
-#: The bc block of the run (replaces the config entry's; crop_gym.agents.imitation.BCConfig).
-BC = (
-    "bc={teacher: crop-rollout, also_on: [" + ", ".join(ALSO_ON) + "], epochs: 30, "
-    "batch_size: 256, learning_rate: 1.0e-3, vf_coef: 0.5, dagger_iterations: 2, "
-    "dagger_episodes: 50, dagger_epochs: 10, balance: sets, per_id: {"
-    + ", ".join(f"{k}: {v}" for k, v in PER_ID.items())
-    + "}}"
-)
+#: ``--with-1024`` (tried, not shipped: docs/AGENTS.md): the 1024-GPU cluster cloned too. Its
+#: episodes are 200 placements long, where crop-rollout (one CROP completion per tried row) takes
+#: minutes, so CROP teaches there (bc.per_id), on 15 demonstration episodes and 4 DAgger episodes a
+#: round (about as many states as each other ID).
+WITH_1024 = {"crop_gym/Placement-1024-v0": "{teacher: crop, episodes: 15, dagger_episodes: 4}"}
+
+
+def bc_block(per_id: dict[str, str]) -> str:
+    """The bc block of the run (replaces the config entry's; crop_gym.agents.imitation.BCConfig),
+    cloned on ``ALSO_ON`` and the IDs of ``per_id`` with their options."""
+    also_on = (*ALSO_ON, *per_id)
+    extra = (
+        ", per_id: {" + ", ".join(f"{k}: {v}" for k, v in per_id.items()) + "}" if per_id else ""
+    )
+    return (
+        "bc={teacher: crop-rollout, also_on: [" + ", ".join(also_on) + "], epochs: 30, "
+        "batch_size: 256, learning_rate: 1.0e-3, vf_coef: 0.5, dagger_iterations: 2, "
+        "dagger_episodes: 50, dagger_epochs: 10, balance: sets" + extra + "}"
+    )
+
+
+#: The bc block of the shipped checkpoint.
+BC = bc_block({})
 RECIPE = dict(
     algo="maskable_ppo",
     env_id="crop_gym/Placement-v0",
@@ -79,7 +89,14 @@ def main() -> None:
         default=str(Path(__file__).resolve().parents[1] / "agents" / "checkpoints" / "default.zip"),
     )
     ap.add_argument("--episodes", type=int, default=50, help="held-out evaluation episodes")
+    ap.add_argument(
+        "--with-1024",
+        action="store_true",
+        help="clone on Placement-1024-v0 too, taught by CROP (tried, not shipped)",
+    )
     args = ap.parse_args()
+    bc = bc_block(WITH_1024) if args.with_1024 else BC
+    recipe = {**RECIPE, "hyperparams": [bc]}
     th.set_num_threads(1)
     run = Path(args.from_run) if args.from_run else Path(args.out)
     if not args.from_run:
@@ -87,7 +104,7 @@ def main() -> None:
             out=run,
             progress=True,
             argv=["scripts/train_default_checkpoint.py", "--out", str(run)],
-            **RECIPE,
+            **recipe,
         )  # type: ignore[arg-type]
     src = run / "final_model.zip"
     model, meta = load_checkpoint(src)
@@ -112,7 +129,7 @@ def main() -> None:
         args.dest,
         source_run=str(run),
         recipe="crop-gym train --algo maskable_ppo --env crop_gym/Placement-v0 --bc-demos 200 "
-        f"--steps 0 --seed 1 --hyperparams '{BC}'",
+        f"--steps 0 --seed 1 --hyperparams '{bc}'",
         command=" ".join(read_json(run / "run.json").get("command") or []) or None,
         test_evaluation=summary,
     )
