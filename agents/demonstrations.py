@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from crop_gym.agents.teachers import teacher_of
+from crop_gym.envs.placement import PlacementEnv
 from crop_gym.io import atomic_write_with
 
 __all__ = ["Demonstrations", "rollouts"]
@@ -37,6 +38,10 @@ class Demonstrations:
             0 for DAgger states visited by the learner.
         episode: Episode index of each state.
         seeds: Reset seed of each episode.
+        ties: ``bool[N, A]`` the actions of the same job with the same ΔF as the expert's in each
+            state (:meth:`crop_gym.envs.placement.PlacementEnv.equal_gain_actions`; the expert's
+            among them), recorded on static environments; ``None``: the expert's action alone
+            (online environments, sets saved before ties were recorded).
     """
 
     obs: dict[str, np.ndarray]
@@ -46,6 +51,20 @@ class Demonstrations:
     value_weight: np.ndarray
     episode: np.ndarray
     seeds: list[int]
+    ties: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.ties is not None and self.ties.shape != self.masks.shape:
+            raise ValueError(f"ties of shape {self.ties.shape} for masks of {self.masks.shape}")
+
+    @property
+    def targets(self) -> np.ndarray:
+        """``bool[N, A]``: :attr:`ties`, or the expert's action alone where none were recorded."""
+        if self.ties is not None:
+            return self.ties
+        out = np.zeros(self.masks.shape, dtype=bool)
+        out[np.arange(len(self.actions)), self.actions] = True
+        return out
 
     def __len__(self) -> int:
         return len(self.actions)
@@ -65,6 +84,9 @@ class Demonstrations:
             np.concatenate([self.value_weight, other.value_weight]),
             np.concatenate([self.episode, other.episode + self.num_episodes]),
             [*self.seeds, *other.seeds],
+            None
+            if self.ties is None and other.ties is None
+            else np.concatenate([self.targets, other.targets]),
         )
 
     def subset(self, episodes: Sequence[int]) -> Demonstrations:
@@ -80,6 +102,7 @@ class Demonstrations:
             self.value_weight[idx],
             np.asarray([where[int(e)] for e in self.episode[idx]], dtype=np.int64),
             [self.seeds[e] for e in eps],
+            None if self.ties is None else self.ties[idx],
         )
 
     def save(self, path: str | Path) -> Path:
@@ -93,6 +116,8 @@ class Demonstrations:
             episode=self.episode,
             seeds=np.asarray(self.seeds, dtype=np.int64),
         )
+        if self.ties is not None:
+            arrays["ties"] = self.ties
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as fh:
@@ -113,6 +138,7 @@ class Demonstrations:
                 z["value_weight"],
                 z["episode"],
                 [int(s) for s in z["seeds"]],
+                z["ties"] if "ties" in z.files else None,
             )
 
 
@@ -139,9 +165,12 @@ def rollouts(
 ) -> Demonstrations:
     """Run one episode per seed; ``choose(obs, mask, expert_action)`` picks the action taken."""
     expert_action = teacher_of(env, teacher, expert_rule)
+    u: Any = env.unwrapped
+    record_ties = isinstance(u, PlacementEnv)
     obs_buf: dict[str, list[np.ndarray]] = {}
     actions: list[int] = []
     masks: list[np.ndarray] = []
+    ties: list[np.ndarray] = []
     rets: list[np.ndarray] = []
     eps: list[int] = []
     it: Any = seeds
@@ -160,6 +189,8 @@ def rollouts(
                 obs_buf.setdefault(k, []).append(np.asarray(v, dtype=np.float32))
             actions.append(a_exp)
             masks.append(mask)
+            if record_ties:
+                ties.append(u.equal_gain_actions(a_exp))
             eps.append(e)
             a = choose(obs, mask, a_exp)
             obs, r, term, trunc, info = env.step(a)
@@ -175,4 +206,5 @@ def rollouts(
         np.full(n, 1.0 if expert_driven else 0.0),
         np.asarray(eps, dtype=np.int64),
         [int(s) for s in seeds],
+        np.stack(ties) if record_ties and ties else None,
     )

@@ -21,6 +21,7 @@ Usage::
         [--from-run DIR]   # export an existing run instead of training
         [--dest agents/checkpoints/default.zip]
         [--with-1024]      # also clone on Placement-1024-v0, taught by CROP (tried, not shipped)
+        [--ties equal_gain]  # count the expert's equal-gain actions as its choice (bc.ties)
 """
 
 from __future__ import annotations
@@ -43,13 +44,13 @@ ALSO_ON = (
 WITH_1024 = {"crop_gym/Placement-1024-v0": "{teacher: crop, episodes: 15, dagger_episodes: 4}"}
 
 
-def bc_block(per_id: dict[str, str]) -> str:
+def bc_block(per_id: dict[str, str], ties: str = "expert") -> str:
     """The bc block of the run (replaces the config entry's; crop_gym.agents.imitation.BCConfig),
-    cloned on ``ALSO_ON`` and the IDs of ``per_id`` with their options."""
+    cloned on ``ALSO_ON`` and the IDs of ``per_id`` with their options, ``ties`` the BC target."""
     also_on = (*ALSO_ON, *per_id)
-    extra = (
-        ", per_id: {" + ", ".join(f"{k}: {v}" for k, v in per_id.items()) + "}" if per_id else ""
-    )
+    extra = f", ties: {ties}" if ties != "expert" else ""
+    if per_id:
+        extra += ", per_id: {" + ", ".join(f"{k}: {v}" for k, v in per_id.items()) + "}"
     return (
         "bc={teacher: crop-rollout, also_on: [" + ", ".join(also_on) + "], epochs: 30, "
         "batch_size: 256, learning_rate: 1.0e-3, vf_coef: 0.5, dagger_iterations: 2, "
@@ -94,8 +95,14 @@ def main() -> None:
         action="store_true",
         help="clone on Placement-1024-v0 too, taught by CROP (tried, not shipped)",
     )
+    ap.add_argument(
+        "--ties",
+        choices=("expert", "equal_gain"),
+        default="expert",
+        help="bc.ties: the expert's action alone (shipped) or all its equal-gain actions",
+    )
     args = ap.parse_args()
-    bc = bc_block(WITH_1024) if args.with_1024 else BC
+    bc = bc_block(WITH_1024 if args.with_1024 else {}, args.ties)
     recipe = {**RECIPE, "hyperparams": [bc]}
     th.set_num_threads(1)
     run = Path(args.from_run) if args.from_run else Path(args.out)

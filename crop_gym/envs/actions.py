@@ -234,6 +234,36 @@ class ActionTable:
         r = int(self.row_index[a])
         return r if r >= 0 else None
 
+    def equal_gain_actions(
+        self, action: Any, gain: NDArray[np.float64], rtol: float = 1e-9
+    ) -> NDArray[np.bool_]:
+        """``bool[Q * C + 1]``: the actions that place ``action``'s job (its view slot) with the
+        same ΔF as ``action``'s row, within ``rtol`` (relative, at least 1e-9 GPUs); for stop or
+        an invalid action, ``action`` alone.
+
+        On a regular, healthy cluster many rows of one job are mirror images (another server of
+        the same rack, another rack), so an expert's choice among them is a tie-break. Equal ΔF
+        now does not make two rows equal later (what they leave free can differ).
+
+        Args:
+            action: The action whose equals are wanted.
+            gain: ``float64[M]`` ΔF of each valid row, the interference included
+                (:meth:`crop_gym.envs.placement.PlacementEnv.equal_gain_actions` evaluates it).
+            rtol: Relative tolerance on ΔF.
+        """
+        out = np.zeros(self.stop_action + 1, dtype=bool)
+        a = action_index(action)
+        r = self.row(action)
+        if r is None:
+            if a is not None and 0 <= a <= self.stop_action:
+                out[a] = True
+            return out
+        same = (self.row_slot == self.row_slot[r]) & (
+            np.abs(gain - gain[r]) <= rtol * max(1.0, abs(float(gain[r])))
+        )
+        out[self.row_action[same]] = True
+        return out
+
     def is_stop(self, action: Any) -> bool:
         """Whether ``action`` is the stop action."""
         return action_index(action) == self.stop_action

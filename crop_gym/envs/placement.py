@@ -283,6 +283,19 @@ class PlacementEnv(StaticPlacementBase):
         """
         return self.table.index_of(job_id, gpus, job)
 
+    def equal_gain_actions(self, action: Any, rtol: float = 1e-9) -> NDArray[np.bool_]:
+        """``bool[Q * C + 1]``: the actions that place ``action``'s job with the same ΔF as
+        ``action`` now, the interference with the placed jobs included (evaluated here for every
+        row when the table was built without it); stop or an invalid action: itself alone
+        (:meth:`ActionTable.equal_gain_actions`)."""
+        t = self.table
+        gain = t.gains.own + (
+            self.state.interference(t.facts)
+            if t.gains.interference is None
+            else t.gains.interference
+        )
+        return t.equal_gain_actions(action, gain, rtol)
+
     def _info(self, metrics: RegionMetrics | None = None) -> dict[str, Any]:
         return self._base_info(self.table.mask, metrics)
 
