@@ -130,6 +130,14 @@ def register(subparsers: Any) -> None:
         help="weight of the pull of each application's fitted gradient bytes towards the zoo's "
         "size (default 0.1; inf pins them to the zoo's); see docs/MODEL.md section 7.3",
     )
+    g.add_argument(
+        "--latency-overlap",
+        type=_unit_interval,
+        default=None,
+        metavar="PSI",
+        help="pin the share of the compute behind which the ring's hop latency hides to PSI in "
+        "[0, 1] (default: fitted; 0 is the model without it); see docs/MODEL.md section 7.1",
+    )
     g.add_argument("--out", metavar="PROFILE.json", default=None, help="the fitted profile")
     g.add_argument("--hardware", metavar="NAME|PATH", default=None, help="profile to --evaluate")
     g.add_argument(
@@ -230,6 +238,14 @@ def _grad_prior(text: str) -> float:
     return number_at_least(0.0)(text)
 
 
+def _unit_interval(text: str) -> float:
+    """An argparse ``type`` for ``--latency-overlap``: a number in [0, 1]."""
+    v = number_at_least(0.0)(text)
+    if v > 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return v
+
+
 def _refuse_measured_options(args: argparse.Namespace) -> None:
     """Refuse the options of a measured fit without ``--profiles`` / ``--evaluate``."""
     from crop_gym.errors import ConfigError
@@ -246,6 +262,7 @@ def _refuse_measured_options(args: argparse.Namespace) -> None:
         "--leave-one-app-out": args.leave_one_app_out,
         "--grad-bytes": args.grad_bytes is not None,
         "--grad-prior": args.grad_prior is not None,
+        "--latency-overlap": args.latency_overlap is not None,
     }
     for flag, used in given.items():
         if used:

@@ -28,7 +28,10 @@ The data are not in the repository: ``--data`` names the folder of siasosp23/art
 ``sia-simulator/traces`` (default ../shared/data/sia-profiles). The AWS files are never read.
 
     python scripts/validate_sia.py [--data DIR] [--clusters azure,rtx] [--label after]
-        [--update-docs] [--write-profiles] [--tables-only | --rescore]
+        [--update-docs] [--write-profiles] [--tables-only | --rescore] [--latency-overlap PSI]
+
+``--latency-overlap 0 --label without-psi`` scores the model without the hop latency hidden
+behind compute (ψ, docs/MODEL.md §7.1), the fit before it was added.
 
 ``--tables-only`` rebuilds the tables and ``sia_validation_<label>.csv`` from the JSON without a
 fit; ``--rescore`` first scores each stored in-sample profile again with the current
@@ -126,8 +129,11 @@ def outlier_mask(m: Measurements, cluster: str) -> np.ndarray:
     return bad
 
 
-def fitter(cluster: str) -> Callable[[Measurements], HardwareProfile]:
-    """The fit of ``cluster``'s rows: ``crop-gym calibrate --profiles``' default."""
+def fitter(
+    cluster: str, latency_overlap: float | None = None
+) -> Callable[[Measurements], HardwareProfile]:
+    """The fit of ``cluster``'s rows: ``crop-gym calibrate --profiles``' default (with
+    ``latency_overlap``, ψ pinned to it, as ``--latency-overlap``)."""
     name, gtype, gpn, hw = CLUSTERS[cluster]
     citation = f"{hw}. " + SIA.format(c=cluster)
 
@@ -139,6 +145,7 @@ def fitter(cluster: str) -> Callable[[Measurements], HardwareProfile]:
             name=name,
             citation=citation,
             network=NETWORK.get(cluster),
+            latency_overlap=latency_overlap,
         )
 
     return fit
@@ -149,11 +156,17 @@ def scored(held: HeldOut) -> dict[str, Any]:
     return evaluate(held.predicted, held.rows).to_mapping()
 
 
-def run_cluster(data: Path, cluster: str, *, progress: Callable[[str], None]) -> dict[str, Any]:
+def run_cluster(
+    data: Path,
+    cluster: str,
+    *,
+    progress: Callable[[str], None],
+    latency_overlap: float | None = None,
+) -> dict[str, Any]:
     rows_all = load_measurements(data, cluster=cluster)
     bad = outlier_mask(rows_all, cluster)
     rows = rows_all.select(~bad)
-    fit = fitter(cluster)
+    fit = fitter(cluster, latency_overlap)
     t0 = time.perf_counter()
     full = fit(rows)
     pred = predict_step_time(full, rows)
@@ -506,6 +519,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--update-docs", action="store_true")
     ap.add_argument("--write-profiles", action="store_true")
     ap.add_argument(
+        "--latency-overlap",
+        type=float,
+        default=None,
+        metavar="PSI",
+        help="pin ψ to PSI in [0, 1] (0: the model without it, as before it was added)",
+    )
+    ap.add_argument(
         "--tables-only",
         action="store_true",
         help="no fit: rebuild the tables and CSV from OUT/sia_validation_<label>.json",
@@ -519,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.data.is_dir():
         print(f"{args.data}: Sia measurement folder not found (see --data)", file=sys.stderr)
+        return 2
+    if args.latency_overlap is not None and not 0 <= args.latency_overlap <= 1:
+        print(f"--latency-overlap: {args.latency_overlap!r} is not in [0, 1]", file=sys.stderr)
         return 2
     clusters = [c for c in args.clusters.split(",") if c]
     for c in clusters:
@@ -540,7 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         summary = {"repeat_noise_dgx": repeat_noise(args.data), "clusters": []}
         for c in clusters:
-            summary["clusters"].append(run_cluster(args.data, c, progress=progress))
+            summary["clusters"].append(
+                run_cluster(args.data, c, progress=progress, latency_overlap=args.latency_overlap)
+            )
         args.out.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
         print(f"wrote {path}", file=sys.stderr)

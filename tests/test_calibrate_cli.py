@@ -113,8 +113,13 @@ def test_grad_prior_inf_pins_the_zoo_sizes(folder: Path, tmp_path: Path) -> None
     assert main([*fit, "--out", str(free)]) == 0
     got = load_hardware(pinned)
     assert got.grad_bytes == {"bert": 110.0e6 * 4, "resnet18": 11.17e6 * 4}
-    assert got.fit["parameters"] == 7 + 3 * 2
-    assert load_hardware(free).fit["parameters"] == 7 + 4 * 2
+    assert got.fit["parameters"] == 8 + 3 * 2
+    assert load_hardware(free).fit["parameters"] == 8 + 4 * 2
+    # --latency-overlap pins ψ (one shared parameter fewer); 0 is the model without the term.
+    psi = tmp_path / "psi.json"
+    assert main([*fit, "--latency-overlap", "0", "--out", str(psi)]) == 0
+    assert load_hardware(psi).latency_overlap == 0.0
+    assert load_hardware(psi).fit["parameters"] == 7 + 4 * 2
 
 
 def test_evaluating_the_true_profile_has_no_error(folder: Path, tmp_path: Path) -> None:
@@ -270,6 +275,7 @@ def test_option_errors(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         (["calibrate", "--evaluate", str(folder)], "go together"),
         (["calibrate", "--out", str(tmp_path / "p.json")], "--out needs --profiles"),
         (["calibrate", "--grad-prior", "inf"], "--grad-prior needs --profiles"),
+        (["calibrate", "--latency-overlap", "0.5"], "--latency-overlap needs --profiles"),
         (["calibrate", "--hardware", "nope", "--evaluate", str(folder)], "unknown hardware"),
         (["calibrate", "--evaluate", str(folder), "--fit-within-nodes", "2"], "--gpus-per-node"),
         (
@@ -329,6 +335,10 @@ def test_option_errors(folder: Path, tmp_path: Path, capsys: pytest.CaptureFixtu
         main([*base, "--out", str(tmp_path / "p.json"), "--grad-prior", "-1"])
     assert exc.value.code == 2
     _one_line(capsys.readouterr().err, "argument --grad-prior: expected a finite number >= 0")
+    with pytest.raises(SystemExit) as exc:
+        main([*base, "--out", str(tmp_path / "p.json"), "--latency-overlap", "2"])
+    assert exc.value.code == 2
+    _one_line(capsys.readouterr().err, "argument --latency-overlap: expected a number in [0, 1]")
     (folder / "mystery").mkdir()
     (folder / "mystery" / "placements-syn.csv").write_text("placement,local_bsz,step_time\n1,8,1\n")
     assert main([*base, "--out", str(tmp_path / "p.json")]) == 2

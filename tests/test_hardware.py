@@ -179,7 +179,13 @@ def test_compute_saturation_round_trips_falls_back_and_is_off_by_default() -> No
 
 def test_whole_placement_terms_round_trip_and_fall_back(tmp_path: Path) -> None:
     base = get_hardware("a100-elasticflow").to_mapping()
-    assert not {"latency", "latency_inflation", "bucket_bytes", "replica_overhead"} & set(base)
+    assert not {
+        "latency",
+        "latency_inflation",
+        "bucket_bytes",
+        "replica_overhead",
+        "latency_overlap",
+    } & set(base)
     data = {
         **base,
         "allreduce": "ring",
@@ -189,12 +195,14 @@ def test_whole_placement_terms_round_trip_and_fall_back(tmp_path: Path) -> None:
         "bucket_bytes": 25e6,
         "replica_overhead": 0.004,
         "model_replica_overhead": {"bert": 0.01},
+        "latency_overlap": 0.4,
     }
     p = HardwareProfile.from_mapping(data, "x.json")
     assert (p.model_chi("bert"), p.model_chi("vgg16")) == (2.0, 0.3)
     assert (p.model_delta("bert"), p.model_delta("vgg16")) == (0.01, 0.004)
     perf = p.perf()
     assert (perf.latency, perf.bucket_bytes, perf.replica_overhead) == ("hops", 25e6, 0.004)
+    assert perf.latency_overlap == 0.4
     f = tmp_path / "p.json"
     f.write_text(p.to_json())
     assert get_hardware(str(f)).to_mapping() == p.to_mapping()
@@ -203,6 +211,8 @@ def test_whole_placement_terms_round_trip_and_fall_back(tmp_path: Path) -> None:
         ({"model_latency_inflation": {"bert": -1}}, "model_latency_inflation.bert"),
         ({"model_replica_overhead": [1]}, "model_replica_overhead must be a table"),
         ({"bucket_bytes": -5}, "bucket_bytes"),
+        ({"latency_overlap": 1.5}, "latency_overlap"),
+        ({"latency": "max"}, "latency_overlap > 0 .* needs latency='hops'"),
     ):
         with pytest.raises(ConfigError, match=needle) as info:
             HardwareProfile.from_mapping({**data, **edit}, "x.json")

@@ -136,6 +136,18 @@ def test_whole_placement_terms_reach_the_state(tmp_path: Path) -> None:
         assert pytest.approx(scratch.F, rel=1e-12) == st.F
         times.append(st.iteration_times()["a"])
     assert times[0] != times[1]
+    # Hop latency behind compute (ψ = 1): the state follows, and the step is shorter.
+    prof["latency_overlap"] = 1.0
+    (tmp_path / "psi.json").write_text(json.dumps(prof))
+    hw_psi = resolve_hardware(str(tmp_path / "psi.json"))
+    topo_psi, perf_psi = hw_psi.topology("leafspine-64"), hw_psi.perf()
+    assert perf_psi.latency_overlap == 1.0
+    gpus = np.concatenate([np.arange(8 * i, 8 * i + c) for i, c in enumerate((3, 3, 1, 1))])
+    st = ClusterState(topo_psi, perf=perf_psi)
+    st.add(bert, gpus)
+    scratch = evaluate_from_scratch(topo_psi, st.health, perf_psi, [bert], [gpus])
+    assert pytest.approx(scratch.F, rel=1e-12) == st.F
+    assert st.iteration_times()["a"] < times[0]
     # The bundled profiles set none of these terms: zeros, and no compute saturation (inf).
     plain = resolve_hardware("azure-v100")
     c = job_constants(plain.topology("leafspine-64"), plain.perf(), [bert])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -309,3 +310,41 @@ def test_compute_saturation_range() -> None:
     PerfConfig(compute_saturation=0.0)
     with pytest.raises(ConfigError, match="compute_saturation"):
         PerfConfig(compute_saturation=-0.1)
+
+
+def test_latency_behind_compute_by_hand() -> None:
+    # One node of 2 GPUs: the ring's two hops of 10 ms each, L = 2(k-1)/k * 20 ms = 20 ms; the
+    # bandwidth term M / b = 1e8 / 1e9 = 100 ms; no overlap of the bandwidth term (φ = 0).
+    f = with_link_bandwidth(_facts_of([(2,)], 0.01, 0.0), 1e9)
+
+    def step(compute: float, psi: float) -> float:
+        perf = PerfConfig(allreduce="ring", latency="hops", latency_overlap=psi)
+        return float(job_times(perf, 1e8, compute, np.inf, f, np.inf).T[0])
+
+    assert step(1.0, 0.0) == pytest.approx(1.12, rel=1e-14)  # t + C_b + L
+    # ψ = 0.5 of the 1 s compute left could hide all 20 ms of L: 0.999 of it hides.
+    assert step(1.0, 0.5) == pytest.approx(1.10002, rel=1e-14)
+    # With 20 ms of compute, ψ = 0.5 hides 10 ms of it: 0.02 + 0.1 + 0.02 - 0.01.
+    assert step(0.02, 0.5) == pytest.approx(0.13, rel=1e-14)
+    assert step(0.02, 1.0) == pytest.approx(0.12002, rel=1e-14)
+    # The bandwidth overlap comes first: φ = 1 hides 100 ms of C_b behind the 120 ms compute, and
+    # leaves 20 ms of compute, of which ψ = 1 hides 0.999 of L.
+    perf = PerfConfig(allreduce="ring", latency="hops", overlap=1.0, overlap_cap=1.0)
+    both = dataclasses.replace(perf, latency_overlap=1.0)
+    got = float(job_times(both, 1e8, 0.12, np.inf, f, np.inf).T[0])
+    assert got == pytest.approx(0.12002, rel=1e-12)
+    # Two placements that differ beyond node order never tie, even with all of L hidable.
+    g = with_link_bandwidth(_facts_of([(3, 3, 1, 1), (3, 2, 2, 1)], 0.01, 0.01), 1e9)
+    chi = np.array([0.5, 0.5])
+    tied = job_times(both, 1e8, 10.0, np.inf, g, np.inf, latency_inflation=chi).T
+    assert tied[0] != tied[1]
+    # ψ = 0 is the model without the term, bit for bit (L counts in C and overlaps with it).
+    assert float(job_times(perf, 1e8, 0.12, np.inf, f, np.inf).T[0]) == float(
+        iteration_time(0.12, 0.12, 1.0, 1.0)
+    )
+    for bad, match in (
+        ({"latency_overlap": 0.5}, "needs latency='hops'"),
+        ({"latency": "hops", "allreduce": "ring", "latency_overlap": 1.5}, "latency_overlap"),
+    ):
+        with pytest.raises(ConfigError, match=match):
+            PerfConfig(**bad)  # type: ignore[arg-type]

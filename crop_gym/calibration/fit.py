@@ -21,9 +21,11 @@ tree of ``gpus_per_node``-GPU nodes under one switch, healthy and alone (``k``, 
   times ``1 + min(κ_a (g - 1), κ_a (g* - 1))`` (compute sharing, which stops growing at ``g*``
   co-located GPUs, where the node's shared resource saturates; ``κ_max,a = κ_a (g* - 1)`` in the
   profile, none when ``g*`` reaches ``gpus_per_node``);
-* overlap: backward hides up to ``φ · t`` of the all-reduce, but never the last gradient bucket
-  (``bucket_bytes``, PyTorch DDP's default 25 MB); ``φ <= overlap_max``, by default the backward
-  pass's share of a step (:data:`BACKWARD_SHARE`, 2/3), the only part of it that overlaps.
+* overlap: backward hides up to ``φ · t`` of the all-reduce's bandwidth term, but never the last
+  gradient bucket (``bucket_bytes``, PyTorch DDP's default 25 MB); ``φ <= overlap_max``, by
+  default the backward pass's share of a step (:data:`BACKWARD_SHARE`, 2/3), the only part of it
+  that overlaps; the ring's hop latency, CPU-side work, hides behind up to ``ψ`` of the compute
+  left (``latency_overlap``, :func:`~crop_gym.model.timing.times_arrays`).
 
 **Hardware facts** (:class:`NetworkFacts`, ``network=``) stand in for what the rows cannot
 identify: on rows of one node, which never cross the network, ``B`` is the card's line rate, ν the
@@ -35,8 +37,9 @@ Fitted, with :func:`scipy.optimize.least_squares` (trust-region reflective, soft
 5 % on the log error of the step time, finite differences on the sparsity pattern of the
 parameters, three fixed starts of ``F`` and ``B``, the best kept; deterministic):
 
-* shared by the cluster (:data:`SHARED_PARAMETERS`, 7): ``F``, ``B``, ν, φ, ``a_intra``,
-  ``a_inter``, ``g*`` (``g* - 1`` in ``[1, gpus_per_node - 1]``, in log);
+* shared by the cluster (:data:`SHARED_PARAMETERS`, 8): ``F``, ``B``, ν, φ, ``a_intra``,
+  ``a_inter``, ``g*`` (``g* - 1`` in ``[1, gpus_per_node - 1]``, in log), ψ (in ``[0, 1]``; a
+  number given as ``latency_overlap=`` pins it, 0 being the model without it);
 * per application (4, :data:`APP_PARAMETERS`): the effective gradient bytes ``M_a`` (in log,
   within a factor 2 of the zoo's size, which is checked against the published parameter counts,
   with a weak pull towards it, weight ``grad_prior``, default :data:`GRAD_PRIOR`; with
@@ -95,6 +98,7 @@ SHARED_PARAMETERS: tuple[str, ...] = (
     "gpu_latency",  # a_intra, s per hop (ln, in µs)
     "nic_latency",  # a_inter, s per hop (ln, in µs)
     "saturation_gpus",  # g*, co-located GPUs that saturate the node's shared resource (ln(g* - 1))
+    "latency_overlap",  # ψ in [0, 1]: share of the compute left that hides the hop latency
 )
 #: Per-application parameters fitted (see the module docstring).
 APP_PARAMETERS: tuple[str, ...] = (
@@ -167,6 +171,9 @@ _SHARED = {
     # it starts at 3 (saturated from 4 GPUs on), where both κ_a and g* move the residuals (a g* that
     # no row reaches has no gradient).
     "saturation_gpus": (math.log(3.0), 0.0, math.log(7.0)),
+    # ψ itself (a box bound of the trust region, not a logistic, whose gradient vanishes near 0),
+    # starting at 0, the model without it: the data decide whether it moves.
+    "latency_overlap": (0.0, 0.0, 1.0),
 }
 _APP = {
     "grad_bytes": (0.0, -math.log(2.0), math.log(2.0)),
@@ -279,6 +286,7 @@ def fit_profile(
     grad_prior: float = GRAD_PRIOR,
     overlap_max: float = BACKWARD_SHARE,
     network: NetworkFacts | None = None,
+    latency_overlap: float | None = None,
 ) -> HardwareProfile:
     """Fit a hardware profile to measured step times (the model of the module docstring).
 
@@ -303,6 +311,8 @@ def fit_profile(
             ``B`` is the line rate, ν the hardware's and a hop out of a node costs what one inside
             does (``a_inter = a_intra``), none of them fitted. Without facts such a fit leaves
             them where its start put them, and its report says they are not identified.
+        latency_overlap: ψ pinned to this value in [0, 1] (0: the hop latency never hides, the
+            model before it), or ``None`` (the default) to fit it.
 
     Returns:
         The fitted profile; its ``fit`` field holds a :class:`FitReport` mapping.
@@ -327,6 +337,8 @@ def fit_profile(
         raise ConfigError(f"bucket_bytes={bucket_bytes!r} must be in [0, 1e15)")
     if not 0 < overlap_max <= 1:
         raise ConfigError(f"overlap_max={overlap_max!r} must be in (0, 1]")
+    if latency_overlap is not None and not 0 <= latency_overlap <= 1:
+        raise ConfigError(f"latency_overlap={latency_overlap!r} must be in [0, 1] (None: fitted)")
     if not grad_prior >= 0:
         raise ConfigError(f"grad_prior={grad_prior!r} must be >= 0 (inf: M pinned to the zoo's)")
     pinned = math.isinf(grad_prior)
@@ -404,6 +416,9 @@ def fit_profile(
             "gpu_latency": math.exp(sh["gpu_latency"]) * _US,
             "nic_latency": math.exp(sh["nic_latency"]) * _US,
             "saturation_gpus": 1.0 + math.exp(sh["saturation_gpus"]),
+            "latency_overlap": min(max(sh["latency_overlap"], 0.0), 1.0)
+            if latency_overlap is None
+            else float(latency_overlap),
         }
         if net_fixed and network is not None:
             shared["nic"] = network.line_rate
@@ -440,6 +455,7 @@ def fit_profile(
             fabric_bandwidth=shared["fabric"],
             nic_sharing=shared["nic_sharing"],
             bucket_bytes=bucket_bytes,
+            latency_overlap=shared["latency_overlap"],
         )
 
     def predict(x: FloatArray) -> FloatArray:
@@ -512,7 +528,10 @@ def fit_profile(
         rows=R,
         shared=SHARED_PARAMETERS,
         applications=tuple(apps[m] for m in models),
-        parameters=len(SHARED_PARAMETERS) - (3 if net_fixed else 0) + n_app * na,
+        parameters=len(SHARED_PARAMETERS)
+        - (3 if net_fixed else 0)
+        - (0 if latency_overlap is None else 1)
+        + n_app * na,
         compute=compute,
         median_abs_rel_error=float(np.median(rel)),
         p90_abs_rel_error=float(np.quantile(rel, 0.9)),
@@ -558,6 +577,7 @@ def fit_profile(
         overlap_cap=1.0,
         latency="hops",
         bucket_bytes=bucket_bytes,
+        latency_overlap=_sig(shared["latency_overlap"]),
         # A model without its own values (a new application) takes the fitted ones' geometric
         # means (each is fitted in log and they differ by orders of magnitude between models).
         compute_sharing=_sig(_geometric_mean(per["compute_sharing"])),

@@ -104,6 +104,7 @@ def _fitter(args: argparse.Namespace, source: str) -> Callable[[Measurements], H
             name=args.name,
             compute=args.compute,
             grad_prior=GRAD_PRIOR if args.grad_prior is None else args.grad_prior,
+            latency_overlap=args.latency_overlap,
             citation=f"fitted by crop-gym calibrate {source}"
             + (f" --cluster {args.cluster}" if args.cluster is not None else ""),
         )
@@ -190,6 +191,7 @@ def _evaluate(args: argparse.Namespace, app_map: dict[str, str], splits: dict[st
                 "--name": args.name is not None,
                 "--compute": args.compute != "measured",
                 "--grad-prior": args.grad_prior is not None,
+                "--latency-overlap": args.latency_overlap is not None,
             },
             "--hardware ... --evaluate",
         )
@@ -249,6 +251,7 @@ def _new_app(args: argparse.Namespace, app_map: dict[str, str], splits: dict[str
             "--predictions": args.predictions is not None,
             "--gpus-per-node": args.gpus_per_node is not None,
             "--grad-prior": args.grad_prior is not None,
+            "--latency-overlap": args.latency_overlap is not None,
             **splits,
         },
         "--new-app",

@@ -113,6 +113,7 @@ _KEYS = {
     "bucket_bytes",
     "replica_overhead",
     "model_replica_overhead",
+    "latency_overlap",
     "overlap",
     "overlap_cap",
     "compute",
@@ -206,6 +207,8 @@ class HardwareProfile:
         bucket_bytes: β >= 0 bytes (0: off).
         replica_overhead: δ >= 0 s (every model without its own value).
         model_replica_overhead: ``{model: δ}``.
+        latency_overlap: ψ in [0, 1], the share of the compute left after the bandwidth overlap
+            that hides the ring's hop latency (``latency="hops"`` only; 0: off).
         overlap: φ_t in [0, 1].
         overlap_cap: φ_c in [0, 1], or ``None`` (= ``overlap``).
         compute: ``{model: {gpu_type: ComputeCurve}}``.
@@ -235,6 +238,7 @@ class HardwareProfile:
     bucket_bytes: float = 0.0
     replica_overhead: float = 0.0
     model_replica_overhead: Mapping[str, float] = field(default_factory=dict)
+    latency_overlap: float = 0.0
     compute: Mapping[str, Mapping[str, ComputeCurve]] = field(default_factory=dict)
     grad_bytes: Mapping[str, float] = field(default_factory=dict)
     fit: Mapping[str, Any] = field(default_factory=dict)
@@ -275,6 +279,7 @@ class HardwareProfile:
             latency_inflation=self.latency_inflation,
             bucket_bytes=self.bucket_bytes,
             replica_overhead=self.replica_overhead,
+            latency_overlap=self.latency_overlap,
         )
 
     def topology(self, fanouts: int | Sequence[int], *, name: str | None = None) -> Topology:
@@ -382,7 +387,7 @@ class HardwareProfile:
         # The newer terms are written only when used, so older profiles round-trip unchanged.
         if self.latency != "max":
             out["latency"] = self.latency
-        for name in ("latency_inflation", "bucket_bytes", "replica_overhead"):
+        for name in ("latency_inflation", "bucket_bytes", "replica_overhead", "latency_overlap"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
         if math.isfinite(self.compute_saturation):
@@ -530,6 +535,9 @@ class HardwareProfile:
             ),
             replica_overhead=check_real(
                 f"{source}: replica_overhead", data.get("replica_overhead", 0.0), 0, 1e3
+            ),
+            latency_overlap=check_real(
+                f"{source}: latency_overlap", data.get("latency_overlap", 0.0), 0, 1
             ),
             **per_model,
             compute=compute,

@@ -59,6 +59,22 @@ For a placement ``P`` (``k`` GPUs on ``s`` servers, at most ``g`` of them on one
   With a gradient bucket ``bucket_bytes = β > 0`` (off by default), the all-reduce of the last
   bucket cannot start before backward ends, so at most ``1 - min(1, β / M)`` of ``C`` hides:
   ``φ_c`` becomes ``min(φ_c, 1 - min(1, β / M))`` per job (PyTorch DDP's default bucket is 25 MB).
+* Latency behind compute (``latency_overlap = ψ > 0``, ``latency="hops"`` only; off by default).
+  The ring's summed hop latency ``L = 2(k-1)/k · Σ_h α_h`` is, once χ inflates it, mostly work
+  of the node's CPUs (the collective's proxy threads, kernel launches, the data loaders they
+  contend with); it runs while the GPU executes the step's queued kernels, so it hides behind
+  compute, neither bounded by the backward share nor held back by the last bucket. With ψ the
+  bandwidth part ``C_b = C - L`` overlaps as above, and ``L`` then overlaps the compute that part
+  leaves exposed the way compute and communication do, ψ of that compute hiding at most
+  ``LATENCY_HIDEABLE`` (0.999) of ``L``::
+
+      G = t + C_b - min(φ_t · t, φ_c · C_b),
+      T = C_b + (G - C_b) + L - min(ψ · (G - C_b), 0.999 · L)
+
+  (a ring step also waits on the GPU for its neighbour's chunk; the 10⁻³ that never hides, like
+  χ >= 0.001 in the fit, keeps placements that differ beyond node order from tying when the
+  compute could hide all of ``L``). ``ψ = 0`` is the formula above, bit for bit (``L`` then
+  counts in ``C``).
 * Normalised throughput: ``η = min(1, T* / T)``, where ``T*`` (:func:`ideal_time`) is the same job
   alone on a compact placement of healthy GPUs.
 
@@ -105,6 +121,10 @@ __all__ = [
 ALLREDUCE_ALGORITHMS: tuple[str, ...] = ("ring", "hierarchical")
 #: How the all-reduce's per-step latency adds up (see the module docstring).
 LATENCY_MODELS: tuple[str, ...] = ("max", "hops")
+#: The most of the ring's hop latency that can hide behind compute (``latency_overlap``): a ring
+#: step also waits on the GPU for its neighbour's chunk, and this floor of 10⁻³ of it, like
+#: χ >= 0.001 in the fit, keeps placements that differ beyond node order from ever tying.
+LATENCY_HIDEABLE = 0.999
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
 
@@ -134,6 +154,8 @@ class PerfConfig:
         latency_inflation: χ >= 0, hop latency slowdown per co-located GPU of its node (``"hops"``).
         bucket_bytes: β >= 0 bytes of the last gradient bucket, which cannot overlap; 0 = off.
         replica_overhead: δ >= 0 seconds a 1-GPU step does and a multi-GPU step does not; 0 = off.
+        latency_overlap: ψ in [0, 1], the share of the compute left after the bandwidth overlap
+            behind which the ring's hop latency hides (``"hops"`` only); 0 = off.
     """
 
     allreduce: str = ""
@@ -148,6 +170,7 @@ class PerfConfig:
     latency_inflation: float = 0.0
     bucket_bytes: float = 0.0
     replica_overhead: float = 0.0
+    latency_overlap: float = 0.0
 
     def __post_init__(self) -> None:
         if self.allreduce == "":
@@ -171,6 +194,11 @@ class PerfConfig:
         check_range("latency_inflation", self.latency_inflation, 0.0, 1e4)
         check_range("bucket_bytes", self.bucket_bytes, 0.0, 1e15)
         check_range("replica_overhead", self.replica_overhead, 0.0, 1e3)
+        check_range("latency_overlap", self.latency_overlap, 0.0, 1.0)
+        if self.latency_overlap > 0.0 and self.latency != "hops":
+            raise ConfigError(
+                "latency_overlap > 0 hides the ring's summed hop latency: it needs latency='hops'"
+            )
 
 
 # ----------------------------------------------------------------------------- formulas
@@ -370,6 +398,7 @@ def job_times(
         facts.a_inter,
         facts.slowdown,
         hops,
+        perf.latency_overlap,
     )
     return JobTimes(T=T, C=C, eta=eta)
 
@@ -420,11 +449,13 @@ def times_arrays(
     a_inter: Any,
     slowdown: Any,
     hops: Any = None,
+    latency_overlap: float = 0.0,
 ) -> tuple[Any, Any, Any]:
     """``(T, C, η)`` of rows given as plain arrays: the body of :func:`job_times` (the model
     options unpacked, the facts as columns, κ and κ_max per row; ``overlap_cap`` ``None``, one value or one
     per row; ``hops`` the ring's summed hop latencies, :func:`ring_hop_latency`, or ``None`` for
-    the largest-latency form).
+    the largest-latency form; ``latency_overlap`` ψ, which hides the hop latency behind compute,
+    used only with ``hops``).
 
     Written in the part of numpy that numba compiles too: the compiled kernels
     (:mod:`crop_gym.model.kernels`) run this very function, so the formula exists once.
@@ -448,7 +479,16 @@ def times_arrays(
     # shared resource is saturated (1 + min(κ (g - 1), κ_max); κ = 0 leaves t as is, and so does
     # κ_max = inf: min(x, inf) is x exactly).
     t = compute * slowdown * sharing_factor(kappa, kappa_max, g)
-    T = iteration_time(t, C, overlap, overlap_cap)
+    if hops is None or latency_overlap == 0.0:
+        T = iteration_time(t, C, overlap, overlap_cap)
+    else:
+        # The hop latency L is CPU-side work that runs while the GPU computes: the bandwidth part
+        # C_b overlaps as usual (G), and then L overlaps with the compute G leaves exposed, as
+        # compute and communication do (ψ of that compute, at most LATENCY_HIDEABLE of L).
+        L = 2.0 * (np.asarray(k, dtype=np.float64) - 1.0) / k * hops
+        C_b = C - L
+        G = iteration_time(t, C_b, overlap, overlap_cap)
+        T = C_b + iteration_time(G - C_b, L, latency_overlap, LATENCY_HIDEABLE)
     return T, C, np.minimum(1.0, tstar / T)
 
 
