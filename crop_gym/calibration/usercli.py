@@ -157,7 +157,7 @@ def _profiles(args: argparse.Namespace, app_map: dict[str, str], splits: dict[st
         f"{len(meas)} rows: {fitted.get('parameters')} parameters; NIC "
         f"{profile.links[1].bandwidth / 1e9:.2f} GB/s, node fabric "
         f"{profile.fabric_bandwidth / 1e9:.2f} GB/s, ν {profile.nic_sharing:.2f}, overlap "
-        f"{profile.overlap:.2f}",
+        f"{profile.overlap:.2f}, hop latency behind compute ψ {profile.latency_overlap:.2f}",
         file=out,
     )
     if fitted.get("network", "fitted") != "fitted":
