@@ -101,6 +101,7 @@ from crop_gym.model.topology import Topology
 __all__ = [
     "ALLREDUCE_ALGORITHMS",
     "JOB_COLUMNS",
+    "LATENCY_HIDEABLE",
     "LATENCY_MODELS",
     "JobTimes",
     "PerfConfig",
