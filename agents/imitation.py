@@ -36,7 +36,7 @@ BALANCE_MODES: tuple[str, ...] = ("states", "sets")
 #: What the cross-entropy counts as the expert's choice (:attr:`BCConfig.ties`).
 TIE_MODES: tuple[str, ...] = ("expert", "equal_gain")
 #: The options a :attr:`BCConfig.per_id` block may set.
-PER_ID_OPTIONS: tuple[str, ...] = ("teacher", "episodes", "dagger_episodes")
+PER_ID_OPTIONS: tuple[str, ...] = ("teacher", "episodes", "dagger_episodes", "ties")
 
 __all__ = [
     "BALANCE_MODES",
@@ -97,7 +97,8 @@ class BCConfig:
             preference.
         per_id: Options that replace the run-wide ones on one environment ID (the run's own or
             one of ``also_on``): ``teacher``, ``episodes`` (its demonstration episodes: the first
-            of the run's seeds, at most as many as the run's) and ``dagger_episodes``. A task
+            of the run's seeds, at most as many as the run's), ``dagger_episodes`` and ``ties``
+            (:attr:`ties` for that set's loss). A task
             whose episodes are long (``Placement-1024-v0``: 200 placements) gets fewer episodes
             so that it does not outweigh the others, and a teacher that runs there in time
             (``crop-rollout`` completes the episode once per tried row: minutes on 200 jobs).
@@ -156,6 +157,10 @@ class BCConfig:
                 raise ValueError(
                     f"{where}: unknown options {sorted(unknown)} (allowed: {', '.join(PER_ID_OPTIONS)})"
                 )
+            if "ties" in opts and opts["ties"] not in TIE_MODES:
+                raise ValueError(
+                    f"{where}.ties={opts['ties']!r} must be one of {', '.join(map(repr, TIE_MODES))}"
+                )
             if "teacher" in opts and not isinstance(opts["teacher"], str):
                 raise ValueError(f"{where}.teacher={opts['teacher']!r} must be a teacher's name")
             for key, low in (("episodes", 1), ("dagger_episodes", 0)):
@@ -170,6 +175,11 @@ class BCConfig:
     def episodes_for(self, env_id: str, episodes: int) -> int:
         """How many of the run's ``episodes`` demonstration episodes ``env_id`` records."""
         return min(episodes, int(self.per_id.get(env_id, {}).get("episodes", episodes)))
+
+    def ties_for(self, env_id: str) -> str:
+        """What the loss counts as the expert's choice on ``env_id``'s set: its ``per_id`` ties,
+        else :attr:`ties`."""
+        return str(self.per_id.get(env_id, {}).get("ties", self.ties))
 
     def dagger_episodes_for(self, env_id: str) -> int:
         """Episodes rolled out on ``env_id`` in each DAgger round."""
@@ -419,6 +429,7 @@ def behaviour_cloning(
     logger: Any = None,
     step_offset: int = 0,
     progress: bool = False,
+    env_ids: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Train ``policy`` (in place) to imitate the demonstrations.
 
@@ -444,6 +455,8 @@ def behaviour_cloning(
         logger: An SB3 logger (TensorBoard) to record ``bc/*`` scalars.
         step_offset: Added to the logged step (for DAgger rounds).
         progress: Show a progress bar over epochs.
+        env_ids: The sets' environment IDs (the keys of ``config.per_id``: each set's loss is
+            that of :meth:`BCConfig.ties_for` its ID); ``None``: :attr:`BCConfig.ties` for all.
 
     Returns:
         History: per-epoch loss and the final train/validation agreement (over all sets;
@@ -452,6 +465,10 @@ def behaviour_cloning(
     rng = np.random.default_rng([seed, 1])
     sets = [demos] if isinstance(demos, Demonstrations) else list(demos)
     splits = [_split(d, config.val_fraction, rng) for d in sets]
+    ids = list(env_ids) if env_ids is not None else [""] * len(sets)
+    if len(ids) != len(sets):
+        raise ValueError(f"behaviour_cloning: {len(ids)} environment IDs for {len(sets)} sets")
+    tie_modes = [config.ties_for(i) for i in ids]
     opt = th.optim.Adam(
         policy.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay
     )
@@ -473,7 +490,7 @@ def behaviour_cloning(
             obs, act, mask, ret, vw = _batch(sets[g], idx, policy.device)
             logits, values = policy_logits(policy, obs)
             logits = logits.masked_fill(~mask, MASKED_LOGIT)
-            if config.ties == "equal_gain":
+            if tie_modes[g] == "equal_gain":
                 # -log of the probability of the expert's equal-gain actions (its own included).
                 tie = th.as_tensor(sets[g].targets[idx], device=policy.device) & mask
                 ce = (
@@ -621,6 +638,7 @@ def dagger(
             logger=logger,
             step_offset=config.epochs + (i - 1) * config.dagger_epochs,
             progress=progress,
+            env_ids=env_ids,
         )
         hist["round"] = i
         hist["beta"] = beta

@@ -161,7 +161,13 @@ def imitate(
     logger = configure(str(run.out / "tb" / "bc"), ["tensorboard"])
     t = time.perf_counter()
     hist = behaviour_cloning(
-        model.policy, sets, bc_cfg, seed=run.seed, logger=logger, progress=progress
+        model.policy,
+        sets,
+        bc_cfg,
+        seed=run.seed,
+        logger=logger,
+        progress=progress,
+        env_ids=env_ids,
     )
     phase: dict[str, Any] = {
         "config": bc_cfg.to_dict(),

@@ -2,7 +2,9 @@
 
 ``python scripts/evaluate_static_ids.py`` plays ``--model`` (default: the shipped ``default``)
 greedily on every registered candidate-mode static ID (``crop_gym/Placement*``; the GPU-mode IDs
-have another action space), ``--episodes`` instances each from reset seed 10^9, under
+have another action space), ``--episodes`` instances each from reset seed 10^9 (``--first-seed``:
+5·10^8 is the validation range, on which to choose between checkpoints before reporting held-out
+figures), under
 ``crop_gym.wrappers.SafeStop`` (``--safe-stop``, default ``positive_gain``; ``none`` for the
 environment's own stop), and CROP on the same instances (:func:`crop_gym.agents.evaluation.evaluate_static`).
 It prints a table and writes ``docs/results/static_policy.{json,csv}`` (``--out``): per ID the
@@ -49,10 +51,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--safe-stop", choices=("positive_gain", "exhausted", "none"), default="positive_gain"
     )
     p.add_argument("--target", type=float, default=0.99, help="ratio to CROP to reach")
+    p.add_argument(
+        "--first-seed",
+        type=int,
+        default=HELD_OUT,
+        help="first reset seed (default 10^9, the held-out range; 500000000 for the validation "
+        "range, on which to choose between checkpoints before reporting held-out figures)",
+    )
     p.add_argument("--out", default=str(ROOT / "docs" / "results" / "static_policy"))
     a = p.parse_args(argv)
     if a.episodes < 1:
         print("--episodes must be >= 1", file=sys.stderr)
+        return 2
+    if not 10**6 <= a.first_seed <= 2**62:
+        print(
+            f"--first-seed {a.first_seed} must be in [10^6, 2^62] (training uses seeds below 10^6)",
+            file=sys.stderr,
+        )
         return 2
     import torch as th
 
@@ -65,8 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, meta = load_checkpoint(a.model)
     rows: list[dict[str, Any]] = []
     print(
-        f"{a.model} (trained on {meta.get('env_id')}), {a.episodes} held-out seeds from "
-        f"{HELD_OUT}, SafeStop {a.safe_stop}"
+        f"{a.model} (trained on {meta.get('env_id')}), {a.episodes} seeds from "
+        f"{a.first_seed}, SafeStop {a.safe_stop}"
     )
     print(
         "| ID | policy mean F | CROP mean F | ratio [95 % CI] | episodes below CROP | ≥ target "
@@ -79,7 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             PolicyAgent(model),
             env_id,
             episodes=a.episodes,
-            first_seed=HELD_OUT,
+            first_seed=a.first_seed,
             baselines=("crop",),
             random_reference=False,
             safe_stop=None if a.safe_stop == "none" else a.safe_stop,
@@ -110,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "model": a.model,
         "trained_on": meta.get("env_id"),
         "safe_stop": a.safe_stop,
-        "first_seed": HELD_OUT,
+        "first_seed": a.first_seed,
         "target": a.target,
         "command": " ".join(["python scripts/evaluate_static_ids.py", *(argv or sys.argv[1:])]),
         "rows": rows,

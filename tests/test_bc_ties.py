@@ -71,14 +71,16 @@ def test_ties_are_recorded_saved_extended_and_subset(tmp_path: Path) -> None:
         )
 
 
-def _ce(demos: Demonstrations, ties: str) -> float:
+def _ce(demos: Demonstrations, ties: str, per_id: dict | None = None) -> float:
     env = gym.make(HEALTHY)
     from sb3_contrib import MaskablePPO
 
     spec = {"scorer": {"hidden": 16, "embed": 8, "spec": ObsSpec.from_env(env).to_dict()}}
     model = MaskablePPO(MaskableScorerPolicy, env, seed=0, policy_kwargs=spec)
-    cfg = BCConfig(epochs=1, batch_size=4096, learning_rate=0.0, vf_coef=0.0, ties=ties)
-    hist = behaviour_cloning(model.policy, demos, cfg, seed=0)
+    cfg = BCConfig(
+        epochs=1, batch_size=4096, learning_rate=0.0, vf_coef=0.0, ties=ties, per_id=per_id or {}
+    )
+    hist = behaviour_cloning(model.policy, [demos], cfg, seed=0, env_ids=[HEALTHY])
     return float(hist["ce"][0])
 
 
@@ -99,6 +101,11 @@ def test_the_tie_loss_is_minus_log_the_ties_probability() -> None:
     # Real ties: more probability than the expert's action alone, so a lower loss.
     assert (d.ties.sum(axis=1) > 1).any()
     assert _ce(d, "equal_gain") < _ce(d, "expert")
+    # bc.per_id sets the loss of one ID's set, either way round.
+    tie_here = {HEALTHY: {"ties": "equal_gain"}}
+    assert _ce(d, "expert", tie_here) == pytest.approx(_ce(d, "equal_gain"), rel=1e-6)
+    plain_here = {HEALTHY: {"ties": "expert"}}
+    assert _ce(d, "equal_gain", plain_here) == pytest.approx(_ce(d, "expert"), rel=1e-6)
 
 
 def test_unknown_ties_mode_is_refused_in_one_line() -> None:

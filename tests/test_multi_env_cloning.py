@@ -201,11 +201,16 @@ def test_per_id_options_replace_the_run_wide_ones_there() -> None:
         {
             "teacher": "crop-rollout",
             "dagger_episodes": 50,
-            "per_id": {TESTBED: {"teacher": "crop", "episodes": 3, "dagger_episodes": 0}},
+            "per_id": {
+                TESTBED: {"teacher": "crop", "episodes": 3, "dagger_episodes": 0},
+                HEALTHY: {"ties": "equal_gain"},
+            },
         }
     )
+    assert cfg.ties_for(HEALTHY) == "equal_gain" and cfg.ties_for(TESTBED) == "expert"
     assert cfg.teacher_for(TESTBED) == "crop" and cfg.teacher_for(HEALTHY) == "crop-rollout"
     assert cfg.episodes_for(TESTBED, 10) == 3 and cfg.episodes_for(HEALTHY, 10) == 10
+    assert cfg.teacher_for(HEALTHY) == "crop-rollout"
     assert cfg.episodes_for(TESTBED, 2) == 2  # never more than the run's
     assert cfg.dagger_episodes_for(TESTBED) == 0 and cfg.dagger_episodes_for(HEALTHY) == 50
     assert BCConfig.from_dict({"per_id": None}).per_id == {}
@@ -218,6 +223,7 @@ def test_per_id_options_replace_the_run_wide_ones_there() -> None:
         ({TESTBED: {"episodes": 0}}, r"episodes=0 must be an integer in \[1, 100000\]"),
         ({TESTBED: {"dagger_episodes": 1.5}}, r"dagger_episodes=1.5 must be an integer"),
         ({TESTBED: {"teacher": 3}}, "must be a teacher's name"),
+        ({TESTBED: {"ties": "all"}}, r"ties='all' must be one of 'expert', 'equal_gain'"),
         ({TESTBED: 3}, "must be a block of options"),
     ],
 )
