@@ -42,24 +42,24 @@ ALSO_ON = (
 #: episodes are 200 placements long, where crop-rollout (one CROP completion per tried row) takes
 #: minutes, so CROP teaches there (bc.per_id), on 15 demonstration episodes and 4 DAgger episodes a
 #: round (about as many states as each other ID).
-WITH_1024 = {"crop_gym/Placement-1024-v0": "{teacher: crop, episodes: 15, dagger_episodes: 4}"}
-#: ``--with-1024 --ties-on-1024`` (tried: docs/AGENTS.md): the same, the 1024-GPU set's loss
-#: counting CROP's equal-gain rows (89 % of its states have mirror images) and the other sets'
-#: the expert's action alone.
-WITH_1024_TIES = {
-    "crop_gym/Placement-1024-v0": (
-        "{teacher: crop, episodes: 15, dagger_episodes: 4, ties: equal_gain}"
-    )
+#: With ``--ties-on-1024`` (tried: docs/AGENTS.md) that set's loss also counts CROP's equal-gain
+#: rows (89 % of its states have mirror images), the other sets' the expert's action alone.
+WITH_1024: dict[str, dict[str, object]] = {
+    "crop_gym/Placement-1024-v0": {"teacher": "crop", "episodes": 15, "dagger_episodes": 4}
 }
 
 
-def bc_block(per_id: dict[str, str], ties: str = "expert") -> str:
+def bc_block(per_id: dict[str, dict[str, object]], ties: str = "expert") -> str:
     """The bc block of the run (replaces the config entry's; crop_gym.agents.imitation.BCConfig),
     cloned on ``ALSO_ON`` and the IDs of ``per_id`` with their options, ``ties`` the BC target."""
     also_on = (*ALSO_ON, *per_id)
     extra = f", ties: {ties}" if ties != "expert" else ""
     if per_id:
-        extra += ", per_id: {" + ", ".join(f"{k}: {v}" for k, v in per_id.items()) + "}"
+        blocks = (
+            f"{env_id}: {{" + ", ".join(f"{k}: {v}" for k, v in opts.items()) + "}"
+            for env_id, opts in per_id.items()
+        )
+        extra += ", per_id: {" + ", ".join(blocks) + "}"
     return (
         "bc={teacher: crop-rollout, also_on: [" + ", ".join(also_on) + "], epochs: 30, "
         "batch_size: 256, learning_rate: 1.0e-3, vf_coef: 0.5, dagger_iterations: 2, "
@@ -118,7 +118,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.ties_on_1024 and not args.with_1024:
         ap.error("--ties-on-1024 needs --with-1024")
-    per_id = (WITH_1024_TIES if args.ties_on_1024 else WITH_1024) if args.with_1024 else {}
+    per_id = (
+        {i: {**o, "ties": "equal_gain"} if args.ties_on_1024 else o for i, o in WITH_1024.items()}
+        if args.with_1024
+        else {}
+    )
     bc = bc_block(per_id, args.ties)
     recipe = {**RECIPE, "hyperparams": [bc]}
     th.set_num_threads(1)

@@ -416,7 +416,7 @@ def fit_profile(
             "gpu_latency": math.exp(sh["gpu_latency"]) * _US,
             "nic_latency": math.exp(sh["nic_latency"]) * _US,
             "saturation_gpus": 1.0 + math.exp(sh["saturation_gpus"]),
-            "latency_overlap": min(max(sh["latency_overlap"], 0.0), 1.0)
+            "latency_overlap": sh["latency_overlap"]
             if latency_overlap is None
             else float(latency_overlap),
         }
